@@ -1,0 +1,212 @@
+"""Exact encoding of chat messages into database rows, and back.
+
+A Hermes message is an OpenAI chat dict whose ``content`` may be a string, a
+list of parts, ``None`` or missing, and whose other keys vary by role. The store
+must give back exactly what it was given, so this module turns a message into
+row fields without losing anything and rebuilds an equal dict from them.
+
+Two facts shape it:
+- SQLite text must be valid UTF-8, but ``json.loads`` can produce strings with
+  lone surrogates. Such strings are stored as ASCII-escaped JSON, which
+  round-trips them exactly.
+- Host-internal keys (``_db_persisted``...) and the host's ``api_content``
+  sidecar (the content plus injected context) are not part of the message the
+  user or model wrote; they are neither stored nor part of its identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Keys the host adds to messages that are not part of the conversation itself.
+HOST_SIDECAR_KEYS = frozenset({"api_content"})
+# Keys stored in their own columns; everything else non-internal goes to ``extra``.
+COLUMN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id"})
+
+CONTENT_TEXT = "text"      # content is a str, stored as is
+CONTENT_JSON = "json"      # content is any other JSON value (list of parts, ...) or an un-encodable str
+CONTENT_NULL = "null"      # content is None
+CONTENT_ABSENT = "absent"  # the message had no content key
+
+
+@dataclass(frozen=True)
+class EncodedMessage:
+    """Row fields for one message, ready to bind into an INSERT."""
+
+    role: str
+    content: str | None
+    content_format: str
+    tool_calls: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    extra: str | None
+    search_text: str | None
+    content_hash: str
+    message_at: float | None
+
+
+def is_host_internal(key: str) -> bool:
+    """True for keys the host owns (``_``-prefixed or known sidecars)."""
+    return key.startswith("_") or key in HOST_SIDECAR_KEYS
+
+
+def clean_message(message: dict) -> dict:
+    """Return a copy of ``message`` without host-internal keys."""
+    return {k: v for k, v in message.items() if not is_host_internal(str(k))}
+
+
+def _utf8_safe(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def dump_json(value: Any) -> str:
+    """JSON that SQLite can store: readable UTF-8 when possible, ASCII-escaped otherwise."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if _utf8_safe(text) else json.dumps(value, ensure_ascii=True, default=str)
+
+
+def safe_text(text: str) -> str:
+    """Make a string storable as UTF-8 for derived (non-exact) columns such as search text."""
+    return text if _utf8_safe(text) else text.encode("utf-8", "replace").decode("utf-8")
+
+
+def flatten_content(content: Any) -> str:
+    """Plain text of a content value: the string itself, or the text parts of a list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, dict):
+                if isinstance(part.get("text"), str):
+                    pieces.append(part["text"])
+                elif part.get("type") in ("image_url", "input_image", "image"):
+                    pieces.append("[image]")
+                else:
+                    pieces.append(dump_json(part))
+            elif isinstance(part, str):
+                pieces.append(part)
+        return "\n".join(pieces)
+    return dump_json(content)
+
+
+def tool_call_text(tool_calls: Any) -> str:
+    """Searchable text of an assistant's tool calls: function names and arguments."""
+    if not isinstance(tool_calls, list):
+        return "" if tool_calls is None else dump_json(tool_calls)
+    lines = []
+    for call in tool_calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            args = fn.get("arguments")
+            args_text = args if isinstance(args, str) else dump_json(args)
+            lines.append(f"{fn.get('name', '')}({args_text})")
+        else:
+            lines.append(dump_json(call))
+    return "\n".join(lines)
+
+
+def message_text(message: dict) -> str:
+    """Everything a reader (or a search) should see of a message, as plain text."""
+    text = flatten_content(message.get("content"))
+    calls = tool_call_text(message.get("tool_calls")) if message.get("tool_calls") else ""
+    return f"{text}\n{calls}" if text and calls else (text or calls)
+
+
+def tool_name_of(message: dict) -> str | None:
+    """The tool a message belongs to: ``tool_name``/``name`` of a tool result."""
+    for key in ("tool_name", "name"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def identity_hash(message: dict) -> str:
+    """Deterministic hash of what makes a message *this* message.
+
+    Role, content, tool calls, tool_call_id and tool name; never host sidecars,
+    timestamps or bookkeeping keys, so the same turn shown with and without
+    ``api_content`` hashes the same.
+    """
+    basis = [
+        message.get("role"),
+        message.get("content"),
+        message.get("tool_calls"),
+        message.get("tool_call_id"),
+        tool_name_of(message),
+    ]
+    canonical = json.dumps(basis, ensure_ascii=True, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:32]
+
+
+def _timestamp_of(message: dict) -> float | None:
+    value = message.get("timestamp")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) / 1000.0 if value > 1e11 else float(value)
+    return None
+
+
+def encode_message(message: dict) -> EncodedMessage:
+    """Encode a cleaned message into row fields (see ``decode_message`` for the inverse)."""
+    role = message.get("role")
+    usable_role = isinstance(role, str) and bool(role) and _utf8_safe(role)
+    role_text = role if usable_role else "unknown"
+    if "content" not in message:
+        content, fmt = None, CONTENT_ABSENT
+    elif message["content"] is None:
+        content, fmt = None, CONTENT_NULL
+    elif isinstance(message["content"], str) and _utf8_safe(message["content"]):
+        content, fmt = message["content"], CONTENT_TEXT
+    else:
+        content, fmt = dump_json(message["content"]), CONTENT_JSON
+    extra_keys = {k: v for k, v in message.items() if k not in COLUMN_KEYS}
+    if not usable_role:
+        extra_keys["role"] = role  # keep the exact original when it is not a usable role
+    tool_calls = message.get("tool_calls")
+    call_id = message.get("tool_call_id")
+    call_id_column = call_id if isinstance(call_id, str) and _utf8_safe(call_id) else None
+    if "tool_call_id" in message and call_id_column is None:
+        extra_keys["tool_call_id"] = call_id  # odd values stay exact in ``extra``
+    searchable = message_text(message)
+    search_text = None if (fmt == CONTENT_TEXT and searchable == content) else safe_text(searchable)
+    return EncodedMessage(
+        role=role_text,
+        content=content,
+        content_format=fmt,
+        tool_calls=None if "tool_calls" not in message else dump_json(tool_calls),
+        tool_call_id=call_id_column,
+        tool_name=safe_text(tool_name_of(message) or "") or None,
+        extra=dump_json(extra_keys) if extra_keys else None,
+        search_text=search_text,
+        content_hash=identity_hash(message),
+        message_at=_timestamp_of(message),
+    )
+
+
+def decode_message(row: dict) -> dict:
+    """Rebuild the message dict from the row fields written by ``encode_message``."""
+    extra = json.loads(row["extra"]) if row.get("extra") else {}
+    message: dict = {"role": extra.pop("role", row["role"])}
+    fmt = row["content_format"]
+    if fmt == CONTENT_TEXT:
+        message["content"] = row["content"]
+    elif fmt == CONTENT_JSON:
+        message["content"] = json.loads(row["content"])
+    elif fmt == CONTENT_NULL:
+        message["content"] = None
+    if row.get("tool_calls") is not None:
+        message["tool_calls"] = json.loads(row["tool_calls"])
+    if row.get("tool_call_id") is not None:
+        message["tool_call_id"] = row["tool_call_id"]
+    message.update(extra)
+    return message

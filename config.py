@@ -1,0 +1,433 @@
+"""Trove settings, read once into a typed, validated, immutable object.
+
+Every setting is a ``TROVE_*`` name. Values come from three layers, highest
+first: the process environment, the ``trove:`` section of
+``$HERMES_HOME/config.yaml``, then the defaults declared on ``TroveConfig``.
+A bad value never stops the plugin: it is reported in ``warnings`` (naming the
+variable, the value and what is accepted) and the next layer's value is used.
+
+The declaration of each field on ``TroveConfig`` is the single source of truth
+for its type, default, accepted range and one-line description; the loader,
+``describe()`` and the docs test all read it from there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+ENV_PREFIX = "TROVE_"
+CONFIG_FILE_NAME = "config.yaml"
+CONFIG_SECTION = "trove"
+DEFAULT_DATABASE_FILE = "trove.db"
+KNOWN_SENSITIVE_PATTERNS = frozenset(
+    {"api_key", "bearer_token", "password_assignment", "private_key"}
+)
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+def _setting(kind: str, default: Any, doc: str, *, low: float | None = None,
+             high: float | None = None, low_open: bool = False,
+             nonempty: bool = False) -> Any:
+    """Declare one setting: the dataclass field plus what the loader needs to parse it."""
+    meta = {"kind": kind, "doc": doc, "low": low, "high": high,
+            "low_open": low_open, "nonempty": nonempty}
+    return field(default=default, metadata=meta)
+
+
+def _bool(default: bool, doc: str) -> Any:
+    return _setting("bool", default, doc)
+
+
+def _int(default: int, doc: str, low: int | None = None, high: int | None = None) -> Any:
+    return _setting("int", default, doc, low=low, high=high)
+
+
+def _float(default: float, doc: str, low: float | None = None,
+           high: float | None = None, low_open: bool = False) -> Any:
+    return _setting("float", default, doc, low=low, high=high, low_open=low_open)
+
+
+def _str(default: str, doc: str, nonempty: bool = False) -> Any:
+    return _setting("str", default, doc, nonempty=nonempty)
+
+
+def _list(default: tuple[str, ...], doc: str) -> Any:
+    return _setting("list", default, doc)
+
+
+@dataclass(frozen=True)
+class TroveConfig:
+    """All trove settings, validated; built by ``load_config`` and never changed after.
+
+    Frozen so that one object can be shared by every engine copy and thread
+    without anyone mutating settings behind another's back. ``sources`` and
+    ``warnings`` describe how the values were obtained and take no part in
+    equality.
+    """
+
+    context_threshold: float = _float(
+        0.35, "Share of the model's context window at which compaction starts.",
+        low=0.0, high=1.0, low_open=True)
+    fresh_tail_count: int = _int(
+        32, "Most recent messages always kept verbatim, never compacted.", low=1)
+    fresh_tail_max_tokens: int = _int(
+        0, "Token cap on the verbatim fresh tail (0 = no token cap).", low=0)
+    incremental_max_depth: int = _int(
+        3, "Deepest summary level built incrementally during a session.", low=1, high=8)
+    leaf_chunk_tokens: int = _int(
+        20000, "Tokens of raw messages summarized into one leaf node.", low=500)
+    dynamic_leaf_chunk_enabled: bool = _bool(
+        False, "Let leaf chunks grow with the window, up to dynamic_leaf_chunk_max.")
+    dynamic_leaf_chunk_max: int = _int(
+        40000, "Largest dynamic leaf chunk; raised to leaf_chunk_tokens if smaller.", low=500)
+    condense_fanout: int = _int(
+        4, "How many same-depth parentless nodes merge into one node one level up.",
+        low=2, high=32)
+    leaf_summary_tokens: int = _int(
+        1200, "Token budget of one leaf summary.", low=100, high=20000)
+    condensed_summary_tokens: int = _int(
+        2000, "Token budget of one condensed (depth >= 1) summary.", low=100, high=20000)
+    new_session_retain_depth: int = _int(
+        2, "Summary depth carried into a new session (-1 = carry nothing).",
+        low=-1, high=8)
+    database_path: str = _str(
+        "", "SQLite file; empty = <hermes_home>/trove.db, relative = under hermes_home.")
+    fts_integrity_check_interval_hours: float = _float(
+        24.0, "Hours between deep full-text-index integrity checks (0 = never).", low=0.0)
+    enable_slash_command: bool = _bool(False, "Register the /trove slash command.")
+    ignore_session_patterns: tuple[str, ...] = _list(
+        (), "Session ids/names matching these are not stored at all.")
+    stateless_session_patterns: tuple[str, ...] = _list(
+        (), "Sessions matching these are read but never written to.")
+    ignore_message_patterns: tuple[str, ...] = _list(
+        (), "Regexes; messages matching any are not stored.")
+    summary_model: str = _str("", "Model for summaries (empty = the host's model).")
+    summary_fallback_models: tuple[str, ...] = _list(
+        (), "Models tried in order when the summary model fails.")
+    summary_timeout_ms: int = _int(60000, "Timeout of one summary call.", low=1000)
+    summary_circuit_breaker_failure_threshold: int = _int(
+        2, "Consecutive summary failures that open the circuit breaker.", low=1)
+    summary_circuit_breaker_cooldown_seconds: int = _int(
+        300, "Seconds the breaker stays open before summaries are retried.", low=0)
+    expansion_model: str = _str("", "Model for trove_expand_query (empty = the host's model).")
+    expansion_context_tokens: int = _int(
+        32000, "Context budget of one expansion call.", low=1000)
+    expansion_timeout_ms: int = _int(120000, "Timeout of one expansion call.", low=1000)
+    critical_budget_pressure_ratio: float = _float(
+        0.0, "Above this share of the window, compaction uses only the fast "
+        "deterministic summarizer (0 = off).", low=0.0, high=1.0)
+    tool_response_max_tokens: int = _int(
+        4000, "Token cap of one trove_* tool response.", low=256, high=64000)
+    recall_policy_enabled: bool = _bool(
+        True, "Add the recall policy that tells the model when to use trove_* tools.")
+    token_encoding: str = _str(
+        "cl100k_base", "tiktoken encoding used to count tokens.", nonempty=True)
+    doctor_clean_apply_enabled: bool = _bool(
+        False, "Allow trove_doctor to apply its clean-up instead of only reporting.")
+    large_output_externalization_enabled: bool = _bool(
+        False, "Store very large tool outputs outside the transcript.")
+    large_output_externalization_threshold_chars: int = _int(
+        12000, "Tool output size (chars) from which it is externalized.", low=1000)
+    large_output_active_replay_stubbing_enabled: bool = _bool(
+        False, "Replace big externalized outputs in the live replay by stubs "
+        "(needs externalization).")
+    large_output_active_replay_stub_threshold_tokens: int = _int(
+        25000, "Output size (tokens) from which the live replay gets a stub.", low=500)
+    large_output_transcript_gc_enabled: bool = _bool(
+        False, "Garbage-collect externalized outputs no transcript refers to.")
+    sensitive_patterns_enabled: bool = _bool(
+        False, "Redact secrets matching sensitive_patterns before storing.")
+    sensitive_patterns: tuple[str, ...] = _list(
+        ("api_key", "bearer_token", "password_assignment", "private_key"),
+        "Named secret detectors to apply; known: api_key, bearer_token, "
+        "password_assignment, private_key.")
+
+    hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
+    sources: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def resolved_database_path(self) -> Path:
+        """Where the SQLite file lives: ``database_path`` (``~`` expanded) or ``<hermes_home>/trove.db``.
+
+        A relative ``database_path`` is taken under ``hermes_home`` rather than
+        the working directory, which changes with every project the agent
+        works in and would otherwise scatter the database.
+        """
+        if not self.database_path:
+            return self.hermes_home / DEFAULT_DATABASE_FILE
+        path = Path(self.database_path).expanduser()
+        return path if path.is_absolute() else self.hermes_home / path
+
+    @property
+    def large_output_active_replay_stubbing_effective(self) -> bool:
+        """Whether replay stubbing really runs: it needs externalization to be on too."""
+        return (self.large_output_active_replay_stubbing_enabled
+                and self.large_output_externalization_enabled)
+
+    def describe(self) -> dict:
+        """Every setting with its env name, value and source, for a status tool.
+
+        The result is plain JSON-serializable data (lists, not tuples).
+        """
+        settings = {}
+        for f in setting_fields():
+            value = getattr(self, f.name)
+            entry = {"value": list(value) if isinstance(value, tuple) else value,
+                     "source": self.sources.get(f.name, "default")}
+            settings[env_name(f.name)] = entry
+        stub_env = env_name("large_output_active_replay_stubbing_enabled")
+        settings[stub_env]["effective"] = self.large_output_active_replay_stubbing_effective
+        return {
+            "hermes_home": str(self.hermes_home),
+            "database_path": str(self.resolved_database_path),
+            "settings": settings,
+            "warnings": list(self.warnings),
+        }
+
+
+def setting_fields() -> tuple:
+    """The dataclass fields of ``TroveConfig`` that are ``TROVE_*`` settings, in declaration order."""
+    return tuple(f for f in fields(TroveConfig) if "kind" in f.metadata)
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting: ``context_threshold`` -> ``TROVE_CONTEXT_THRESHOLD``."""
+    return ENV_PREFIX + field_name.upper()
+
+
+def accepted_values(f) -> str:
+    """Human-readable description of what a setting accepts, used in warnings and docs."""
+    meta = f.metadata
+    kind = meta["kind"]
+    if kind == "bool":
+        return "one of 1/0/true/false/yes/no/on/off"
+    if kind == "list":
+        return "a comma-separated string or a list of strings"
+    if kind == "str":
+        return "a non-empty string" if meta["nonempty"] else "a string"
+    noun = "an integer" if kind == "int" else "a number"
+    low, high = meta["low"], meta["high"]
+    low_op = "<" if meta["low_open"] else "<="
+    if low is not None and high is not None:
+        return f"{noun} with {_fmt(low)} {low_op} value <= {_fmt(high)}"
+    if low is not None:
+        return f"{noun} with value {'>' if meta['low_open'] else '>='} {_fmt(low)}"
+    return noun
+
+
+def _fmt(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def _parse(f, raw: Any) -> Any:
+    """Convert one raw env/yaml value to the setting's type; raise ValueError if not acceptable."""
+    meta = f.metadata
+    kind = meta["kind"]
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, int) and raw in (0, 1):
+            return bool(raw)
+        word = raw.strip().lower() if isinstance(raw, str) else None
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+        raise ValueError
+    if kind == "list":
+        items = raw.split(",") if isinstance(raw, str) else raw
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+            raise ValueError
+        return tuple(i.strip() for i in items if i.strip())
+    if kind == "str":
+        if not isinstance(raw, str) or (meta["nonempty"] and not raw.strip()):
+            raise ValueError
+        return raw.strip()
+    return _parse_number(meta, raw)
+
+
+def _parse_number(meta: Mapping[str, Any], raw: Any) -> int | float:
+    if isinstance(raw, bool):
+        raise ValueError
+    if meta["kind"] == "int":
+        if isinstance(raw, str):
+            raw = int(raw.strip())
+        if not isinstance(raw, int):
+            raise ValueError
+        value: int | float = raw
+    else:
+        value = float(raw.strip()) if isinstance(raw, str) else raw
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError
+        value = float(value)
+    low, high = meta["low"], meta["high"]
+    if low is not None and (value <= low if meta["low_open"] else value < low):
+        raise ValueError
+    if high is not None and value > high:
+        raise ValueError
+    return value
+
+
+def _resolve_hermes_home(environ: Mapping[str, str], hermes_home: str | Path | None) -> Path:
+    if hermes_home is None:
+        hermes_home = (environ.get("HERMES_HOME") or "").strip() or "~/.hermes"
+    return Path(hermes_home).expanduser()
+
+
+def _read_yaml_section(home: Path, warnings: list[str]) -> dict[str, Any]:
+    """Raw values of the ``trove:`` section of ``config.yaml``, keyed by field name.
+
+    A missing file is normal and silent; anything else that stops the file
+    from being used becomes a warning.
+    """
+    path = home / CONFIG_FILE_NAME
+    if not path.exists():
+        return {}
+    try:
+        import yaml
+    except ImportError:
+        warnings.append(f"{path}: PyYAML is not installed, so its '{CONFIG_SECTION}:' "
+                        "section is ignored")
+        return {}
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        warnings.append(f"{path}: cannot be read ({first_line}); it is ignored")
+        return {}
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        warnings.append(f"{path}: the top level is not a mapping; it is ignored")
+        return {}
+    section = document.get(CONFIG_SECTION)
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        warnings.append(f"{path}: '{CONFIG_SECTION}:' is not a mapping; it is ignored")
+        return {}
+    known = {f.name for f in setting_fields()}
+    values: dict[str, Any] = {}
+    for key, raw in section.items():
+        name = str(key).strip().lower()
+        name = name[len(ENV_PREFIX):] if name.startswith(ENV_PREFIX.lower()) else name
+        if name not in known:
+            warnings.append(f"{path}: unknown setting '{CONFIG_SECTION}.{key}' is ignored")
+        elif name in values:
+            warnings.append(f"{path}: {env_name(name)} is given twice in "
+                            f"'{CONFIG_SECTION}:'; the later one ({key}) is used")
+            values[name] = raw
+        elif raw is not None:
+            values[name] = raw
+    return values
+
+
+def _pick(f, layers: list[tuple[str, Any]], warnings: list[str]) -> tuple[Any, str]:
+    """The value of one setting from the first layer whose value is valid, with that layer's name."""
+    candidates = [(src, raw) for src, raw in layers if raw is not None]
+    for index, (source, raw) in enumerate(candidates):
+        try:
+            return _parse(f, raw), source
+        except (ValueError, TypeError, AttributeError):
+            if index + 1 < len(candidates):
+                fallback = f"the value from {candidates[index + 1][0]} instead"
+            else:
+                fallback = f"the default {f.default!r}"
+            warnings.append(f"{env_name(f.name)}={raw!r} (from {source}) is invalid: "
+                            f"expected {accepted_values(f)}; using {fallback}")
+    return f.default, "default"
+
+
+def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
+    """Warn about settings that are each valid but do not fit together; fix what can be fixed."""
+    if values["dynamic_leaf_chunk_max"] < values["leaf_chunk_tokens"]:
+        warnings.append(
+            f"TROVE_DYNAMIC_LEAF_CHUNK_MAX={values['dynamic_leaf_chunk_max']} is smaller "
+            f"than TROVE_LEAF_CHUNK_TOKENS={values['leaf_chunk_tokens']}; "
+            f"using {values['leaf_chunk_tokens']}")
+        values["dynamic_leaf_chunk_max"] = values["leaf_chunk_tokens"]
+    if (values["large_output_active_replay_stubbing_enabled"]
+            and not values["large_output_externalization_enabled"]):
+        warnings.append(
+            "TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUBBING_ENABLED is on but "
+            "TROVE_LARGE_OUTPUT_EXTERNALIZATION_ENABLED is off; stubbing needs "
+            "externalization, so it is effectively off")
+    unknown = [n for n in values["sensitive_patterns"] if n not in KNOWN_SENSITIVE_PATTERNS]
+    if unknown:
+        warnings.append(
+            f"TROVE_SENSITIVE_PATTERNS has unknown names {unknown}; they are kept but "
+            f"only {sorted(KNOWN_SENSITIVE_PATTERNS)} are known")
+
+
+def load_config(environ: Mapping[str, str] | None = None,
+                hermes_home: str | Path | None = None) -> TroveConfig:
+    """Read every setting from env, then config.yaml, then defaults; never raise for bad values.
+
+    ``environ`` defaults to ``os.environ``; ``hermes_home`` defaults to
+    ``HERMES_HOME`` from ``environ``, else ``~/.hermes``. Problems found on the
+    way are collected in the returned object's ``warnings``.
+    """
+    environ = os.environ if environ is None else environ
+    home = _resolve_hermes_home(environ, hermes_home)
+    warnings: list[str] = []
+    from_yaml = _read_yaml_section(home, warnings)
+    known_envs = {env_name(f.name) for f in setting_fields()}
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known_envs:
+            warnings.append(f"unknown environment variable {name} is ignored")
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for f in setting_fields():
+        layers = [("env", environ.get(env_name(f.name))), ("config.yaml", from_yaml.get(f.name))]
+        values[f.name], sources[f.name] = _pick(f, layers, warnings)
+    _check_combinations(values, warnings)
+    return TroveConfig(**values, hermes_home=home,
+                       sources=MappingProxyType(sources), warnings=tuple(warnings))
+
+
+def check_reachability(cfg: TroveConfig, context_length: int,
+                       fixed_overhead_tokens: int = 12500) -> list[str]:
+    """Problems that make compaction unreachable or useless for a window of ``context_length`` tokens.
+
+    Compaction starts at ``context_length * context_threshold`` tokens. The
+    system prompt, tool schemas and the like (``fixed_overhead_tokens``) are
+    always in the window, so only the room between them and the trigger can be
+    freed; summaries and the fresh tail must fit in that room or compaction
+    cannot bring the context back under the trigger. Returns an empty list when
+    the configuration works for this window.
+    """
+    if context_length <= 0:
+        return [f"context length {context_length} is not a positive number of tokens"]
+    trigger = int(context_length * cfg.context_threshold)
+    room = trigger - fixed_overhead_tokens
+    where = (f"the compaction trigger is {trigger} tokens "
+             f"(TROVE_CONTEXT_THRESHOLD={cfg.context_threshold} x {context_length})")
+    if room <= 0:
+        return [f"{where}, at or below the fixed overhead of {fixed_overhead_tokens} "
+                "tokens: compaction would run on every turn and could never free room; "
+                "raise TROVE_CONTEXT_THRESHOLD or use a larger window"]
+    problems = []
+    budgets = [("TROVE_LEAF_SUMMARY_TOKENS", cfg.leaf_summary_tokens),
+               ("TROVE_CONDENSED_SUMMARY_TOKENS", cfg.condensed_summary_tokens)]
+    if cfg.fresh_tail_max_tokens > 0:
+        budgets.append(("TROVE_FRESH_TAIL_MAX_TOKENS", cfg.fresh_tail_max_tokens))
+    for name, budget in budgets:
+        if budget > room:
+            problems.append(f"{name}={budget} is larger than the {room} tokens left "
+                            f"under the trigger ({where}, minus {fixed_overhead_tokens} "
+                            "fixed overhead)")
+    ratio = cfg.critical_budget_pressure_ratio
+    if 0 < ratio <= cfg.context_threshold:
+        problems.append(f"TROVE_CRITICAL_BUDGET_PRESSURE_RATIO={ratio} is at or below "
+                        f"TROVE_CONTEXT_THRESHOLD={cfg.context_threshold}: every compaction "
+                        "would use the deterministic summarizer only")
+    return problems

@@ -1,0 +1,254 @@
+"""Summary nodes and their exact lineage.
+
+A node summarizes either raw messages (depth 0, a leaf) or nodes one level
+down (depth d+1, condensed). Lineage lives in ``node_edges`` (parent -> child
+message or child node, with an ordinal), indexed both ways, so every lineage
+question is one indexed query: a node's children in order, every raw message
+under a node, which node covers a message, and the frontier (nodes with no
+parent yet in a session, the ones that stand in the prompt).
+
+A new session (after /new) may carry nodes of an older one: ``session_carry``
+puts them in the new session's frontier without copying them, so expanding a
+carried node still reaches the old session's raw messages.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .database import Database
+from .store import row_to_dict
+
+NODE_COLUMNS = (
+    "node_id, session_id, depth, text, token_count, source_token_count, message_count,"
+    " first_store_id, last_store_id, time_from, time_to, level, model, topics, created_at"
+)
+
+
+@dataclass(frozen=True)
+class NewNode:
+    """Everything needed to write one summary node and its edges."""
+
+    session_id: str
+    depth: int
+    text: str
+    token_count: int
+    source_token_count: int
+    level: int
+    model: str
+    child_store_ids: Sequence[int] = ()
+    child_node_ids: Sequence[int] = ()
+    topics: Sequence[str] = ()
+
+
+def depth_tag(depth: int) -> str:
+    """FTS token for a node depth (nodes_fts tags hold ``s<hex session> d<depth>``)."""
+    return f"d{int(depth)}"
+
+
+def _node(row) -> dict:
+    info = row_to_dict(row)
+    info["topics"] = json.loads(info.get("topics") or "[]")
+    return info
+
+
+class Dag:
+    """Summary nodes, lineage edges and the per-session frontier."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    # ------------------------------------------------------------------ writes
+    def add_node(self, node: NewNode, now: float | None = None) -> int:
+        """Write a node and its ordered edges in one transaction; return its id.
+
+        A node has either raw-message children (depth 0) or node children one
+        level down; its coverage (message count, store_id and time range) is
+        computed from the children so it can never disagree with the lineage.
+        """
+        if bool(node.child_store_ids) == bool(node.child_node_ids):
+            raise ValueError("a node needs either message children or node children")
+        stamp = time.time() if now is None else now
+        with self.db.transaction() as conn:
+            if node.child_store_ids:
+                if node.depth != 0:
+                    raise ValueError("message children belong to a depth-0 node")
+                cover = conn.execute(
+                    f"SELECT count(*), min(store_id), max(store_id),"
+                    f" min(COALESCE(message_at, created_at)), max(COALESCE(message_at, created_at))"
+                    f" FROM messages WHERE store_id IN ({','.join('?' * len(node.child_store_ids))})",
+                    list(node.child_store_ids)).fetchone()
+                if cover[0] != len(set(node.child_store_ids)):
+                    raise ValueError("a child message does not exist")
+            else:
+                marks = ",".join("?" * len(node.child_node_ids))
+                depths = {r[0] for r in conn.execute(
+                    f"SELECT depth FROM nodes WHERE node_id IN ({marks})", list(node.child_node_ids))}
+                if depths != {node.depth - 1}:
+                    raise ValueError(f"children of a depth-{node.depth} node must be depth "
+                                     f"{node.depth - 1}, found {sorted(depths)}")
+                cover = conn.execute(
+                    f"SELECT sum(message_count), min(first_store_id), max(last_store_id),"
+                    f" min(time_from), max(time_to) FROM nodes WHERE node_id IN ({marks})",
+                    list(node.child_node_ids)).fetchone()
+            cur = conn.execute(
+                f"INSERT INTO nodes(session_id, depth, text, token_count, source_token_count,"
+                f" message_count, first_store_id, last_store_id, time_from, time_to, level, model,"
+                f" topics, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (node.session_id, node.depth, node.text, node.token_count,
+                 node.source_token_count, cover[0], cover[1], cover[2], cover[3], cover[4],
+                 node.level, node.model, json.dumps(list(node.topics)), stamp))
+            node_id = cur.lastrowid
+            if node.child_store_ids:
+                rows = [(node_id, i, None, sid) for i, sid in enumerate(node.child_store_ids)]
+            else:
+                rows = [(node_id, i, nid, None) for i, nid in enumerate(node.child_node_ids)]
+            conn.executemany("INSERT INTO node_edges(parent_id, ordinal, child_node_id,"
+                             " child_store_id) VALUES (?, ?, ?, ?)", rows)
+            return node_id
+
+    def carry_nodes(self, session_id: str, node_ids: Sequence[int]) -> int:
+        """Put existing nodes into another session's frontier (lineage untouched)."""
+        with self.db.transaction() as conn:
+            start = conn.execute("SELECT COALESCE(MAX(ordinal) + 1, 0) FROM session_carry"
+                                 " WHERE session_id = ?", (session_id,)).fetchone()[0]
+            cur = conn.executemany(
+                "INSERT OR IGNORE INTO session_carry(session_id, node_id, ordinal) VALUES (?, ?, ?)",
+                [(session_id, nid, start + i) for i, nid in enumerate(node_ids)])
+            return cur.rowcount
+
+    # ------------------------------------------------------------------ reads
+    def get_node(self, node_id: int) -> dict | None:
+        """One node's row (topics decoded), or None."""
+        with self.db.reading() as conn:
+            row = conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE node_id = ?",
+                               (node_id,)).fetchone()
+        return _node(row) if row else None
+
+    def get_nodes(self, node_ids: Iterable[int]) -> dict[int, dict]:
+        """Nodes by id (missing ids absent)."""
+        ids = list(dict.fromkeys(int(i) for i in node_ids))
+        if not ids:
+            return {}
+        with self.db.reading() as conn:
+            rows = conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE node_id IN"
+                                f" ({','.join('?' * len(ids))})", ids).fetchall()
+        return {r["node_id"]: _node(r) for r in rows}
+
+    def children(self, node_id: int, offset: int = 0, limit: int = -1) -> list[dict]:
+        """A node's immediate children in order: ``{ordinal, kind, id}`` (kind node|message)."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT ordinal, child_node_id, child_store_id FROM node_edges"
+                " WHERE parent_id = ? ORDER BY ordinal LIMIT ? OFFSET ?",
+                (node_id, limit, offset)).fetchall()
+        return [{"ordinal": r[0], "kind": "node" if r[1] is not None else "message",
+                 "id": r[1] if r[1] is not None else r[2]} for r in rows]
+
+    def child_count(self, node_id: int) -> int:
+        """How many immediate children a node has."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT count(*) FROM node_edges WHERE parent_id = ?",
+                                (node_id,)).fetchone()[0]
+
+    def descendant_store_ids(self, node_id: int) -> list[int]:
+        """Every raw message under a node, in lineage order (one recursive query)."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                """
+                WITH RECURSIVE walk(node_id, path) AS (
+                    SELECT ?, ''
+                    UNION ALL
+                    SELECT e.child_node_id, walk.path || printf('%08d.', e.ordinal)
+                    FROM node_edges e JOIN walk ON e.parent_id = walk.node_id
+                    WHERE e.child_node_id IS NOT NULL
+                )
+                SELECT e.child_store_id FROM walk
+                JOIN node_edges e ON e.parent_id = walk.node_id AND e.child_store_id IS NOT NULL
+                ORDER BY walk.path, e.ordinal
+                """, (node_id,)).fetchall()
+        return [r[0] for r in rows]
+
+    def covering_nodes(self, store_id: int) -> list[int]:
+        """Leaf nodes whose children include a raw message (usually zero or one)."""
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT parent_id FROM node_edges WHERE child_store_id = ?", (store_id,))]
+
+    def covered_store_ids(self, store_ids: Iterable[int]) -> set[int]:
+        """Which of these raw messages are already summarized by some leaf."""
+        ids = list(dict.fromkeys(int(i) for i in store_ids))
+        covered: set[int] = set()
+        with self.db.reading() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                covered.update(r[0] for r in conn.execute(
+                    f"SELECT DISTINCT child_store_id FROM node_edges WHERE child_store_id IN"
+                    f" ({','.join('?' * len(chunk))})", chunk))
+        return covered
+
+    def parents(self, node_id: int) -> list[int]:
+        """Nodes that condensed this node (one per session that condensed it)."""
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT parent_id FROM node_edges WHERE child_node_id = ?", (node_id,))]
+
+    def frontier(self, session_id: str) -> list[dict]:
+        """Nodes standing in a session's prompt: its own and carried nodes that no node
+        of this session has condensed yet, oldest coverage first."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                f"""
+                SELECT {NODE_COLUMNS} FROM nodes n
+                WHERE (n.session_id = :s OR n.node_id IN
+                       (SELECT node_id FROM session_carry WHERE session_id = :s))
+                  AND NOT EXISTS (
+                    SELECT 1 FROM node_edges e JOIN nodes p ON p.node_id = e.parent_id
+                    WHERE e.child_node_id = n.node_id AND p.session_id = :s)
+                ORDER BY n.first_store_id, n.node_id
+                """, {"s": session_id}).fetchall()
+        return [_node(r) for r in rows]
+
+    def session_nodes(self, session_id: str, depth: int | None = None) -> list[dict]:
+        """All nodes a session owns (optionally one depth), oldest first."""
+        sql = f"SELECT {NODE_COLUMNS} FROM nodes WHERE session_id = ?"
+        params: list = [session_id]
+        if depth is not None:
+            sql += " AND depth = ?"
+            params.append(depth)
+        with self.db.reading() as conn:
+            return [_node(r) for r in conn.execute(sql + " ORDER BY node_id", params)]
+
+    def nodes_in_period(self, start: float, end: float, *, session_ids: Sequence[str] | None,
+                        limit: int) -> list[dict]:
+        """Nodes whose covered time range overlaps ``[start, end)``, newest first."""
+        sql = f"SELECT {NODE_COLUMNS} FROM nodes WHERE time_to >= ? AND time_from < ?"
+        params: list = [start, end]
+        if session_ids is not None:
+            sql += f" AND session_id IN ({','.join('?' * len(session_ids))})"
+            params += list(session_ids)
+        sql += " ORDER BY time_to DESC, depth DESC LIMIT ?"
+        with self.db.reading() as conn:
+            return [_node(r) for r in conn.execute(sql, params + [limit])]
+
+    def stats(self, session_id: str | None = None) -> dict:
+        """Node counts per depth and token totals (one session or all)."""
+        where = "WHERE session_id = ?" if session_id else ""
+        params = [session_id] if session_id else []
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                f"SELECT depth, count(*), sum(token_count), sum(source_token_count)"
+                f" FROM nodes {where} GROUP BY depth ORDER BY depth", params).fetchall()
+        return {"by_depth": {r[0]: {"nodes": r[1], "tokens": r[2], "source_tokens": r[3]}
+                             for r in rows},
+                "nodes": sum(r[1] for r in rows)}
+
+    def fts_candidates(self, match: str, *, limit: int) -> list[tuple]:
+        """Nodes matching an FTS5 expression built by ``search``: ``(node_id, bm25)``."""
+        with self.db.reading() as conn:
+            return [tuple(r) for r in conn.execute(
+                "SELECT rowid, rank FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY rank LIMIT ?",
+                (match, limit))]

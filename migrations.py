@@ -1,0 +1,243 @@
+"""Numbered schema migrations, applied once each, in order, and recorded.
+
+Every schema change is one small function registered with ``@migration``. The
+database remembers what ran in ``trove_migrations`` and stamps the newest
+version into ``PRAGMA user_version`` so opening a database costs one pragma
+read, not a table scan. A database stamped newer than this code is refused:
+old code must never write into a schema it does not understand.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Callable
+
+MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = []
+
+
+class SchemaTooNewError(RuntimeError):
+    """The database was written by a newer hermes-trove than this one."""
+
+
+def migration(version: int):
+    """Register ``fn`` as schema migration number ``version`` (1, 2, 3, ...)."""
+
+    def decorate(fn):
+        if MIGRATIONS and MIGRATIONS[-1][0] != version - 1:
+            raise ValueError(f"migration {version} registered out of order")
+        MIGRATIONS.append((version, fn.__name__, fn))
+        return fn
+
+    return decorate
+
+
+def latest_version() -> int:
+    """The schema version this code writes."""
+    return MIGRATIONS[-1][0]
+
+
+# How the FTS columns of a message row are computed; shared by the view and the triggers
+# so a rebuild and incremental sync can never disagree.
+def _message_body(t: str) -> str:
+    return f"COALESCE({t}.search_text, {t}.content)"
+
+
+def _message_tags(t: str) -> str:
+    return (f"'s' || lower(hex({t}.session_id)) || ' r' || lower(hex({t}.role))"
+            f" || ' p' || lower(hex({t}.source))")
+
+
+def _node_tags(t: str) -> str:
+    return f"'s' || lower(hex({t}.session_id)) || ' d' || {t}.depth"
+
+
+@migration(1)
+def m001_initial_schema(conn: sqlite3.Connection) -> None:
+    """The whole initial schema: sessions, messages, summary nodes, edges, FTS."""
+    run_script(conn, f"""
+    CREATE TABLE trove_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        canonical_id TEXT NOT NULL,
+        conversation_id TEXT,
+        source TEXT NOT NULL DEFAULT 'unknown' CHECK (source <> ''),
+        parent_session_id TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        replay_floor INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT '{{}}'
+    );
+    CREATE INDEX sessions_canonical ON sessions(canonical_id);
+    CREATE INDEX sessions_conversation ON sessions(conversation_id);
+
+    CREATE TABLE messages (
+        store_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        conversation_id TEXT,
+        source TEXT NOT NULL DEFAULT 'unknown' CHECK (source <> ''),
+        role TEXT NOT NULL,
+        content TEXT,
+        content_format TEXT NOT NULL CHECK (content_format IN ('text', 'json', 'null', 'absent')),
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        tool_name TEXT,
+        extra TEXT,
+        search_text TEXT,
+        content_hash TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        message_at REAL,
+        created_at REAL NOT NULL,
+        token_count INTEGER NOT NULL DEFAULT 0,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (session_id, content_hash, ordinal)
+    );
+    CREATE INDEX messages_session ON messages(session_id, store_id);
+    CREATE INDEX messages_created ON messages(created_at);
+
+    CREATE VIEW messages_fts_source AS
+        SELECT m.store_id AS store_id, {_message_body('m')} AS body, {_message_tags('m')} AS tags
+        FROM messages AS m;
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        body, tags, content='messages_fts_source', content_rowid='store_id',
+        tokenize='unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, body, tags)
+        VALUES (new.store_id, {_message_body('new')}, {_message_tags('new')});
+    END;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, body, tags)
+        VALUES ('delete', old.store_id, {_message_body('old')}, {_message_tags('old')});
+    END;
+    CREATE TRIGGER messages_fts_update
+    AFTER UPDATE OF content, search_text, session_id, role, source ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, body, tags)
+        VALUES ('delete', old.store_id, {_message_body('old')}, {_message_tags('old')});
+        INSERT INTO messages_fts(rowid, body, tags)
+        VALUES (new.store_id, {_message_body('new')}, {_message_tags('new')});
+    END;
+
+    CREATE TABLE nodes (
+        node_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        depth INTEGER NOT NULL CHECK (depth >= 0),
+        text TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        source_token_count INTEGER NOT NULL,
+        message_count INTEGER NOT NULL,
+        first_store_id INTEGER,
+        last_store_id INTEGER,
+        time_from REAL,
+        time_to REAL,
+        level INTEGER NOT NULL,
+        model TEXT NOT NULL DEFAULT '',
+        topics TEXT NOT NULL DEFAULT '[]',
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX nodes_session ON nodes(session_id, depth, node_id);
+    CREATE INDEX nodes_time ON nodes(time_to, time_from);
+
+    CREATE TABLE node_edges (
+        parent_id INTEGER NOT NULL REFERENCES nodes(node_id),
+        ordinal INTEGER NOT NULL,
+        child_node_id INTEGER REFERENCES nodes(node_id),
+        child_store_id INTEGER REFERENCES messages(store_id),
+        CHECK ((child_node_id IS NULL) <> (child_store_id IS NULL)),
+        PRIMARY KEY (parent_id, ordinal)
+    ) WITHOUT ROWID;
+    CREATE INDEX edges_child_node ON node_edges(child_node_id, parent_id)
+        WHERE child_node_id IS NOT NULL;
+    CREATE INDEX edges_child_message ON node_edges(child_store_id, parent_id)
+        WHERE child_store_id IS NOT NULL;
+
+    CREATE TABLE session_carry (
+        session_id TEXT NOT NULL,
+        node_id INTEGER NOT NULL REFERENCES nodes(node_id),
+        ordinal INTEGER NOT NULL,
+        PRIMARY KEY (session_id, node_id)
+    ) WITHOUT ROWID;
+
+    CREATE VIEW nodes_fts_source AS
+        SELECT n.node_id AS node_id, n.text AS body, {_node_tags('n')} AS tags FROM nodes AS n;
+    CREATE VIRTUAL TABLE nodes_fts USING fts5(
+        body, tags, content='nodes_fts_source', content_rowid='node_id',
+        tokenize='unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER nodes_fts_insert AFTER INSERT ON nodes BEGIN
+        INSERT INTO nodes_fts(rowid, body, tags) VALUES (new.node_id, new.text, {_node_tags('new')});
+    END;
+    CREATE TRIGGER nodes_fts_delete AFTER DELETE ON nodes BEGIN
+        INSERT INTO nodes_fts(nodes_fts, rowid, body, tags)
+        VALUES ('delete', old.node_id, old.text, {_node_tags('old')});
+    END;
+    CREATE TRIGGER nodes_fts_update AFTER UPDATE OF text, session_id, depth ON nodes BEGIN
+        INSERT INTO nodes_fts(nodes_fts, rowid, body, tags)
+        VALUES ('delete', old.node_id, old.text, {_node_tags('old')});
+        INSERT INTO nodes_fts(rowid, body, tags) VALUES (new.node_id, new.text, {_node_tags('new')});
+    END;
+    """)
+
+
+def run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Execute several statements inside the caller's transaction.
+
+    ``executescript`` would COMMIT first, breaking one-transaction-per-migration,
+    so statements are split with SQLite's own completeness test instead.
+    """
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            conn.execute(pending)
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {pending[:80]!r}")
+
+
+def _ensure_ledger(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS trove_migrations ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The version stamped in the database header (0 for a new database)."""
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def migrate(conn: sqlite3.Connection) -> list[int]:
+    """Apply every pending migration, each in its own transaction; return those applied.
+
+    Raises ``SchemaTooNewError`` when the database is newer than this code.
+    """
+    current = schema_version(conn)
+    if current > latest_version():
+        raise SchemaTooNewError(
+            f"trove database schema version {current} is newer than this hermes-trove "
+            f"(supports up to {latest_version()}); update the plugin or use another "
+            f"TROVE_DATABASE_PATH"
+        )
+    applied = []
+    for version, name, fn in MIGRATIONS:
+        if version <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _ensure_ledger(conn)
+            fn(conn)
+            conn.execute(
+                "INSERT INTO trove_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                (version, name, time.time()),
+            )
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(version)
+    return applied

@@ -1,0 +1,350 @@
+"""The message store: sessions, raw messages with their identity, message search.
+
+Every raw message the host shows the engine lands here exactly once, exactly as
+received (see ``codec``), before anything is summarized. Rows are never
+deleted or rewritten by the engine; the store_id is monotonic, so "after
+store_id N" is a stable cursor.
+
+All SQL about sessions and messages lives in this module. Summary nodes live
+in ``dag``; the connection and schema in ``database`` and ``migrations``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from . import codec, identity
+from .database import Database
+
+UNKNOWN_SOURCE = "unknown"
+# At most this many stored copies of the first shown message are tried as anchors.
+ANCHOR_CANDIDATES = 16
+# The first this-many distinct shown messages are tried as the anchor.
+ANCHOR_LEADERS = 4
+# Stored rows read past the shown list's length when aligning (room for skipped rows).
+ALIGN_SLACK = 64
+
+MESSAGE_COLUMNS = (
+    "store_id, session_id, conversation_id, source, role, content, content_format, tool_calls,"
+    " tool_call_id, tool_name, extra, content_hash, ordinal, message_at, created_at,"
+    " token_count, pinned"
+)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one ingest did: the store_id of each shown message, and how many were new."""
+
+    store_ids: list[int | None]
+    inserted: int
+    anchor_store_id: int | None
+
+
+def hex_tag(prefix: str, value: str) -> str:
+    """The FTS tag token for a value, as the schema's triggers compute it
+    (``prefix`` + lower-case hex of the UTF-8 bytes): one token whatever the value."""
+    return prefix + value.encode("utf-8", "surrogatepass").hex()
+
+
+def session_tag(session_id: str) -> str:
+    """FTS token that scopes a search to one (canonical) session."""
+    return hex_tag("s", session_id)
+
+
+def role_tag(role: str) -> str:
+    """FTS token for a message role."""
+    return hex_tag("r", role)
+
+
+def source_tag(source: str) -> str:
+    """FTS token for a message source/platform."""
+    return hex_tag("p", normalize_source(source))
+
+
+def normalize_source(source: str | None) -> str:
+    """The stored source/platform: never blank, ``unknown`` when not known."""
+    text = (source or "").strip()
+    return codec.safe_text(text) if text else UNKNOWN_SOURCE
+
+
+def row_to_dict(row) -> dict:
+    """A sqlite3.Row as a plain dict."""
+    return {key: row[key] for key in row.keys()}
+
+
+class Store:
+    """Sessions and raw messages in one trove database."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    # ------------------------------------------------------------------ sessions
+    def ensure_session(self, session_id: str, *, conversation_id: str | None = None,
+                       source: str | None = None, parent_session_id: str | None = None,
+                       canonical_id: str | None = None) -> str:
+        """Create the session row if missing (or fill its blanks); return its canonical id.
+
+        ``canonical_id`` makes ``session_id`` an alias whose messages are stored
+        under another session (the host's compaction boundary and renamed forks
+        continue one conversation under a new id).
+        """
+        if not session_id:
+            raise ValueError("session id must not be empty")
+        now = time.time()
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT canonical_id FROM sessions WHERE session_id = ?",
+                               (session_id,)).fetchone()
+            if row is None:
+                target = canonical_id or session_id
+                if canonical_id and canonical_id != session_id:
+                    target = self._canonical(conn, canonical_id)
+                conn.execute(
+                    "INSERT INTO sessions(session_id, canonical_id, conversation_id, source,"
+                    " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, target, conversation_id, normalize_source(source),
+                     parent_session_id, now, now),
+                )
+                return target
+            conn.execute(
+                "UPDATE sessions SET conversation_id = COALESCE(conversation_id, ?),"
+                " source = CASE WHEN source = 'unknown' THEN ? ELSE source END,"
+                " parent_session_id = COALESCE(parent_session_id, ?), updated_at = ?"
+                " WHERE session_id = ?",
+                (conversation_id, normalize_source(source), parent_session_id, now, session_id),
+            )
+            return row["canonical_id"]
+
+    @staticmethod
+    def _canonical(conn, session_id: str) -> str:
+        row = conn.execute("SELECT canonical_id FROM sessions WHERE session_id = ?",
+                           (session_id,)).fetchone()
+        return row["canonical_id"] if row else session_id
+
+    def canonical_session(self, session_id: str) -> str:
+        """The session whose rows hold ``session_id``'s messages (itself unless an alias)."""
+        with self.db.reading() as conn:
+            return self._canonical(conn, session_id)
+
+    def get_session(self, session_id: str) -> dict | None:
+        """The session row as a dict (``state`` decoded), or None."""
+        with self.db.reading() as conn:
+            row = conn.execute("SELECT * FROM sessions WHERE session_id = ?",
+                               (session_id,)).fetchone()
+        if row is None:
+            return None
+        info = row_to_dict(row)
+        info["state"] = json.loads(info["state"] or "{}")
+        return info
+
+    def update_session_state(self, session_id: str, patch: dict) -> dict:
+        """Merge ``patch`` into the session's JSON state (engine bookkeeping); return it."""
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT state FROM sessions WHERE session_id = ?",
+                               (session_id,)).fetchone()
+            if row is None:
+                raise KeyError(session_id)
+            state = json.loads(row["state"] or "{}")
+            state.update(patch)
+            conn.execute("UPDATE sessions SET state = ?, updated_at = ? WHERE session_id = ?",
+                         (codec.dump_json(state), time.time(), session_id))
+            return state
+
+    def set_replay_floor(self, session_id: str, store_id: int) -> None:
+        """Raw messages at or below ``store_id`` are no longer replayed into the prompt."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE sessions SET replay_floor = MAX(replay_floor, ?)"
+                         " WHERE session_id = ?", (store_id, session_id))
+
+    def list_sessions(self, limit: int = 100, offset: int = 0) -> list[dict]:
+        """Sessions with message counts and time range, most recently updated first."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT s.session_id, s.canonical_id, s.conversation_id, s.source,"
+                " s.parent_session_id, s.created_at, s.updated_at,"
+                " (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id) AS messages,"
+                " (SELECT min(created_at) FROM messages m WHERE m.session_id = s.session_id)"
+                "   AS first_at,"
+                " (SELECT max(created_at) FROM messages m WHERE m.session_id = s.session_id)"
+                "   AS last_at"
+                " FROM sessions s ORDER BY s.updated_at DESC LIMIT ? OFFSET ?",
+                (limit, offset),
+            ).fetchall()
+        return [row_to_dict(r) for r in rows]
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, session_id: str, messages: Sequence[dict], *,
+               skip: Sequence[bool] | None = None, conversation_id: str | None = None,
+               source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
+               anchor_hint: int | None = None, now: float | None = None) -> IngestResult:
+        """Store every shown message not already stored; return each one's store_id.
+
+        ``skip[i]`` marks messages that are not conversation (the engine's own
+        summary block). The whole call is one transaction: either every new
+        message is stored or none is.
+        """
+        skip = list(skip) if skip is not None else [False] * len(messages)
+        cleaned = [None if s else codec.clean_message(m) for m, s in zip(messages, skip)]
+        encoded = [None if m is None else codec.encode_message(m) for m in cleaned]
+        hashes = [None if e is None else e.content_hash for e in encoded]
+        stamp = time.time() if now is None else now
+        with self.db.transaction() as conn:
+            canonical = self._canonical(conn, session_id)
+            anchor, alignment = self._align(conn, canonical, hashes, anchor_hint)
+            inserted = 0
+            next_ordinal: dict[str, int] = {}
+            for i, enc in enumerate(encoded):
+                if enc is None or alignment[i] is not None:
+                    continue
+                ordinal = next_ordinal.get(enc.content_hash)
+                if ordinal is None:
+                    ordinal = conn.execute(
+                        "SELECT COALESCE(MAX(ordinal) + 1, 0) FROM messages"
+                        " WHERE session_id = ? AND content_hash = ?",
+                        (canonical, enc.content_hash)).fetchone()[0]
+                next_ordinal[enc.content_hash] = ordinal + 1
+                tokens = count_tokens(cleaned[i]) if count_tokens else 0
+                cur = conn.execute(
+                    "INSERT INTO messages(session_id, conversation_id, source, role, content,"
+                    " content_format, tool_calls, tool_call_id, tool_name, extra, search_text,"
+                    " content_hash, ordinal, message_at, created_at, token_count)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (canonical, conversation_id, normalize_source(source), enc.role, enc.content,
+                     enc.content_format, enc.tool_calls, enc.tool_call_id, enc.tool_name,
+                     enc.extra, enc.search_text, enc.content_hash, ordinal, enc.message_at,
+                     stamp, int(tokens)),
+                )
+                alignment[i] = cur.lastrowid
+                inserted += 1
+            if inserted:
+                conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
+                             (stamp, session_id))
+        return IngestResult(store_ids=alignment, inserted=inserted, anchor_store_id=anchor)
+
+    def _align(self, conn, session_id: str, hashes: list[str | None],
+               anchor_hint: int | None) -> tuple[int | None, list[int | None]]:
+        """Find where the shown list starts in the stored history and align it there.
+
+        Candidates are stored copies of the first few shown messages (a shown list
+        may begin with something new, such as a host note), the engine's hint first.
+        """
+        leading = list(dict.fromkeys(h for h in hashes if h is not None))[:ANCHOR_LEADERS]
+        if not leading:
+            return None, [None] * len(hashes)
+        candidates: list[int] = []
+        if anchor_hint:
+            marks = ",".join("?" * len(leading))
+            hinted = conn.execute(
+                f"SELECT store_id FROM messages WHERE store_id = ? AND session_id = ?"
+                f" AND content_hash IN ({marks})", (anchor_hint, session_id, *leading)).fetchone()
+            if hinted:
+                candidates.append(hinted[0])
+        for digest in leading:
+            candidates += [r[0] for r in conn.execute(
+                "SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
+                " ORDER BY ordinal DESC LIMIT ?", (session_id, digest, ANCHOR_CANDIDATES))
+                if r[0] not in candidates]
+        wanted = sum(1 for h in hashes if h is not None)
+        best: tuple[int, int | None, list[int | None]] = (0, None, [None] * len(hashes))
+        for candidate in candidates:
+            window = conn.execute(
+                "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
+                " AND store_id >= ? ORDER BY store_id LIMIT ?",
+                (session_id, candidate, len(hashes) + ALIGN_SLACK)).fetchall()
+            alignment = identity.align(hashes, [(r[0], r[1]) for r in window])
+            score = identity.matched_count(alignment)
+            if score > best[0]:
+                best = (score, candidate, alignment)
+            if score == wanted:
+                break
+        return best[1], best[2]
+
+    # ------------------------------------------------------------------ reads
+    def get_messages(self, store_ids: Iterable[int]) -> dict[int, dict]:
+        """Stored rows by store_id (missing ids are absent from the result)."""
+        ids = list(dict.fromkeys(int(i) for i in store_ids))
+        found: dict[int, dict] = {}
+        with self.db.reading() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in conn.execute(
+                        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE store_id IN ({marks})",
+                        chunk):
+                    found[row["store_id"]] = row_to_dict(row)
+        return found
+
+    def get_message(self, store_id: int) -> dict | None:
+        """One stored row by store_id, or None."""
+        return self.get_messages([store_id]).get(int(store_id))
+
+    def session_messages(self, session_id: str, after_store_id: int = 0,
+                         limit: int = 100) -> list[dict]:
+        """One ordered page of a session's raw rows after a store_id cursor."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND store_id > ?"
+                " ORDER BY store_id LIMIT ?",
+                (self._canonical(conn, session_id), after_store_id, limit)).fetchall()
+        return [row_to_dict(r) for r in rows]
+
+    def count_messages(self, session_id: str | None = None) -> int:
+        """Stored rows in one session (canonical) or in the whole database."""
+        with self.db.reading() as conn:
+            if session_id is None:
+                return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+            return conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
+                                (self._canonical(conn, session_id),)).fetchone()[0]
+
+    def last_store_id(self) -> int:
+        """The highest store_id in the database (0 when empty)."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT COALESCE(MAX(store_id), 0) FROM messages").fetchone()[0]
+
+    # ------------------------------------------------------------------ search
+    def fts_candidates(self, match: str, *, limit: int, ranked: bool = True) -> list[tuple]:
+        """Rows matching an FTS5 expression: ``(store_id, bm25)`` best first.
+
+        ``match`` must come from ``search`` (user text is never passed raw). With
+        ``ranked=False`` rows come in index order, which is fast at any size.
+        """
+        order = "ORDER BY rank" if ranked else ""
+        with self.db.reading() as conn:
+            return [tuple(r) for r in conn.execute(
+                f"SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ? {order} LIMIT ?",
+                (match, limit))]
+
+    def substring_scan(self, session_id: str | None, needles: Sequence[str], *,
+                       limit: int, max_rows: int) -> list[int]:
+        """store_ids (newest first) whose text contains every needle, scanning at most
+        ``max_rows`` of the newest rows: the bounded fallback for text FTS5 tokenizes
+        badly (CJK runs, emoji, symbols)."""
+        conds = " AND ".join("instr(lower(COALESCE(search_text, content, '')), ?) > 0"
+                             for _ in needles)
+        scope = "WHERE session_id = ?" if session_id else ""
+        params: list = [session_id] if session_id else []
+        params += [max_rows] + [n.lower() for n in needles] + [limit]
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                f"SELECT store_id FROM (SELECT store_id, search_text, content FROM messages"
+                f" {scope} ORDER BY store_id DESC LIMIT ?) WHERE {conds} LIMIT ?", params)]
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        """A value from the database's key/value bookkeeping table."""
+        with self.db.reading() as conn:
+            row = conn.execute("SELECT value FROM trove_meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store a bookkeeping value (FTS check time, last backup path, ...)."""
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO trove_meta(key, value) VALUES (?, ?)"
+                         " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+def decode_row(row: dict) -> dict:
+    """The original message dict of a stored row."""
+    return codec.decode_message(row)
