@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .database import Database
 from .store import row_to_dict
@@ -62,7 +62,8 @@ class Dag:
         self.db = db
 
     # ------------------------------------------------------------------ writes
-    def add_node(self, node: NewNode, now: float | None = None) -> int:
+    def add_node(self, node: NewNode, now: float | None = None,
+                 footer: Callable[[int, dict], str] | None = None) -> int:
         """Write a node and its ordered edges in one transaction; return its id.
 
         A node has either raw-message children (depth 0) or node children one
@@ -108,6 +109,12 @@ class Dag:
                 rows = [(node_id, i, nid, None) for i, nid in enumerate(node.child_node_ids)]
             conn.executemany("INSERT INTO node_edges(parent_id, ordinal, child_node_id,"
                              " child_store_id) VALUES (?, ?, ?, ?)", rows)
+            if footer is not None:
+                coverage = {"message_count": cover[0], "first_store_id": cover[1],
+                            "last_store_id": cover[2], "time_from": cover[3], "time_to": cover[4],
+                            "depth": node.depth, "topics": list(node.topics)}
+                conn.execute("UPDATE nodes SET text = text || ? WHERE node_id = ?",
+                             (footer(node_id, coverage), node_id))
             return node_id
 
     def carry_nodes(self, session_id: str, node_ids: Sequence[int]) -> int:

@@ -1,0 +1,152 @@
+"""Making summary nodes: leaf passes over raw messages, condensation over nodes.
+
+The engine decides *when* and *which* messages to compact; this module turns
+them into nodes with exact lineage. Each node's text ends with a footer saying
+what can be expanded from it, so a model reading the summary knows how to
+drill back to the exact turns.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import codec
+from .dag import Dag, NewNode
+from .summarize import SourceItem, Summarizer, extract_topics
+
+FOOTER_MARK = "\n\n[expand: trove_expand(node_id="
+
+
+@dataclass
+class PassReport:
+    """What one compaction pass did, for status and the no-op reasons."""
+
+    leaf_ids: list[int] = field(default_factory=list)
+    condensed_ids: list[int] = field(default_factory=list)
+    summarizer_calls: int = 0
+    levels: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def footer_text(node_id: int, coverage: dict) -> str:
+    """The closing line of every summary: its handle, coverage and topics."""
+    span = ""
+    if coverage.get("first_store_id") is not None:
+        span = f" · messages m{coverage['first_store_id']}–m{coverage['last_store_id']}"
+    topics = ", ".join(coverage.get("topics") or [])
+    return (f"{FOOTER_MARK}{node_id}) · depth {coverage['depth']}"
+            f" · {coverage['message_count']} messages{span}"
+            + (f" · topics: {topics}" if topics else "") + "]")
+
+
+def summary_body(text: str) -> str:
+    """A node's text without its footer (what a higher level summarizes)."""
+    cut = text.rfind(FOOTER_MARK)
+    return text[:cut] if cut >= 0 else text
+
+
+def message_item(store_id: int, message: dict, when: float | None) -> SourceItem:
+    """A raw message as summarizer input."""
+    return SourceItem(ref=f"m{store_id}", role=str(message.get("role") or "unknown"),
+                      text=codec.message_text(message), tool_name=codec.tool_name_of(message),
+                      time=when)
+
+
+def node_item(node: dict) -> SourceItem:
+    """A lower-level summary as summarizer input."""
+    return SourceItem(ref=f"n{node['node_id']}", role="summary",
+                      text=summary_body(node["text"]), time=node.get("time_to"))
+
+
+def chunk_by_tokens(sizes: Sequence[int], chunk_tokens: int) -> list[range]:
+    """Consecutive index ranges whose sizes add up to at most ``chunk_tokens``
+    (a single oversized item gets a range of its own)."""
+    chunks: list[range] = []
+    start, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > chunk_tokens:
+            chunks.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        chunks.append(range(start, len(sizes)))
+    return chunks
+
+
+class Compactor:
+    """Writes leaf and condensed nodes for one database."""
+
+    def __init__(self, dag: Dag, summarizer: Summarizer, count_text: Callable[[str], int], *,
+                 leaf_budget: int, condensed_budget: int):
+        self.dag = dag
+        self.summarizer = summarizer
+        self.count_text = count_text
+        self.leaf_budget = leaf_budget
+        self.condensed_budget = condensed_budget
+
+    def leaf_pass(self, session_id: str, rows: Sequence[tuple[int, dict, float | None, int]], *,
+                  chunk_tokens: int, focus: str | None, deterministic_only: bool,
+                  report: PassReport) -> None:
+        """Summarize ``(store_id, message, time, tokens)`` rows, oldest first, into leaves."""
+        started = time.perf_counter()
+        for chunk in chunk_by_tokens([r[3] for r in rows], chunk_tokens):
+            part = [rows[i] for i in chunk]
+            items = [message_item(sid, msg, when) for sid, msg, when, _ in part]
+            source_tokens = sum(r[3] for r in part)
+            result = self.summarizer.summarize(items, budget_tokens=self.leaf_budget, depth=0,
+                                               focus=focus, deterministic_only=deterministic_only)
+            report.summarizer_calls += sum(1 for a in result.attempts if a[0] in (1, 2)
+                                           and not str(a[2]).startswith("skipped"))
+            report.levels.append(result.level)
+            topics = extract_topics([i.text for i in items], limit=6)
+            node_id = self.dag.add_node(NewNode(
+                session_id=session_id, depth=0, text=result.text or "(no text)",
+                token_count=result.tokens, source_token_count=source_tokens, level=result.level,
+                model=result.model, child_store_ids=[r[0] for r in part], topics=topics),
+                footer=footer_text)
+            report.leaf_ids.append(node_id)
+        report.seconds += time.perf_counter() - started
+
+    def condense(self, session_id: str, *, fanout: int, max_depth: int, focus: str | None,
+                 deterministic_only: bool, report: PassReport) -> None:
+        """Merge the oldest ``fanout`` parentless nodes of a depth into one node a level
+        up, level by level, while some depth below ``max_depth`` has that many."""
+        started = time.perf_counter()
+        while True:
+            frontier = self.dag.frontier(session_id)
+            group = _oldest_full_group(frontier, fanout, max_depth)
+            if group is None:
+                break
+            depth = group[0]["depth"] + 1
+            items = [node_item(n) for n in group]
+            source_tokens = sum(self.count_text(i.text) for i in items)
+            result = self.summarizer.summarize(items, budget_tokens=self.condensed_budget,
+                                               depth=depth, focus=focus,
+                                               deterministic_only=deterministic_only)
+            report.summarizer_calls += sum(1 for a in result.attempts if a[0] in (1, 2)
+                                           and not str(a[2]).startswith("skipped"))
+            report.levels.append(result.level)
+            topics = extract_topics([i.text for i in items], limit=6)
+            node_id = self.dag.add_node(NewNode(
+                session_id=session_id, depth=depth, text=result.text or "(no text)",
+                token_count=result.tokens, source_token_count=source_tokens, level=result.level,
+                model=result.model, child_node_ids=[n["node_id"] for n in group], topics=topics),
+                footer=footer_text)
+            report.condensed_ids.append(node_id)
+        report.seconds += time.perf_counter() - started
+
+
+def _oldest_full_group(frontier: list[dict], fanout: int, max_depth: int) -> list[dict] | None:
+    """The oldest ``fanout`` frontier nodes of the lowest depth that has that many."""
+    by_depth: dict[int, list[dict]] = {}
+    for node in frontier:
+        by_depth.setdefault(node["depth"], []).append(node)
+    for depth in sorted(by_depth):
+        if depth >= max_depth:
+            continue
+        nodes = sorted(by_depth[depth], key=lambda n: (n.get("first_store_id") or 0, n["node_id"]))
+        if len(nodes) >= fanout:
+            return nodes[:fanout]
+    return None

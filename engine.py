@@ -1,0 +1,517 @@
+"""The trove context engine: what the Hermes host talks to.
+
+It orchestrates and holds no SQL: messages go to ``store``, nodes to ``dag``
+(through ``compactor``), the prompt is put together by ``assemble`` and tool
+calls go to ``tools``. State that several deep copies of the engine must
+share (messages, nodes, the last compaction's outcome) lives in the database;
+each copy keeps only plain values, so ``copy.deepcopy`` never meets an open
+connection (the host falls back to its own compressor if the copy raises).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from typing import Any
+
+from . import assemble, tokens
+from .compactor import Compactor, PassReport
+from .config import TroveConfig, check_reachability, load_config
+from .dag import Dag
+from .database import get_database
+from .host_llm import make_llm_call
+from .store import Store
+from .summarize import CircuitBreaker, Summarizer
+
+try:  # the host's ABC; scripts that run without Hermes get a plain base class
+    from agent.context_engine import ContextEngine
+except Exception:  # pragma: no cover - exercised only without hermes-agent
+    class ContextEngine:  # type: ignore[no-redef]
+        """Stand-in base class when hermes-agent is not installed."""
+
+log = logging.getLogger(__name__)
+
+ENGINE_NAME = "trove"
+# The host's fixed prompt overhead (system prompt + ~24 tool schemas) when it
+# has not told us better: see the host reference.
+DEFAULT_OVERHEAD_TOKENS = 12_500
+# Compaction aims this far below the trigger so the next turn does not re-trigger.
+TARGET_MARGIN = 0.15
+# Share of the message budget a count-protected tail may take in the first pass.
+TAIL_SHARE = 0.6
+
+_live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
+_live_lock = threading.Lock()
+_breakers: dict[tuple, CircuitBreaker] = {}
+
+
+def find_engine(session_id: str | None = None) -> "TroveEngine | None":
+    """The live engine bound to a session (default: ``HERMES_SESSION_ID``)."""
+    key = session_id or os.environ.get("HERMES_SESSION_ID") or ""
+    with _live_lock:
+        return _live_engines.get(key)
+
+
+def live_engines() -> list["TroveEngine"]:
+    """Every live engine of this process (status and tests)."""
+    with _live_lock:
+        return list(_live_engines.values())
+
+
+def _clean(message: dict) -> dict:
+    """A message as returned to the host: without host-internal ``_`` keys."""
+    return {k: v for k, v in message.items() if not str(k).startswith("_")}
+
+
+def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
+    """One breaker per process and setting, so deep copies share route health."""
+    key = (cfg.summary_circuit_breaker_failure_threshold,
+           cfg.summary_circuit_breaker_cooldown_seconds)
+    if key not in _breakers:
+        _breakers[key] = CircuitBreaker(key[0], key[1])
+    return _breakers[key]
+
+
+class TroveEngine(ContextEngine):
+    """Lossless context management for one agent (the host deep-copies it per agent)."""
+
+    def __init__(self, config: TroveConfig | None = None):
+        self._config = config
+        self.session_id: str | None = None      # the id the host gave us
+        self.canonical_id: str | None = None    # where its messages are stored
+        self.binding = "unbound"                 # unbound | host | env | ephemeral
+        self.platform: str | None = None
+        self.conversation_id: str | None = None
+        self.context_length = 0
+        self.threshold_tokens = 0
+        self.last_prompt_tokens = 0
+        self.last_completion_tokens = 0
+        self.last_total_tokens = 0
+        self.compression_count = 0
+        self.threshold_percent = config.context_threshold if config else 0.35
+        self.protect_first_n = 0
+        self.protect_last_n = config.fresh_tail_count if config else 32
+        self._last_compress_aborted = False
+        self._last_compression_made_progress = False
+        self._last_summary_error: str | None = None
+        self._runtime: dict[str, Any] = {}
+        self._anchor_hint: int | None = None
+        self._overhead_tokens: int | None = None
+        self._noop_at_tokens: int | None = None
+        self.current_turn_store_id: int | None = None
+        self.reachability: list[str] = []
+        self.last_compaction: dict = {}
+        self.errors: list[str] = []
+        self._llm_override: tuple | None = None
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def name(self) -> str:
+        """Must equal ``context.engine`` in the host config."""
+        return ENGINE_NAME
+
+    # ------------------------------------------------------------------ resources
+    @property
+    def config(self) -> TroveConfig:
+        """Settings, read once per engine (copies share the frozen object)."""
+        if self._config is None:
+            self._config = load_config()
+        return self._config
+
+    @property
+    def store(self) -> Store:
+        """The message store on the process-wide shared connection."""
+        return Store(get_database(self.config.resolved_database_path))
+
+    @property
+    def dag(self) -> Dag:
+        """Summary nodes on the same shared connection."""
+        return Dag(get_database(self.config.resolved_database_path))
+
+    @property
+    def counter(self) -> tokens.TokenCounter:
+        """The process-wide token counter for the configured encoding."""
+        return tokens.get_counter(self.config.token_encoding)
+
+    def llm_call(self, task: str = "compression"):
+        """The host-backed LLM callable for summaries or expansion (None offline)."""
+        if self._llm_override is not None:
+            return self._llm_override[0]
+        return make_llm_call(self._runtime, task)
+
+    def use_llm(self, call) -> None:
+        """Replace the host's models with ``call`` (or None: no LLM at all).
+
+        For the offline demo, benchmarks and tests; the host path never calls it."""
+        self._llm_override = (call,)
+
+    def summarizer(self) -> Summarizer:
+        """A summarizer wired to the user's models and the shared breaker."""
+        cfg = self.config
+        models = [cfg.summary_model or None, *cfg.summary_fallback_models]
+        return Summarizer(llm_call=self.llm_call("compression"),
+                          count_tokens=self.counter.count_text, models=models,
+                          breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000)
+
+    # ------------------------------------------------------------------ host hooks
+    def update_model(self, model: str, context_length: int, base_url: str = "",
+                     api_key: Any = "", provider: str = "", api_mode: str = "") -> None:
+        """Record the window and runtime; recompute the trigger and check it is reachable."""
+        self.context_length = int(context_length or 0)
+        self.threshold_percent = self.config.context_threshold
+        self.threshold_tokens = int(self.context_length * self.config.context_threshold)
+        self._runtime = {"model": model, "provider": provider, "base_url": base_url,
+                         "api_key": api_key, "api_mode": api_mode}
+        self.reachability = check_reachability(self.config, self.context_length)
+        for problem in self.reachability:
+            log.warning("hermes-trove: %s", problem)
+
+    def on_session_start(self, session_id: str, **kwargs) -> None:
+        """Bind the session: a compaction boundary continues the old conversation's
+        storage; /new and /reset start a new session carrying high-level summaries."""
+        if kwargs.get("hermes_home") and self._config is None:
+            self._config = load_config(hermes_home=kwargs["hermes_home"])
+        self.platform = kwargs.get("platform") or self.platform
+        self.conversation_id = kwargs.get("conversation_id") or self.conversation_id
+        if kwargs.get("context_length") and not self.context_length:
+            self.update_model(kwargs.get("model") or "", kwargs["context_length"])
+        if not session_id:
+            self._unbind()
+            return
+        old = kwargs.get("old_session_id")
+        boundary = kwargs.get("boundary_reason")
+        store = self.store
+        if old and old != session_id and boundary == "compression":
+            canonical = store.ensure_session(old, conversation_id=self.conversation_id,
+                                             source=self.platform)
+            canonical = store.ensure_session(session_id, conversation_id=self.conversation_id,
+                                             source=self.platform, parent_session_id=old,
+                                             canonical_id=canonical)
+        else:
+            canonical = store.ensure_session(session_id, conversation_id=self.conversation_id,
+                                             source=self.platform, parent_session_id=old)
+            if old and old != session_id:
+                self._carry_over(old, canonical)
+        self._bind(session_id, canonical, "host")
+
+    def _carry_over(self, old_session_id: str, new_canonical: str) -> None:
+        """Carry the old session's frontier nodes of depth >= the retain depth."""
+        retain = self.config.new_session_retain_depth
+        if retain < 0:
+            return
+        old_canonical = self.store.canonical_session(old_session_id)
+        if old_canonical == new_canonical:
+            return
+        nodes = [n["node_id"] for n in self.dag.frontier(old_canonical) if n["depth"] >= retain]
+        if nodes:
+            self.dag.carry_nodes(new_canonical, nodes)
+
+    def _bind(self, session_id: str, canonical: str, how: str) -> None:
+        self.session_id, self.canonical_id, self.binding = session_id, canonical, how
+        self._anchor_hint = None
+        with _live_lock:
+            _live_engines[session_id] = self
+
+    def _unbind(self) -> None:
+        self.session_id = self.canonical_id = None
+        self.binding = "unbound"
+
+    def _ensure_bound(self) -> str:
+        """The canonical session to store under; binds lazily when the host never said.
+
+        ``HERMES_SESSION_ID`` first; failing that an ephemeral session of its own,
+        so messages are still kept and no query ever runs unscoped.
+        """
+        if self.canonical_id:
+            return self.canonical_id
+        env_id = os.environ.get("HERMES_SESSION_ID", "").strip()
+        session_id = env_id or f"trove-ephemeral-{uuid.uuid4().hex[:12]}"
+        canonical = self.store.ensure_session(session_id, source=self.platform)
+        self._bind(session_id, canonical, "env" if env_id else "ephemeral")
+        return canonical
+
+    def on_session_end(self, session_id: str, messages: list) -> None:
+        """Persist what the host shows; not proof the session is over (it runs before
+        every host compaction too), so nothing is torn down."""
+        if messages:
+            self.ingest(messages)
+
+    def on_session_reset(self) -> None:
+        """Per-session counters restart on /new and /reset."""
+        self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
+        self.compression_count = 0
+        self._noop_at_tokens = None
+        self._anchor_hint = None
+
+    def update_from_response(self, usage: dict) -> None:
+        """Track the provider's real usage (it beats any estimate)."""
+        usage = usage or {}
+        prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
+        self.last_prompt_tokens = int(prompt)
+        self.last_completion_tokens = int(usage.get("completion_tokens")
+                                          or usage.get("output_tokens") or 0)
+        self.last_total_tokens = int(usage.get("total_tokens")
+                                     or self.last_prompt_tokens + self.last_completion_tokens)
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """True at the trigger, unless the last pass proved nothing more can be done
+        at this size (the host would otherwise retry pointlessly within the turn)."""
+        current = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        if not current or current < 0 or self.threshold_tokens <= 0:
+            return False
+        if current < self.threshold_tokens:
+            return False
+        if self._noop_at_tokens is not None and current <= self._noop_at_tokens:
+            return False
+        return True
+
+    def has_content_to_compress(self, messages: list) -> bool:
+        """Anything outside the protected tail that is not yet summarized."""
+        body = [m for m in messages if m.get("role") != "system"
+                and not assemble.is_trove_message(m)]
+        return len(body) > 1
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, messages: list) -> list[int | None]:
+        """Store every shown message once; return store_ids aligned with ``messages``."""
+        canonical = self._ensure_bound()
+        skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
+                for i, m in enumerate(messages)]
+        result = self.store.ingest(canonical, messages, skip=skip,
+                                   conversation_id=self.conversation_id, source=self.platform,
+                                   count_tokens=self.counter.count_message,
+                                   anchor_hint=self._anchor_hint)
+        if result.anchor_store_id:
+            self._anchor_hint = result.anchor_store_id
+        users = [sid for sid, m in zip(result.store_ids, messages)
+                 if sid is not None and assemble.is_real_user(m)]
+        if users:
+            self.current_turn_store_id = users[-1]
+        return result.store_ids
+
+    # ------------------------------------------------------------------ compaction
+    def compress(self, messages: list, current_tokens: int | None = None,
+                 focus_topic: str | None = None, force: bool = False,
+                 memory_context: str = "") -> list:
+        """Persist, compact what must go, and return system + summaries + fresh tail.
+
+        Never raises into the host: on an internal error the messages come back
+        unchanged with ``_last_compress_aborted`` set and the error in status.
+        """
+        self._last_compress_aborted = False
+        self._last_compression_made_progress = False
+        try:
+            return self._compress(list(messages), current_tokens, focus_topic, force)
+        except Exception as exc:  # never break the agent
+            log.exception("hermes-trove: compaction failed")
+            self._last_compress_aborted = True
+            self._last_summary_error = f"hermes-trove compaction failed: {exc}"
+            self._record({"outcome": "error", "reason": str(exc)[:500]})
+            return messages
+
+    def _compress(self, messages: list, current_tokens: int | None,
+                  focus: str | None, force: bool) -> list:
+        """The compaction plan, in passes that give way step by step:
+
+        1. count-protected tail (within a share of the budget), compact the rest;
+        2. still over the trigger: the tail shrinks to the newest user message and
+           the newest tool group, the rest is compacted;
+        3. still over: condense harder (pairs), then leave the oldest summaries
+           out of the block (they stay in the DAG).
+        Whatever remains over the trigger is recorded as the precise reason.
+        """
+        started = time.perf_counter()
+        cfg = self.config
+        system = messages[0] if messages and messages[0].get("role") == "system" else None
+        body = messages[1:] if system is not None else messages
+        store_ids = self.ingest(body)
+        session = self.canonical_id
+        floor = (self.store.get_session(session) or {}).get("replay_floor", 0)
+        covered = self.dag.covered_store_ids(s for s in store_ids if s is not None)
+        live = [(m, sid) for m, sid in zip(body, store_ids)
+                if sid is not None and sid not in covered and sid > floor]
+        live_msgs = [m for m, _ in live]
+        count = self.counter.count_message
+        before = self.counter.count_messages(messages)
+        overhead = self.overhead_estimate(messages, current_tokens)
+        trigger = self.threshold_tokens or int((self.context_length or 128_000)
+                                               * cfg.context_threshold)
+        target = int(trigger * (1 - TARGET_MARGIN))
+        system_tokens = count(system) if system is not None else 0
+        budget = max(0, target - overhead - system_tokens)
+        deterministic = self._under_critical_pressure(current_tokens)
+        report = PassReport()
+        units = assemble.group_units(live_msgs)
+        cap = cfg.fresh_tail_max_tokens or None
+        tail_cap = int(budget * TAIL_SHARE) if cap is None else min(cap, int(budget * TAIL_SHARE))
+        passes = [(cfg.fresh_tail_count, tail_cap, cfg.condense_fanout),
+                  (1, 0, cfg.condense_fanout), (1, 0, 2)]
+        result, gave_way, omitted, final = messages, False, [], before
+        for max_count, max_tokens, fanout in passes:
+            keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
+                                             max_tokens=max_tokens, count=count)
+            gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
+            backlog = [(live[i][1], live_msgs[i], None, count(live_msgs[i]))
+                       for i in range(len(live_msgs)) if i not in keep]
+            compactor = self._compactor()
+            if backlog:
+                compactor.leaf_pass(session, backlog, chunk_tokens=self._chunk_tokens(backlog),
+                                    focus=focus, deterministic_only=deterministic, report=report)
+            compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
+                               focus=focus, deterministic_only=deterministic, report=report)
+            tail = [_clean(live_msgs[i]) for i in sorted(keep)]
+            live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
+            units = assemble.group_units(live_msgs)
+            tail_tokens = sum(count(m) for m in tail)
+            frontier = self.dag.frontier(session)
+            block_budget = max(budget - tail_tokens, min(2_000, budget))
+            block, _, omitted = (assemble.render_context_block(
+                frontier, budget_tokens=block_budget, count_text=self.counter.count_text)
+                if frontier else (None, [], []))
+            result = assemble.build_prompt(system, block, tail)
+            final = overhead + self.counter.count_messages(result)
+            if final < trigger:
+                break
+        self._noop_at_tokens = max(final, current_tokens or 0) if final >= trigger else None
+        return self._finish(messages, result, before=before, final=final, trigger=trigger,
+                            overhead=overhead, report=report, gave_way=gave_way,
+                            omitted=omitted, started=started)
+
+    def _finish(self, messages: list, result: list, *, before: int, final: int, trigger: int,
+                overhead: int, report: PassReport, gave_way: bool, omitted: list,
+                started: float) -> list:
+        """Decide progress or no-op, record the outcome, update host-facing counters."""
+        changed = result != [_clean(m) for m in messages]
+        outcome = {
+            "outcome": "compacted" if changed else "noop",
+            "tokens_before": overhead + before,
+            "tokens_after": final, "trigger": trigger, "overhead": overhead,
+            "leaf_nodes": report.leaf_ids, "condensed_nodes": report.condensed_ids,
+            "summarizer_calls": report.summarizer_calls, "levels": report.levels,
+            "tail_gave_way": gave_way, "omitted_nodes": len(omitted),
+            "seconds": round(time.perf_counter() - started, 4),
+        }
+        if final >= trigger:
+            outcome["reason"] = (
+                f"prompt still {final} tokens >= trigger {trigger}: the newest user message "
+                f"and newest tool group alone need {final - overhead} tokens with "
+                f"{overhead} tokens of host overhead" if changed or report.leaf_ids else
+                f"nothing left to compact: everything shown is the protected newest turn "
+                f"({final} tokens vs trigger {trigger})")
+            if self.context_length and final > self.context_length:
+                outcome["over_window"] = True
+                log.warning("hermes-trove: %s", outcome["reason"])
+        if changed:
+            self.compression_count += 1
+            self._last_compression_made_progress = True
+        self._record(outcome)
+        return result if changed else messages
+
+    def _compactor(self) -> Compactor:
+        cfg = self.config
+        return Compactor(self.dag, self.summarizer(), self.counter.count_text,
+                         leaf_budget=cfg.leaf_summary_tokens,
+                         condensed_budget=cfg.condensed_summary_tokens)
+
+    def _chunk_tokens(self, backlog: list) -> int:
+        """Leaf chunk size: fixed, or with dynamic chunking grown with the backlog."""
+        cfg = self.config
+        if not cfg.dynamic_leaf_chunk_enabled:
+            return cfg.leaf_chunk_tokens
+        total = sum(row[3] for row in backlog)
+        return max(cfg.leaf_chunk_tokens, min(cfg.dynamic_leaf_chunk_max, total // 2))
+
+    def _under_critical_pressure(self, current_tokens: int | None) -> bool:
+        """Above the critical ratio of the window, summarize deterministically (fast)."""
+        ratio = self.config.critical_budget_pressure_ratio
+        current = current_tokens or self.last_prompt_tokens
+        return bool(ratio and self.context_length and current
+                    and current >= ratio * self.context_length)
+
+    def overhead_estimate(self, messages: list, current_tokens: int | None) -> int:
+        """Tokens the host adds around the messages (system prompt, tool schemas).
+
+        Learned from ``current_tokens`` when the host passes it, else remembered
+        from the last time, else the documented default."""
+        if current_tokens and current_tokens > 0:
+            shown = self.counter.count_messages(messages)
+            limit = max(0, self.context_length // 2) or current_tokens
+            self._overhead_tokens = max(0, min(current_tokens - shown, limit))
+        if self._overhead_tokens is None:
+            return DEFAULT_OVERHEAD_TOKENS
+        return self._overhead_tokens
+
+    def _record(self, outcome: dict) -> None:
+        """Keep the last compaction's outcome on the engine and in the session state."""
+        outcome = {"at": time.time(), **outcome}
+        self.last_compaction = outcome
+        if self.canonical_id:
+            try:
+                self.store.update_session_state(self.session_id, {"last_compaction": outcome})
+            except Exception as exc:  # status bookkeeping must never fail a turn
+                self.errors.append(f"state: {exc}")
+
+    # ------------------------------------------------------------------ tools
+    def get_tool_schemas(self) -> list:
+        """Bare OpenAI function schemas for the trove_* tools."""
+        from .schemas import get_tool_schemas
+        return get_tool_schemas()
+
+    def handle_tool_call(self, name: str, args: dict, **kwargs) -> str:
+        """Persist the live messages first, then run the tool; always a JSON string."""
+        from . import tools
+        try:
+            live = kwargs.get("messages")
+            if live:
+                self.ingest(live)
+        except Exception as exc:  # the tool still answers from what is stored
+            self.errors.append(f"ingest before tool: {exc}")
+        return tools.dispatch(name, args if isinstance(args, dict) else {}, self.tool_context())
+
+    def tool_context(self):
+        """What a tool may see: the store, the bound session (or none), the bounds."""
+        from .tools import ToolContext
+        cfg = self.config
+        return ToolContext(
+            store=self.store, dag=self.dag, config=cfg, count_tokens=self.counter.count_text,
+            session_id=self.canonical_id, conversation_id=self.conversation_id,
+            current_turn_store_id=self.current_turn_store_id, status=self.get_status,
+            llm_call=self.llm_call("compression"),
+            data_dir=cfg.resolved_database_path.parent)
+
+    # ------------------------------------------------------------------ status
+    def get_status(self) -> dict:
+        """Runtime health for trove_status and /trove status."""
+        state = {}
+        if self.session_id:
+            try:
+                state = (self.store.get_session(self.session_id) or {}).get("state", {})
+            except Exception as exc:
+                self.errors.append(f"status: {exc}")
+        last = self.last_compaction or state.get("last_compaction") or {}
+        counter = self.counter
+        return {
+            "engine": ENGINE_NAME,
+            "session_id": self.session_id,
+            "canonical_session_id": self.canonical_id,
+            "binding": self.binding,
+            "platform": self.platform,
+            "conversation_id": self.conversation_id,
+            "context_length": self.context_length,
+            "threshold_tokens": self.threshold_tokens,
+            "last_prompt_tokens": self.last_prompt_tokens,
+            "usage_percent": round(100 * max(self.last_prompt_tokens, 0)
+                                   / self.context_length, 1) if self.context_length else 0,
+            "compression_count": self.compression_count,
+            "overhead_tokens": self._overhead_tokens,
+            "last_compaction": last,
+            "reachability_problems": self.reachability,
+            "token_counter": {"name": counter.name, "exact": counter.exact,
+                              "reason": counter.reason},
+            "database_path": str(self.config.resolved_database_path),
+            "errors": self.errors[-5:],
+        }
