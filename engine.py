@@ -10,6 +10,7 @@ connection (the host falls back to its own compressor if the copy raises).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -18,7 +19,7 @@ import uuid
 import weakref
 from typing import Any
 
-from . import assemble, tokens
+from . import assemble, integrity, tokens
 from .compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config
 from .dag import Dag
@@ -43,6 +44,9 @@ DEFAULT_OVERHEAD_TOKENS = 12_500
 TARGET_MARGIN = 0.15
 # Share of the message budget a count-protected tail may take in the first pass.
 TAIL_SHARE = 0.6
+# Floors of the window-scaled summary budgets (see ``_compactor``).
+MIN_LEAF_BUDGET = 200
+MIN_CONDENSED_BUDGET = 300
 
 _live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
@@ -107,6 +111,17 @@ class TroveEngine(ContextEngine):
         self.last_compaction: dict = {}
         self.errors: list[str] = []
         self._llm_override: tuple | None = None
+
+    def __deepcopy__(self, memo):
+        """The host copies the template per agent: plain state is copied, the frozen
+        settings and the LLM override are shared, nothing holds a connection."""
+        twin = self.__class__.__new__(self.__class__)
+        memo[id(self)] = twin
+        shared = ("_config", "_llm_override", "_runtime")
+        for key, value in self.__dict__.items():
+            twin.__dict__[key] = value if key in shared else copy.deepcopy(value, memo)
+        twin._runtime = dict(self._runtime)
+        return twin
 
     # ------------------------------------------------------------------ identity
     @property
@@ -197,6 +212,16 @@ class TroveEngine(ContextEngine):
             if old and old != session_id:
                 self._carry_over(old, canonical)
         self._bind(session_id, canonical, "host")
+        self._start_background_checks()
+
+    def _start_background_checks(self) -> None:
+        """Schedule the deep FTS check when due; it runs on its own thread and connection."""
+        try:
+            store = self.store
+            integrity.start_if_due(store.db.path, store.get_meta(integrity.CHECKED_AT_KEY),
+                                   self.config.fts_integrity_check_interval_hours)
+        except Exception as exc:  # maintenance must never block or break a session
+            self.errors.append(f"fts check scheduling: {exc}")
 
     def _carry_over(self, old_session_id: str, new_canonical: str) -> None:
         """Carry the old session's frontier nodes of depth >= the retain depth."""
@@ -329,6 +354,8 @@ class TroveEngine(ContextEngine):
         system = messages[0] if messages and messages[0].get("role") == "system" else None
         body = messages[1:] if system is not None else messages
         store_ids = self.ingest(body)
+        shown_block = next((m.get("content") for m in body if assemble.is_trove_message(m)
+                            and m.get("role") == "user"), None)
         session = self.canonical_id
         floor = (self.store.get_session(session) or {}).get("replay_floor", 0)
         covered = self.dag.covered_store_ids(s for s in store_ids if s is not None)
@@ -357,7 +384,7 @@ class TroveEngine(ContextEngine):
             gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
             backlog = [(live[i][1], live_msgs[i], None, count(live_msgs[i]))
                        for i in range(len(live_msgs)) if i not in keep]
-            compactor = self._compactor()
+            compactor = self._compactor(budget)
             if backlog:
                 compactor.leaf_pass(session, backlog, chunk_tokens=self._chunk_tokens(backlog),
                                     focus=focus, deterministic_only=deterministic, report=report)
@@ -369,9 +396,13 @@ class TroveEngine(ContextEngine):
             tail_tokens = sum(count(m) for m in tail)
             frontier = self.dag.frontier(session)
             block_budget = max(budget - tail_tokens, min(2_000, budget))
-            block, _, omitted = (assemble.render_context_block(
-                frontier, budget_tokens=block_budget, count_text=self.counter.count_text)
-                if frontier else (None, [], []))
+            needs_block = bool(frontier) or (tail and tail[0].get("role") != "user")
+            if shown_block is not None and not (report.leaf_ids or report.condensed_ids):
+                block, omitted = shown_block, []  # nothing changed: keep the cached prefix
+            else:
+                block, _, omitted = (assemble.render_context_block(
+                    frontier, budget_tokens=block_budget, count_text=self.counter.count_text)
+                    if needs_block else (None, [], []))
             result = assemble.build_prompt(system, block, tail)
             final = overhead + self.counter.count_messages(result)
             if final < trigger:
@@ -411,11 +442,15 @@ class TroveEngine(ContextEngine):
         self._record(outcome)
         return result if changed else messages
 
-    def _compactor(self) -> Compactor:
+    def _compactor(self, message_budget: int) -> Compactor:
+        """Summary budgets from the settings, scaled down for small windows so a
+        handful of summaries still fits beside the tail."""
         cfg = self.config
         return Compactor(self.dag, self.summarizer(), self.counter.count_text,
-                         leaf_budget=cfg.leaf_summary_tokens,
-                         condensed_budget=cfg.condensed_summary_tokens)
+                         leaf_budget=min(cfg.leaf_summary_tokens,
+                                         max(MIN_LEAF_BUDGET, message_budget // 8)),
+                         condensed_budget=min(cfg.condensed_summary_tokens,
+                                              max(MIN_CONDENSED_BUDGET, message_budget // 5)))
 
     def _chunk_tokens(self, backlog: list) -> int:
         """Leaf chunk size: fixed, or with dynamic chunking grown with the backlog."""

@@ -12,6 +12,7 @@ in ``dag``; the connection and schema in ``database`` and ``migrations``.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -227,36 +228,47 @@ class Store:
                anchor_hint: int | None) -> tuple[int | None, list[int | None]]:
         """Find where the shown list starts in the stored history and align it there.
 
-        Candidates are stored copies of the first few shown messages (a shown list
-        may begin with something new, such as a host note), the engine's hint first.
+        Candidates are stored copies of the first few distinct shown messages (a
+        shown list may begin with something new, such as a host note), the
+        engine's hint first. A candidate for the message at shown position p is
+        aligned from p rows before it, so earlier shown messages line up too.
         """
-        leading = list(dict.fromkeys(h for h in hashes if h is not None))[:ANCHOR_LEADERS]
-        if not leading:
+        leaders: dict[str, int] = {}
+        for pos, digest in enumerate(hashes):
+            if digest is not None and digest not in leaders:
+                leaders[digest] = pos
+                if len(leaders) == ANCHOR_LEADERS:
+                    break
+        if not leaders:
             return None, [None] * len(hashes)
-        candidates: list[int] = []
+        candidates: list[tuple[int, int]] = []  # (store_id, shown position)
         if anchor_hint:
-            marks = ",".join("?" * len(leading))
-            hinted = conn.execute(
-                f"SELECT store_id FROM messages WHERE store_id = ? AND session_id = ?"
-                f" AND content_hash IN ({marks})", (anchor_hint, session_id, *leading)).fetchone()
-            if hinted:
-                candidates.append(hinted[0])
-        for digest in leading:
-            candidates += [r[0] for r in conn.execute(
-                "SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
-                " ORDER BY ordinal DESC LIMIT ?", (session_id, digest, ANCHOR_CANDIDATES))
-                if r[0] not in candidates]
+            row = conn.execute("SELECT content_hash FROM messages WHERE store_id = ?"
+                               " AND session_id = ?", (anchor_hint, session_id)).fetchone()
+            if row and row[0] in leaders:
+                candidates.append((anchor_hint, leaders[row[0]]))
+        for digest, pos in leaders.items():
+            for r in conn.execute("SELECT store_id FROM messages WHERE session_id = ?"
+                                  " AND content_hash = ? ORDER BY ordinal DESC LIMIT ?",
+                                  (session_id, digest, ANCHOR_CANDIDATES)):
+                if (r[0], pos) not in candidates:
+                    candidates.append((r[0], pos))
         wanted = sum(1 for h in hashes if h is not None)
         best: tuple[int, int | None, list[int | None]] = (0, None, [None] * len(hashes))
-        for candidate in candidates:
-            window = conn.execute(
+        for store_id, pos in candidates:
+            before = conn.execute(
+                "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
+                " AND store_id < ? ORDER BY store_id DESC LIMIT ?",
+                (session_id, store_id, pos)).fetchall()
+            after = conn.execute(
                 "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
                 " AND store_id >= ? ORDER BY store_id LIMIT ?",
-                (session_id, candidate, len(hashes) + ALIGN_SLACK)).fetchall()
-            alignment = identity.align(hashes, [(r[0], r[1]) for r in window])
+                (session_id, store_id, len(hashes) + ALIGN_SLACK)).fetchall()
+            window = [(r[0], r[1]) for r in reversed(before)] + [(r[0], r[1]) for r in after]
+            alignment = identity.align(hashes, window)
             score = identity.matched_count(alignment)
             if score > best[0]:
-                best = (score, candidate, alignment)
+                best = (score, store_id, alignment)
             if score == wanted:
                 break
         return best[1], best[2]
@@ -344,6 +356,88 @@ class Store:
             conn.execute("INSERT INTO trove_meta(key, value) VALUES (?, ?)"
                          " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
+    # ------------------------------------------------------------------ import ledger
+    def imported_rows(self, import_id: str, source_kind: str) -> dict[str, object]:
+        """``{source_key: target_id}`` of the source rows an import already wrote,
+        so a rerun of the same import skips them (empty before schema 2)."""
+        with self.db.reading() as conn:
+            ledger = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'import_ledger'").fetchone()
+            if ledger is None:
+                return {}
+            return {r[0]: r[1] for r in conn.execute(
+                "SELECT source_key, target_id FROM import_ledger"
+                " WHERE import_id = ? AND source_kind = ?", (import_id, source_kind))}
+
+    def record_imported_rows(self, import_id: str, source_kind: str,
+                             rows: Sequence[tuple[str, str, object]]) -> int:
+        """Remember which target each imported source row became:
+        ``rows`` holds ``(source_key, target_kind, target_id)``; known keys are kept."""
+        stamp = time.time()
+        with self.db.transaction() as conn:
+            cur = conn.executemany(
+                "INSERT OR IGNORE INTO import_ledger(import_id, source_kind, source_key,"
+                " target_kind, target_id, imported_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [(import_id, source_kind, key, kind, target, stamp) for key, kind, target in rows])
+            return cur.rowcount
+
+
+    # ------------------------------------------------------------------ search and health reads
+    def match_message_ids(self, match: str, *, limit: int, ranked: bool,
+                          below_store_id: int | None = None, time_from: float | None = None,
+                          time_to: float | None = None) -> list[tuple[int, float | None]]:
+        """store_ids matching an FTS5 expression built by ``search``: ranked best first
+        ``(store_id, bm25)``, or newest first ``(store_id, None)`` (unranked, cheap at any size).
+
+        ``below_store_id`` hides the current turn; the time bounds apply to
+        ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
+        where = ["messages_fts MATCH ?"]
+        params: list = [match]
+        if below_store_id is not None:
+            where.append("f.rowid < ?")
+            params.append(below_store_id)
+        join = ""
+        if time_from is not None or time_to is not None:
+            join = " JOIN messages m ON m.store_id = f.rowid"
+            if time_from is not None:
+                where.append("COALESCE(m.message_at, m.created_at) >= ?")
+                params.append(time_from)
+            if time_to is not None:
+                where.append("COALESCE(m.message_at, m.created_at) < ?")
+                params.append(time_to)
+        rank = "f.rank" if ranked else "NULL"
+        order = "f.rank" if ranked else "f.rowid DESC"
+        sql = (f"SELECT f.rowid, {rank} FROM messages_fts f{join} WHERE {' AND '.join(where)}"
+               f" ORDER BY {order} LIMIT ?")
+        with self.db.reading() as conn:
+            return [(r[0], r[1]) for r in conn.execute(sql, params + [limit])]
+
+    def fts_row_counts(self) -> dict:
+        """Rows in ``messages`` and documents in its FTS index (they should be equal)."""
+        with self.db.reading() as conn:
+            return {"rows": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
+                    "fts_docs": conn.execute(
+                        "SELECT count(*) FROM messages_fts_docsize").fetchone()[0]}
+
+    def largest_messages(self, limit: int = 5, max_rows: int = 50_000) -> list[dict]:
+        """The biggest of the newest ``max_rows`` rows by content + tool-call characters
+        (candidates for externalization); bounded so a diagnosis stays quick."""
+        with self.db.reading() as conn:
+            return [row_to_dict(r) for r in conn.execute(
+                "SELECT store_id, session_id, role, content_format, chars FROM ("
+                " SELECT store_id, session_id, role, content_format,"
+                " COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0) AS chars"
+                " FROM messages ORDER BY store_id DESC LIMIT ?) ORDER BY chars DESC LIMIT ?",
+                (max_rows, limit))]
+
+    def table_sizes(self) -> dict[str, int] | None:
+        """Bytes per table/index from the ``dbstat`` table, or None where SQLite lacks it."""
+        try:
+            with self.db.reading() as conn:
+                return {r[0]: r[1] for r in conn.execute(
+                    "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC")}
+        except sqlite3.Error:
+            return None
 
 def decode_row(row: dict) -> dict:
     """The original message dict of a stored row."""

@@ -4,10 +4,13 @@ The host imports the plugin folder as a package (``hermes_plugins.hermes_trove``
 whose modules use relative imports; the tests do the same under a short name.
 """
 import importlib.util
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def _load_package(name: str = "hermes_trove"):
@@ -22,4 +25,13 @@ def _load_package(name: str = "hermes_trove"):
     return module
 
 
+def _isolate_environment() -> None:
+    """Never touch the developer's ~/.hermes or inherit their TROVE_* settings."""
+    for key in [k for k in os.environ if k.startswith("TROVE_")]:
+        del os.environ[key]
+    os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="trove-test-home-")
+    os.environ.pop("HERMES_SESSION_ID", None)
+
+
+_isolate_environment()
 _load_package()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run the test suite in a project virtualenv (created and kept in sync with the
+# requirements files on first use). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${TROVE_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+stamp="$VENV/.trove-requirements.sha256"
+want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
+  echo "$want" > "$stamp"
+fi
+exec "$VENV/bin/python" -m pytest "$@"

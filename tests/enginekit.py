@@ -1,0 +1,55 @@
+"""Shared helpers for engine-level tests: an offline engine and realistic transcripts."""
+
+from __future__ import annotations
+
+import json
+
+from hermes_trove import config as trove_config
+from hermes_trove.engine import TroveEngine
+
+DEFAULT_OVERHEAD = 1_000
+
+
+def make_engine(tmp_path, *, window=16_000, llm=None, session="sess", **settings) -> TroveEngine:
+    """An engine on a fresh database under ``tmp_path``, deterministic summaries by default."""
+    env = {"HERMES_HOME": str(tmp_path)}
+    env.update({f"TROVE_{k.upper()}": str(v) for k, v in settings.items()})
+    engine = TroveEngine(trove_config.load_config(env))
+    engine.use_llm(llm)
+    engine.update_model("fake-model", window)
+    if session is not None:
+        engine.on_session_start(session, platform="cli")
+    return engine
+
+
+def coding_turn(t: int, *, filler: int = 40) -> list[dict]:
+    """One coding-agent turn: a question, a tool call, its result, an answer."""
+    return [
+        {"role": "user", "content": f"turn {t}: check src/module_{t}.py " + "detail " * filler},
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": f"call_{t}", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/module_{t}.py"})}}]},
+        {"role": "tool", "tool_call_id": f"call_{t}", "name": "read_file",
+         "content": f"def handler_{t}():\n    return {t}\n" * 10},
+        {"role": "assistant", "content": f"Module {t} returns {t}; we decided to keep handler_{t}."},
+    ]
+
+
+def drive(engine: TroveEngine, turns: int, *, overhead: int = DEFAULT_OVERHEAD, start: int = 0,
+          messages: list | None = None, filler: int = 40):
+    """Run turns the way the host does: grow the list, compress when the engine asks.
+
+    Returns (final message list, every original message in order, compress outputs).
+    """
+    messages = list(messages or [])
+    originals: list[dict] = []
+    outputs = []
+    for t in range(start, start + turns):
+        turn = coding_turn(t, filler=filler)
+        originals.extend(turn)
+        messages.extend(turn)
+        current = overhead + engine.counter.count_messages(messages)
+        if engine.should_compress(current):
+            messages = engine.compress(messages, current_tokens=current)
+            outputs.append(list(messages))
+    return messages, originals, outputs

@@ -1,0 +1,95 @@
+"""Summary nodes and lineage on a 3-level DAG."""
+
+import pytest
+
+from hermes_trove import database
+from hermes_trove.dag import Dag, NewNode
+from hermes_trove.store import Store
+
+
+@pytest.fixture()
+def parts(tmp_path):
+    db = database.get_database(tmp_path / "trove.db")
+    yield Store(db), Dag(db)
+    database.forget_database(tmp_path / "trove.db")
+
+
+def leaf(session, ids, text="leaf"):
+    return NewNode(session_id=session, depth=0, text=text, token_count=3, source_token_count=30,
+                   level=3, model="deterministic", child_store_ids=ids)
+
+
+def build_three_levels(store, dag):
+    """12 messages -> 6 leaves (2 each) -> 2 depth-1 nodes (3 leaves each) -> 1 depth-2 root."""
+    store.ingest("s", [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+                       for i in range(12)])
+    leaves = [dag.add_node(leaf("s", [2 * i + 1, 2 * i + 2], f"leaf {i}")) for i in range(6)]
+    mids = [dag.add_node(NewNode("s", 1, f"mid {j}", 3, 9, 3, "deterministic",
+                                 child_node_ids=leaves[3 * j:3 * j + 3])) for j in range(2)]
+    root = dag.add_node(NewNode("s", 2, "root", 3, 6, 3, "deterministic", child_node_ids=mids))
+    return leaves, mids, root
+
+
+def test_descendants_reach_exactly_the_raw_messages_in_order(parts):
+    store, dag = parts
+    leaves, mids, root = build_three_levels(store, dag)
+    assert dag.descendant_store_ids(root) == list(range(1, 13))
+    assert dag.descendant_store_ids(mids[1]) == list(range(7, 13))
+    assert dag.descendant_store_ids(leaves[2]) == [5, 6]
+
+
+def test_children_frontier_and_coverage(parts):
+    store, dag = parts
+    leaves, mids, root = build_three_levels(store, dag)
+    assert [c["id"] for c in dag.children(root)] == mids
+    assert [c["kind"] for c in dag.children(leaves[0])] == ["message", "message"]
+    assert [c["id"] for c in dag.children(mids[0], offset=1, limit=1)] == [leaves[1]]
+    assert [n["node_id"] for n in dag.frontier("s")] == [root]
+    assert dag.covering_nodes(7) == [leaves[3]]
+    assert dag.covered_store_ids([1, 2, 99]) == {1, 2}
+    node = dag.get_node(root)
+    assert (node["message_count"], node["first_store_id"], node["last_store_id"]) == (12, 1, 12)
+    assert dag.parents(mids[0]) == [root]
+    assert dag.stats("s")["by_depth"][0]["nodes"] == 6
+
+
+def test_frontier_lists_parentless_nodes_oldest_first(parts):
+    store, dag = parts
+    store.ingest("s", [{"role": "user", "content": f"x{i}"} for i in range(4)])
+    a = dag.add_node(leaf("s", [1, 2]))
+    b = dag.add_node(leaf("s", [3, 4]))
+    assert [n["node_id"] for n in dag.frontier("s")] == [a, b]
+
+
+def test_invalid_lineage_is_refused(parts):
+    store, dag = parts
+    store.ingest("s", [{"role": "user", "content": "x"}])
+    with pytest.raises(ValueError):
+        dag.add_node(leaf("s", [1, 999]))
+    a = dag.add_node(leaf("s", [1]))
+    with pytest.raises(ValueError):
+        dag.add_node(NewNode("s", 2, "skip a level", 1, 1, 3, "d", child_node_ids=[a]))
+    with pytest.raises(ValueError):
+        dag.add_node(NewNode("s", 1, "both", 1, 1, 3, "d", child_node_ids=[a], child_store_ids=[1]))
+
+
+def test_carried_nodes_join_the_new_sessions_frontier_with_lineage_intact(parts):
+    store, dag = parts
+    leaves, mids, root = build_three_levels(store, dag)
+    dag.carry_nodes("new", [root])
+    assert [n["node_id"] for n in dag.frontier("new")] == [root]
+    assert dag.descendant_store_ids(root) == list(range(1, 13))
+    # A node of the new session condensing the carried one takes it off the new frontier only.
+    store.ingest("new", [{"role": "user", "content": "fresh"}])
+    new_leaf = dag.add_node(leaf("new", [13]))
+    assert {n["node_id"] for n in dag.frontier("new")} == {root, new_leaf}
+    assert [n["node_id"] for n in dag.frontier("s")] == [root]
+
+
+def test_footer_is_written_with_the_node_id_and_summary_fts_finds_it(parts):
+    store, dag = parts
+    store.ingest("s", [{"role": "user", "content": "x"}])
+    node_id = dag.add_node(leaf("s", [1], "retry backoff decided"),
+                           footer=lambda nid, cov: f" [node {nid}, {cov['message_count']} msgs]")
+    assert dag.get_node(node_id)["text"] == f"retry backoff decided [node {node_id}, 1 msgs]"
+    assert [r[0] for r in dag.fts_candidates('"backoff"', limit=5)] == [node_id]

@@ -1,0 +1,282 @@
+"""The engine offline: binding, ingest, compaction passes, progress, lineage."""
+
+import copy
+import json
+
+import pytest
+
+from hermes_trove import assemble, database
+from hermes_trove.store import decode_row
+
+from enginekit import DEFAULT_OVERHEAD, coding_turn, drive, make_engine
+
+
+def prompt_tokens(engine, messages):
+    return DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+
+
+def test_name_and_threshold(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    assert engine.name == "trove"
+    assert engine.threshold_tokens == int(64_000 * 0.35)
+    assert not engine.should_compress(1000)
+    assert engine.should_compress(engine.threshold_tokens)
+    assert not engine.should_compress(-1)
+
+
+def test_compaction_keeps_prompt_under_trigger_and_valid(tmp_path):
+    engine = make_engine(tmp_path)
+    final, originals, outputs = drive(engine, 80)
+    assert len(outputs) >= 3
+    for out in outputs:
+        assert prompt_tokens(engine, out) < engine.threshold_tokens
+        assert assemble.sequence_problems(out) == []
+    assert engine.compression_count == len(outputs)
+    assert engine.dag.stats("sess")["by_depth"].get(1, {}).get("nodes", 0) >= 1  # condensed
+
+
+def test_every_message_stored_once_and_lineage_is_exact(tmp_path):
+    engine = make_engine(tmp_path)
+    final, originals, _ = drive(engine, 60)
+    engine.ingest(final)
+    store, dag = engine.store, engine.dag
+    rows = store.session_messages("sess", limit=10_000)
+    assert [decode_row(r) for r in rows] == originals
+    by_id = {r["store_id"]: decode_row(r) for r in rows}
+    leaves = dag.session_nodes("sess", depth=0)
+    covered = [sid for leaf in leaves for sid in dag.descendant_store_ids(leaf["node_id"])]
+    assert len(covered) == len(set(covered))  # no message summarized twice
+    for node in dag.frontier("sess"):
+        under = dag.descendant_store_ids(node["node_id"])
+        assert under == sorted(under)
+        assert node["message_count"] == len(under)
+    # What is not covered is exactly what is still raw in the prompt.
+    raw_in_prompt = [m for m in final if not assemble.is_trove_message(m)]
+    uncovered = [by_id[s] for s in sorted(set(by_id) - set(covered))]
+    assert raw_in_prompt == uncovered
+
+
+def test_500_turn_replay_stores_nothing_twice(tmp_path):
+    engine = make_engine(tmp_path, window=16_000, leaf_chunk_tokens=4000)
+    final, originals, outputs = drive(engine, 500, filler=5)
+    engine.ingest(final)
+    assert engine.store.count_messages("sess") == len(originals) == 2000
+    # The whole history shown again, in pieces and whole, adds nothing.
+    assert engine.store.ingest("sess", originals).inserted == 0
+    for start in range(0, 2000, 250):
+        assert engine.store.ingest("sess", originals[start:start + 300]).inserted == 0
+    assert engine.store.count_messages("sess") == 2000
+    assert len(outputs) >= 20
+
+
+def test_assembled_prefix_is_byte_stable_between_compactions(tmp_path):
+    engine = make_engine(tmp_path)
+    _, _, outputs = drive(engine, 60)
+    last = outputs[-1]
+    again = engine.compress(copy.deepcopy(last), current_tokens=prompt_tokens(engine, last))
+    assert json.dumps(again) == json.dumps(last)
+    assert engine.last_compaction["outcome"] == "noop"
+    # The block changes only when a compaction really happened.
+    assert len(outputs) >= 3 and outputs[-1][0] != outputs[-2][0]
+
+
+def test_tail_keeps_api_content_and_strips_host_keys(tmp_path):
+    engine = make_engine(tmp_path)
+    messages, _, _ = drive(engine, 30)
+    messages.append({"role": "user", "content": "last question", "api_content": "last question+",
+                     "_db_persisted": True})
+    out = engine.compress(messages, current_tokens=engine.threshold_tokens + 1, force=True)
+    assert out[-1] == {"role": "user", "content": "last question", "api_content": "last question+"}
+
+
+def test_leading_system_message_is_kept_and_not_stored(tmp_path):
+    engine = make_engine(tmp_path)
+    system = {"role": "system", "content": "You are helpful."}
+    turns = [m for t in range(20) for m in coding_turn(t)]
+    out = engine.compress([system] + turns, current_tokens=engine.threshold_tokens + 10)
+    assert out[0] == system
+    assert assemble.sequence_problems(out) == []
+    assert engine.store.count_messages("sess") == len(turns)
+
+
+def test_tail_gives_way_when_long_turns_would_keep_it_over_the_trigger(tmp_path):
+    engine = make_engine(tmp_path, window=16_000)
+    final, _, outputs = drive(engine, 12, filler=600)
+    assert outputs
+    assert any(out and engine.last_compaction.get("tail_gave_way") for out in outputs)
+    for out in outputs:
+        assert prompt_tokens(engine, out) < engine.threshold_tokens
+        assert assemble.sequence_problems(out) == []
+        assert out[-1]["role"] in ("assistant", "tool", "user")
+
+
+def test_newest_turn_alone_over_the_trigger_is_reported_not_retried(tmp_path):
+    engine = make_engine(tmp_path, window=8_000)
+    huge = [{"role": "user", "content": "word " * 9000}]
+    current = prompt_tokens(engine, huge)
+    out = engine.compress(huge, current_tokens=current)
+    assert out == huge
+    outcome = engine.last_compaction
+    assert outcome["outcome"] == "noop"
+    assert "nothing left to compact" in outcome["reason"]
+    assert not engine.should_compress(current)  # no pointless host retries at this size
+    assert engine.should_compress(current + 500)  # growth re-arms it
+
+
+def test_unreachable_trigger_is_detected_at_start(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, context_threshold=0.1)
+    assert engine.reachability
+    assert any("trigger" in p for p in engine.reachability)
+    assert engine.get_status()["reachability_problems"] == engine.reachability
+
+
+def test_summarizer_failure_falls_back_to_deterministic(tmp_path):
+    calls = []
+
+    def failing(prompt, model, timeout):
+        calls.append(model)
+        raise RuntimeError("provider down")
+
+    engine = make_engine(tmp_path, llm=failing)
+    drive(engine, 30)
+    levels = engine.last_compaction["levels"]
+    assert levels and set(levels) == {3}
+    assert calls  # the LLM was tried first
+
+
+def test_level_two_used_when_level_one_is_over_budget(tmp_path):
+    def model(prompt, model_name, timeout):
+        if "bullet" in prompt.lower():
+            return "- module handlers kept; decided to keep handler names"
+        return "word " * 5000  # level 1 ignores its budget
+
+    engine = make_engine(tmp_path, llm=model)
+    drive(engine, 30)
+    assert 2 in engine.last_compaction["levels"]
+
+
+def test_breaker_opens_after_failures_and_stops_calling(tmp_path):
+    calls = []
+
+    def failing(prompt, model, timeout):
+        calls.append(1)
+        raise TimeoutError("slow")
+
+    engine = make_engine(tmp_path, llm=failing, summary_circuit_breaker_failure_threshold=2,
+                         summary_circuit_breaker_cooldown_seconds=3600)
+    drive(engine, 30)
+    made = len(calls)
+    drive(engine, 30, start=30)
+    assert made >= 2
+    assert len(calls) == made  # open breaker: no further calls
+
+
+def test_compaction_boundary_continues_the_same_storage(tmp_path):
+    engine = make_engine(tmp_path)
+    final, originals, _ = drive(engine, 30)
+    engine.on_session_end("sess", final)
+    engine.on_session_start("sess-2", boundary_reason="compression", old_session_id="sess",
+                            platform="cli")
+    assert engine.canonical_id == "sess"
+    assert engine.store.ingest("sess-2", final,
+                               skip=[assemble.is_trove_message(m) for m in final]).inserted == 0
+    final2, more, _ = drive(engine, 10, start=30, messages=final)
+    engine.ingest(final2)
+    assert engine.store.count_messages("sess") == len(originals) + len(more)
+
+
+def test_new_session_carries_high_level_summaries_with_lineage(tmp_path):
+    engine = make_engine(tmp_path, new_session_retain_depth=1, condense_fanout=2)
+    final, originals, _ = drive(engine, 60)
+    old_frontier = engine.dag.frontier("sess")
+    carried = [n["node_id"] for n in old_frontier if n["depth"] >= 1]
+    assert carried
+    engine.on_session_reset()
+    engine.on_session_start("fresh", old_session_id="sess", platform="cli")
+    new_frontier = [n["node_id"] for n in engine.dag.frontier("fresh")]
+    assert new_frontier == carried
+    reached = engine.dag.descendant_store_ids(carried[0])
+    assert reached and all(engine.store.get_message(s)["session_id"] == "sess" for s in reached)
+    # The carried summaries show up in the new session's first compaction.
+    messages, _, outputs = drive(engine, 30, start=100)
+    assert outputs and any(f"node {carried[0]}" in m.get("content", "") for m in outputs[0]
+                           if assemble.is_trove_message(m))
+
+
+def test_retain_depth_minus_one_carries_nothing(tmp_path):
+    engine = make_engine(tmp_path, new_session_retain_depth=-1)
+    drive(engine, 40)
+    engine.on_session_start("fresh", old_session_id="sess")
+    assert engine.dag.frontier("fresh") == []
+
+
+def test_empty_session_id_unbinds_and_compress_uses_an_ephemeral_session(tmp_path, monkeypatch):
+    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    engine = make_engine(tmp_path, session=None)
+    engine.on_session_start("")
+    assert engine.binding == "unbound" and engine.canonical_id is None
+    final, originals, outputs = drive(engine, 30)
+    assert engine.binding == "ephemeral" and engine.canonical_id.startswith("trove-ephemeral-")
+    engine.ingest(final)
+    assert engine.store.count_messages(engine.canonical_id) == len(originals)
+
+
+def test_unbound_engine_binds_from_hermes_session_id(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_SESSION_ID", "from-env")
+    engine = make_engine(tmp_path, session=None)
+    engine.ingest([{"role": "user", "content": "hi"}])
+    assert engine.binding == "env" and engine.canonical_id == "from-env"
+
+
+def test_deep_copies_share_one_connection_and_storage(tmp_path):
+    engine = make_engine(tmp_path)
+    drive(engine, 10)
+    twin = copy.deepcopy(engine)
+    assert twin.store.db is engine.store.db
+    twin.ingest([m for t in range(12) for m in coding_turn(t)])
+    assert engine.store.count_messages("sess") == 48
+
+
+def test_internal_error_returns_messages_unchanged_and_reports(tmp_path, monkeypatch):
+    engine = make_engine(tmp_path)
+    messages = [m for t in range(30) for m in coding_turn(t)]
+    monkeypatch.setattr(type(engine.dag), "covered_store_ids",
+                        lambda self, ids: (_ for _ in ()).throw(RuntimeError("disk on fire")))
+    out = engine.compress(messages, current_tokens=engine.threshold_tokens + 1)
+    assert out is messages
+    assert engine._last_compress_aborted is True
+    assert engine.get_status()["last_compaction"]["outcome"] == "error"
+    # The messages were still persisted before the failure.
+    assert engine.store.count_messages("sess") == len(messages)
+
+
+def test_status_reports_counter_and_pressure(tmp_path):
+    engine = make_engine(tmp_path)
+    engine.update_from_response({"prompt_tokens": 4000, "completion_tokens": 10})
+    status = engine.get_status()
+    assert status["last_prompt_tokens"] == 4000
+    assert status["threshold_tokens"] == engine.threshold_tokens
+    assert status["token_counter"]["name"]
+    assert status["binding"] == "host"
+
+
+def test_fts_check_runs_in_background_and_is_recorded(tmp_path):
+    engine = make_engine(tmp_path)
+    import time
+    from hermes_trove import integrity
+    deadline = time.time() + 10
+    while engine.store.get_meta(integrity.CHECKED_AT_KEY) is None and time.time() < deadline:
+        time.sleep(0.05)
+    result = json.loads(engine.store.get_meta(integrity.RESULT_KEY))
+    assert result["ok"] is True
+    assert not integrity.start_if_due(engine.store.db.path,
+                                      engine.store.get_meta(integrity.CHECKED_AT_KEY), 24)
+
+
+@pytest.fixture(autouse=True)
+def _close_databases():
+    from hermes_trove import engine as engine_module
+    engine_module._breakers.clear()  # route health is process-wide; tests start fresh
+    yield
+    for key in list(database._registry):
+        database.forget_database(key)
