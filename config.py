@@ -83,9 +83,10 @@ class TroveConfig:
     leaf_chunk_tokens: int = _int(
         20000, "Tokens of raw messages summarized into one leaf node.", low=500)
     dynamic_leaf_chunk_enabled: bool = _bool(
-        False, "Let leaf chunks grow with the window, up to dynamic_leaf_chunk_max.")
+        False, "Size leaf chunks dynamically, up to TROVE_DYNAMIC_LEAF_CHUNK_MAX, "
+        "instead of always TROVE_LEAF_CHUNK_TOKENS.")
     dynamic_leaf_chunk_max: int = _int(
-        40000, "Largest dynamic leaf chunk; raised to leaf_chunk_tokens if smaller.", low=500)
+        40000, "Largest dynamic leaf chunk; raised to TROVE_LEAF_CHUNK_TOKENS if smaller.", low=500)
     condense_fanout: int = _int(
         4, "How many same-depth parentless nodes merge into one node one level up.",
         low=2, high=32)
@@ -97,16 +98,17 @@ class TroveConfig:
         2, "Summary depth carried into a new session (-1 = carry nothing).",
         low=-1, high=8)
     database_path: str = _str(
-        "", "SQLite file; empty = <hermes_home>/trove.db, relative = under hermes_home.")
+        "", "SQLite file; empty = HERMES_HOME/trove.db; a relative path is taken "
+        "under HERMES_HOME.")
     fts_integrity_check_interval_hours: float = _float(
         24.0, "Hours between deep full-text-index integrity checks (0 = never).", low=0.0)
     enable_slash_command: bool = _bool(False, "Register the /trove slash command.")
     ignore_session_patterns: tuple[str, ...] = _list(
-        (), "Session ids/names matching these are not stored at all.")
+        (), "Sessions matching any of these patterns are not stored at all.")
     stateless_session_patterns: tuple[str, ...] = _list(
-        (), "Sessions matching these are read but never written to.")
+        (), "Sessions matching any of these patterns read the store but never write to it.")
     ignore_message_patterns: tuple[str, ...] = _list(
-        (), "Regexes; messages matching any are not stored.")
+        (), "Regular expressions; messages matching any of them are not stored.")
     summary_model: str = _str("", "Model for summaries (empty = the host's model).")
     summary_fallback_models: tuple[str, ...] = _list(
         (), "Models tried in order when the summary model fails.")
@@ -125,7 +127,7 @@ class TroveConfig:
     tool_response_max_tokens: int = _int(
         4000, "Token cap of one trove_* tool response.", low=256, high=64000)
     recall_policy_enabled: bool = _bool(
-        True, "Add the recall policy that tells the model when to use trove_* tools.")
+        True, "Add guidance telling the model when to use the trove_* recall tools.")
     token_encoding: str = _str(
         "cl100k_base", "tiktoken encoding used to count tokens.", nonempty=True)
     doctor_clean_apply_enabled: bool = _bool(
@@ -140,9 +142,9 @@ class TroveConfig:
     large_output_active_replay_stub_threshold_tokens: int = _int(
         25000, "Output size (tokens) from which the live replay gets a stub.", low=500)
     large_output_transcript_gc_enabled: bool = _bool(
-        False, "Garbage-collect externalized outputs no transcript refers to.")
+        False, "Delete externalized outputs that no stored transcript refers to any more.")
     sensitive_patterns_enabled: bool = _bool(
-        False, "Redact secrets matching sensitive_patterns before storing.")
+        False, "Redact secrets found by TROVE_SENSITIVE_PATTERNS before storing.")
     sensitive_patterns: tuple[str, ...] = _list(
         ("api_key", "bearer_token", "password_assignment", "private_key"),
         "Named secret detectors to apply; known: api_key, bearer_token, "

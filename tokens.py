@@ -128,8 +128,7 @@ def _download_blocker(tiktoken: Any, name: str) -> str:
             return f"the cached rank file {path} is corrupt and would be downloaded again"
         return ""
     try:
-        constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
-        tiktoken.list_encoding_names()  # fills ENCODING_CONSTRUCTORS on first use
+        tiktoken.list_encoding_names()  # fills the registry's constructors on first use
         constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
         module = getattr(constructors.get(name), "__module__", "")
     except Exception:  # registry internals differ in this tiktoken version
@@ -147,7 +146,6 @@ def _load_encoding(configured: str) -> tuple[Any, str]:
     """
     try:
         import tiktoken
-        import tiktoken.registry  # noqa: F401  (used by _download_blocker)
     except ImportError:
         return None, "tiktoken is not installed"
     order = [configured, OFFLINE_TWINS.get(configured), *FALLBACK_ENCODINGS]
@@ -235,7 +233,8 @@ class TokenCounter:
         if not isinstance(msg, Mapping):
             return MESSAGE_OVERHEAD_TOKENS + self.count_text(str(msg))
         total = MESSAGE_OVERHEAD_TOKENS + self._count_content(msg.get("content"))
-        for call in msg.get("tool_calls") or ():
+        calls = msg.get("tool_calls")
+        for call in calls if isinstance(calls, (list, tuple)) else ():
             function = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(function, Mapping):
                 total += self.count_text(function.get("name") or "")

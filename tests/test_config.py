@@ -1,0 +1,373 @@
+"""Tests for config.py: parsing, validation, layering, describe() and reachability."""
+
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes_trove import config
+from hermes_trove.config import TroveConfig, check_reachability, load_config
+
+# env name, default, a valid raw value, what it parses to, invalid raw values.
+# Written out by hand from the specification so the code is checked against it.
+SETTINGS_TABLE = [
+    ("TROVE_CONTEXT_THRESHOLD", 0.35, "1", 1.0, ["0", "1.01", "-0.1", "abc", "nan", ""]),
+    ("TROVE_FRESH_TAIL_COUNT", 32, " 7 ", 7, ["0", "2.5", "many"]),
+    ("TROVE_FRESH_TAIL_MAX_TOKENS", 0, "0", 0, ["-1", "x"]),
+    ("TROVE_INCREMENTAL_MAX_DEPTH", 3, "8", 8, ["0", "9"]),
+    ("TROVE_LEAF_CHUNK_TOKENS", 20000, "500", 500, ["499", ""]),
+    ("TROVE_DYNAMIC_LEAF_CHUNK_ENABLED", False, "YES", True, ["maybe", "2", ""]),
+    ("TROVE_DYNAMIC_LEAF_CHUNK_MAX", 40000, "60000", 60000, ["499", "big"]),
+    ("TROVE_CONDENSE_FANOUT", 4, "32", 32, ["1", "33"]),
+    ("TROVE_LEAF_SUMMARY_TOKENS", 1200, "100", 100, ["99", "20001"]),
+    ("TROVE_CONDENSED_SUMMARY_TOKENS", 2000, "20000", 20000, ["99", "20001"]),
+    ("TROVE_NEW_SESSION_RETAIN_DEPTH", 2, "-1", -1, ["-2", "9"]),
+    ("TROVE_DATABASE_PATH", "", "/data/t.db", "/data/t.db", []),
+    ("TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS", 24.0, "0", 0.0, ["-1", "inf", "soon"]),
+    ("TROVE_ENABLE_SLASH_COMMAND", False, "on", True, ["enable"]),
+    ("TROVE_IGNORE_SESSION_PATTERNS", (), " cron-*, ,test ", ("cron-*", "test"), []),
+    ("TROVE_STATELESS_SESSION_PATTERNS", (), "sub-*", ("sub-*",), []),
+    ("TROVE_IGNORE_MESSAGE_PATTERNS", (), r"^ping$,\d+", ("^ping$", r"\d+"), []),
+    ("TROVE_SUMMARY_MODEL", "", " gpt-4o-mini ", "gpt-4o-mini", []),
+    ("TROVE_SUMMARY_FALLBACK_MODELS", (), "a,b", ("a", "b"), []),
+    ("TROVE_SUMMARY_TIMEOUT_MS", 60000, "1000", 1000, ["999"]),
+    ("TROVE_SUMMARY_CIRCUIT_BREAKER_FAILURE_THRESHOLD", 2, "1", 1, ["0"]),
+    ("TROVE_SUMMARY_CIRCUIT_BREAKER_COOLDOWN_SECONDS", 300, "0", 0, ["-5"]),
+    ("TROVE_EXPANSION_MODEL", "", "claude-haiku", "claude-haiku", []),
+    ("TROVE_EXPANSION_CONTEXT_TOKENS", 32000, "1000", 1000, ["999"]),
+    ("TROVE_EXPANSION_TIMEOUT_MS", 120000, "5000", 5000, ["10.5"]),
+    ("TROVE_CRITICAL_BUDGET_PRESSURE_RATIO", 0.0, "0.9", 0.9, ["1.5", "-0.1"]),
+    ("TROVE_TOOL_RESPONSE_MAX_TOKENS", 4000, "256", 256, ["255", "64001"]),
+    ("TROVE_RECALL_POLICY_ENABLED", True, "Off", False, ["nope"]),
+    ("TROVE_TOKEN_ENCODING", "cl100k_base", "o200k_base", "o200k_base", ["", "   "]),
+    ("TROVE_DOCTOR_CLEAN_APPLY_ENABLED", False, "1", True, ["10"]),
+    ("TROVE_LARGE_OUTPUT_EXTERNALIZATION_ENABLED", False, "true", True, ["t"]),
+    ("TROVE_LARGE_OUTPUT_EXTERNALIZATION_THRESHOLD_CHARS", 12000, "1000", 1000, ["999"]),
+    ("TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUBBING_ENABLED", False, "FALSE", False, ["y"]),
+    ("TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUB_THRESHOLD_TOKENS", 25000, "500", 500, ["499"]),
+    ("TROVE_LARGE_OUTPUT_TRANSCRIPT_GC_ENABLED", False, "no", False, ["n0"]),
+    ("TROVE_SENSITIVE_PATTERNS_ENABLED", False, "ON", True, ["enabled"]),
+    ("TROVE_SENSITIVE_PATTERNS",
+     ("api_key", "bearer_token", "password_assignment", "private_key"),
+     "api_key, private_key", ("api_key", "private_key"), []),
+]
+INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
+                 for bad in bads]
+
+
+def field_name(env):
+    return env[len("TROVE_"):].lower()
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "hermes"
+    path.mkdir()
+    return path
+
+
+def write_yaml(home, text):
+    (home / "config.yaml").write_text(text, encoding="utf-8")
+
+
+def test_table_covers_every_setting_in_declaration_order():
+    declared = [config.env_name(f.name) for f in config.setting_fields()]
+    assert declared == [row[0] for row in SETTINGS_TABLE]
+
+
+def test_defaults_match_specification(home):
+    cfg = load_config({}, home)
+    for env, default, *_ in SETTINGS_TABLE:
+        value = getattr(cfg, field_name(env))
+        assert value == default and type(value) is type(default), env
+        assert cfg.sources[field_name(env)] == "default"
+    assert cfg.warnings == ()
+    assert cfg == TroveConfig(hermes_home=home)
+
+
+@pytest.mark.parametrize("env,default,raw,expected,bads", SETTINGS_TABLE,
+                         ids=[row[0] for row in SETTINGS_TABLE])
+def test_valid_value_is_parsed_to_its_type(home, env, default, raw, expected, bads):
+    cfg = load_config({env: raw}, home)
+    value = getattr(cfg, field_name(env))
+    assert value == expected and type(value) is type(default)
+    assert cfg.sources[field_name(env)] == "env"
+    assert not [w for w in cfg.warnings if env + "=" in w]
+
+
+@pytest.mark.parametrize("env,default,bad", INVALID_CASES,
+                         ids=[f"{env}={bad!r}" for env, _, bad in INVALID_CASES])
+def test_invalid_value_warns_and_uses_default(home, env, default, bad):
+    cfg = load_config({env: bad}, home)
+    assert getattr(cfg, field_name(env)) == default
+    assert cfg.sources[field_name(env)] == "default"
+    [warning] = [w for w in cfg.warnings if w.startswith(env + "=")]
+    assert repr(bad) in warning
+    assert "expected " in warning and f"default {default!r}" in warning
+
+
+def test_warning_names_the_accepted_range(home):
+    cfg = load_config({"TROVE_INCREMENTAL_MAX_DEPTH": "12"}, home)
+    assert cfg.warnings == ("TROVE_INCREMENTAL_MAX_DEPTH='12' (from env) is invalid: "
+                            "expected an integer with 1 <= value <= 8; using the default 3",)
+    cfg = load_config({"TROVE_CONTEXT_THRESHOLD": "0"}, home)
+    assert "a number with 0 < value <= 1" in cfg.warnings[0]
+
+
+@pytest.mark.parametrize("raw", ["1", "TRUE", "Yes", "on", " true "])
+def test_bool_true_words(home, raw):
+    assert load_config({"TROVE_ENABLE_SLASH_COMMAND": raw}, home).enable_slash_command is True
+
+
+@pytest.mark.parametrize("raw", ["0", "False", "NO", "off"])
+def test_bool_false_words(home, raw):
+    cfg = load_config({"TROVE_RECALL_POLICY_ENABLED": raw}, home)
+    assert cfg.recall_policy_enabled is False
+
+
+def test_yaml_values_accept_both_key_styles_and_native_types(home):
+    write_yaml(home, """
+trove:
+  TROVE_CONTEXT_THRESHOLD: 0.5
+  fresh_tail_count: 10
+  Trove_Enable_Slash_Command: yes
+  ignore_message_patterns: ['a{1,3}', ' b ', '']
+  summary_fallback_models: "x, y"
+  fts_integrity_check_interval_hours: 1
+  summary_model:
+other_plugin: {context_threshold: 0.9}
+""")
+    cfg = load_config({}, home)
+    assert cfg.context_threshold == 0.5
+    assert cfg.fresh_tail_count == 10
+    assert cfg.enable_slash_command is True
+    assert cfg.ignore_message_patterns == ("a{1,3}", "b")
+    assert cfg.summary_fallback_models == ("x", "y")
+    assert cfg.fts_integrity_check_interval_hours == 1.0
+    assert isinstance(cfg.fts_integrity_check_interval_hours, float)
+    assert cfg.summary_model == ""
+    assert cfg.sources["context_threshold"] == "config.yaml"
+    assert cfg.sources["summary_model"] == "default"
+    assert cfg.warnings == ()
+
+
+def test_env_wins_over_yaml_and_yaml_over_defaults(home):
+    write_yaml(home, "trove:\n  context_threshold: 0.5\n  fresh_tail_count: 10\n")
+    cfg = load_config({"TROVE_CONTEXT_THRESHOLD": "0.7"}, home)
+    assert cfg.context_threshold == 0.7 and cfg.sources["context_threshold"] == "env"
+    assert cfg.fresh_tail_count == 10 and cfg.sources["fresh_tail_count"] == "config.yaml"
+    assert cfg.leaf_chunk_tokens == 20000 and cfg.sources["leaf_chunk_tokens"] == "default"
+
+
+def test_invalid_env_falls_back_to_yaml_value(home):
+    write_yaml(home, "trove:\n  fresh_tail_count: 10\n")
+    cfg = load_config({"TROVE_FRESH_TAIL_COUNT": "lots"}, home)
+    assert cfg.fresh_tail_count == 10 and cfg.sources["fresh_tail_count"] == "config.yaml"
+    assert "using the value from config.yaml instead" in cfg.warnings[0]
+
+
+@pytest.mark.parametrize("text", ["trove:\n  fresh_tail_count: true\n",
+                                  "trove:\n  fresh_tail_count: 3.5\n",
+                                  "trove:\n  fresh_tail_count: [1]\n",
+                                  "trove:\n  summary_model: 5\n"])
+def test_yaml_values_of_the_wrong_type_are_rejected(home, text):
+    write_yaml(home, text)
+    cfg = load_config({}, home)
+    assert cfg == TroveConfig(hermes_home=home)
+    assert len(cfg.warnings) == 1 and "(from config.yaml) is invalid" in cfg.warnings[0]
+
+
+@pytest.mark.parametrize("text", ["trove: [unclosed\n", "- a\n- b\n", "trove: 3\n",
+                                  "\tkey: : :\n"])
+def test_broken_yaml_file_warns_and_continues(home, text):
+    write_yaml(home, text)
+    cfg = load_config({"TROVE_FRESH_TAIL_COUNT": "5"}, home)
+    assert cfg.fresh_tail_count == 5
+    assert len(cfg.warnings) == 1 and "config.yaml" in cfg.warnings[0]
+
+
+def test_undecodable_yaml_file_warns(home):
+    (home / "config.yaml").write_bytes(b"trove:\n  summary_model: \xff\xfe\n")
+    cfg = load_config({}, home)
+    assert len(cfg.warnings) == 1 and "cannot be read" in cfg.warnings[0]
+
+
+def test_missing_or_empty_yaml_is_silent(home):
+    assert load_config({}, home).warnings == ()
+    write_yaml(home, "")
+    assert load_config({}, home).warnings == ()
+    write_yaml(home, "model: foo\n")
+    assert load_config({}, home).warnings == ()
+
+
+def test_yaml_without_pyyaml_warns(home, monkeypatch):
+    write_yaml(home, "trove:\n  fresh_tail_count: 10\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    cfg = load_config({}, home)
+    assert cfg.fresh_tail_count == 32
+    assert "PyYAML is not installed" in cfg.warnings[0]
+
+
+def test_unknown_names_are_reported(home):
+    write_yaml(home, "trove:\n  fresh_tail_cuont: 3\n")
+    cfg = load_config({"TROVE_CONTEXT_TRESHOLD": "0.5", "OTHER": "1"}, home)
+    assert len(cfg.warnings) == 2
+    assert any("TROVE_CONTEXT_TRESHOLD" in w for w in cfg.warnings)
+    assert any("trove.fresh_tail_cuont" in w for w in cfg.warnings)
+
+
+def test_setting_given_twice_in_yaml_warns(home):
+    write_yaml(home, "trove:\n  TROVE_FRESH_TAIL_COUNT: 3\n  fresh_tail_count: 4\n")
+    cfg = load_config({}, home)
+    assert cfg.fresh_tail_count == 4
+    assert "given twice" in cfg.warnings[0]
+
+
+def test_hermes_home_comes_from_argument_then_environ_then_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert load_config({}).hermes_home == tmp_path / ".hermes"
+    assert load_config({"HERMES_HOME": str(tmp_path / "h")}).hermes_home == tmp_path / "h"
+    assert load_config({"HERMES_HOME": "/x"}, hermes_home="~/y").hermes_home == tmp_path / "y"
+
+
+def test_reads_os_environ_by_default(home, monkeypatch):
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("TROVE_CONDENSE_FANOUT", "8")
+    cfg = load_config()
+    assert cfg.hermes_home == home and cfg.condense_fanout == 8
+
+
+def test_yaml_is_read_from_hermes_home_in_environ(home):
+    write_yaml(home, "trove:\n  condense_fanout: 6\n")
+    assert load_config({"HERMES_HOME": str(home)}).condense_fanout == 6
+
+
+def test_database_path_resolution(home, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert load_config({}, home).resolved_database_path == home / "trove.db"
+    cfg = load_config({"TROVE_DATABASE_PATH": "~/dbs/t.db"}, home)
+    assert cfg.resolved_database_path == tmp_path / "dbs" / "t.db"
+    cfg = load_config({"TROVE_DATABASE_PATH": "/abs/t.db"}, home)
+    assert cfg.resolved_database_path == Path("/abs/t.db")
+    cfg = load_config({"TROVE_DATABASE_PATH": "sub/t.db"}, home)
+    assert cfg.resolved_database_path == home / "sub" / "t.db"
+    assert cfg.database_path == "sub/t.db"
+
+
+def test_config_is_immutable(home):
+    cfg = load_config({}, home)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.context_threshold = 0.9
+    with pytest.raises(TypeError):
+        cfg.sources["context_threshold"] = "env"
+    assert isinstance(cfg.ignore_session_patterns, tuple)
+    hash(cfg)
+
+
+def test_sources_and_warnings_do_not_affect_equality(home):
+    clean = load_config({}, home)
+    noisy = load_config({"TROVE_FRESH_TAIL_COUNT": "bad"}, home)
+    assert noisy.warnings and clean == noisy
+
+
+def test_describe_lists_every_setting(home):
+    cfg = load_config({"TROVE_CONTEXT_THRESHOLD": "0.5", "TROVE_IGNORE_SESSION_PATTERNS": "a,b",
+                       "TROVE_FRESH_TAIL_COUNT": "zero"}, home)
+    info = cfg.describe()
+    json.dumps(info)
+    assert info["hermes_home"] == str(home)
+    assert info["database_path"] == str(home / "trove.db")
+    assert list(info["settings"]) == [row[0] for row in SETTINGS_TABLE]
+    assert info["settings"]["TROVE_CONTEXT_THRESHOLD"] == {"value": 0.5, "source": "env"}
+    assert info["settings"]["TROVE_IGNORE_SESSION_PATTERNS"]["value"] == ["a", "b"]
+    assert info["settings"]["TROVE_LEAF_CHUNK_TOKENS"] == {"value": 20000, "source": "default"}
+    assert info["warnings"] == list(cfg.warnings) and len(info["warnings"]) == 1
+
+
+def test_dynamic_leaf_chunk_max_is_raised_to_leaf_chunk(home):
+    cfg = load_config({"TROVE_LEAF_CHUNK_TOKENS": "30000",
+                       "TROVE_DYNAMIC_LEAF_CHUNK_MAX": "25000"}, home)
+    assert cfg.dynamic_leaf_chunk_max == 30000
+    assert "TROVE_DYNAMIC_LEAF_CHUNK_MAX=25000" in cfg.warnings[0]
+
+
+def test_replay_stubbing_without_externalization_is_kept_but_not_effective(home):
+    env = {"TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUBBING_ENABLED": "true"}
+    cfg = load_config(env, home)
+    assert cfg.large_output_active_replay_stubbing_enabled is True
+    assert cfg.large_output_active_replay_stubbing_effective is False
+    assert "effectively off" in cfg.warnings[0]
+    entry = cfg.describe()["settings"]["TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUBBING_ENABLED"]
+    assert entry["effective"] is False
+    env["TROVE_LARGE_OUTPUT_EXTERNALIZATION_ENABLED"] = "1"
+    cfg = load_config(env, home)
+    assert cfg.large_output_active_replay_stubbing_effective is True and cfg.warnings == ()
+
+
+def test_unknown_sensitive_pattern_names_are_kept_and_reported(home):
+    cfg = load_config({"TROVE_SENSITIVE_PATTERNS": "api_key,aws_secret"}, home)
+    assert cfg.sensitive_patterns == ("api_key", "aws_secret")
+    assert "aws_secret" in cfg.warnings[0] and "api_key" not in cfg.warnings[0].split("[")[1]
+    assert config.KNOWN_SENSITIVE_PATTERNS == {
+        "api_key", "bearer_token", "password_assignment", "private_key"}
+
+
+def test_reachability_fine_for_defaults_on_a_large_window():
+    assert check_reachability(TroveConfig(), 200_000) == []
+
+
+def test_reachability_trigger_below_overhead():
+    [problem] = check_reachability(TroveConfig(), 32_000)  # trigger 11200 < 12500
+    assert "at or below the fixed overhead" in problem
+    assert check_reachability(TroveConfig(), 32_000, fixed_overhead_tokens=5000) == []
+
+
+def test_reachability_budgets_larger_than_room():
+    cfg = TroveConfig(leaf_summary_tokens=5000, condensed_summary_tokens=6000,
+                      fresh_tail_max_tokens=8000)
+    problems = check_reachability(cfg, 50_000)  # trigger 17500, room 5000
+    assert len(problems) == 2  # the leaf budget of 5000 fits exactly
+    assert "TROVE_CONDENSED_SUMMARY_TOKENS=6000" in problems[0]
+    assert "TROVE_FRESH_TAIL_MAX_TOKENS=8000" in problems[1]
+    assert "5000 tokens left under the trigger" in problems[0]
+
+
+def test_reachability_pressure_ratio_at_or_below_threshold():
+    [problem] = check_reachability(TroveConfig(critical_budget_pressure_ratio=0.3), 200_000)
+    assert "TROVE_CRITICAL_BUDGET_PRESSURE_RATIO=0.3" in problem
+    assert check_reachability(TroveConfig(critical_budget_pressure_ratio=0.8), 200_000) == []
+
+
+def test_reachability_rejects_non_positive_window():
+    assert check_reachability(TroveConfig(), 0)
+
+
+def _doc_rows():
+    text = (Path(config.__file__).parent / "docs" / "configuration.md").read_text()
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| `TROVE_")]
+
+
+def _doc_default(value):
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if value in ("", ()):
+        return "(empty)"
+    return f"`{','.join(value) if isinstance(value, tuple) else value}`"
+
+
+def test_docs_table_matches_code():
+    rows = _doc_rows()
+    specs = config.setting_fields()
+    assert [row[0] for row in rows] == [f"`{config.env_name(f.name)}`" for f in specs]
+    for row, f in zip(rows, specs):
+        env, kind, default, value_range, doc = row
+        assert kind == f.metadata["kind"], env
+        assert default == _doc_default(f.default), env
+        assert doc == f.metadata["doc"], env
+        if kind in ("int", "float"):
+            expected = config.accepted_values(f).split(" with ", 1)[1]
+            assert re.sub(r"\bx\b", "value", value_range) == expected, env
