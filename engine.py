@@ -11,6 +11,8 @@ connection (the host falls back to its own compressor if the copy raises).
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -25,7 +27,7 @@ from .config import TroveConfig, check_reachability, load_config
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
-from .store import Store
+from .store import KnownTail, Store
 from .summarize import CircuitBreaker, Summarizer
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
@@ -71,6 +73,12 @@ def _clean(message: dict) -> dict:
     return {k: v for k, v in message.items() if not str(k).startswith("_")}
 
 
+def _block_hash(content) -> str:
+    """A short fingerprint of a summary block's text."""
+    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
 def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
     """One breaker per process and setting, so deep copies share route health."""
     key = (cfg.summary_circuit_breaker_failure_threshold,
@@ -103,7 +111,7 @@ class TroveEngine(ContextEngine):
         self._last_compression_made_progress = False
         self._last_summary_error: str | None = None
         self._runtime: dict[str, Any] = {}
-        self._anchor_hint: int | None = None
+        self._known_tail: dict | None = None
         self._overhead_tokens: int | None = None
         self._noop_at_tokens: int | None = None
         self.current_turn_store_id: int | None = None
@@ -237,7 +245,7 @@ class TroveEngine(ContextEngine):
 
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
-        self._anchor_hint = None
+        self._known_tail = None
         with _live_lock:
             _live_engines[session_id] = self
 
@@ -270,7 +278,7 @@ class TroveEngine(ContextEngine):
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
         self.compression_count = 0
         self._noop_at_tokens = None
-        self._anchor_hint = None
+        self._known_tail = None
 
     def update_from_response(self, usage: dict) -> None:
         """Track the provider's real usage (it beats any estimate)."""
@@ -309,14 +317,33 @@ class TroveEngine(ContextEngine):
         result = self.store.ingest(canonical, messages, skip=skip,
                                    conversation_id=self.conversation_id, source=self.platform,
                                    count_tokens=self.counter.count_message,
-                                   anchor_hint=self._anchor_hint)
-        if result.anchor_store_id:
-            self._anchor_hint = result.anchor_store_id
+                                   known=self._known_tail_for(messages))
         users = [sid for sid, m in zip(result.store_ids, messages)
                  if sid is not None and assemble.is_real_user(m)]
         if users:
             self.current_turn_store_id = users[-1]
         return result.store_ids
+
+    def _known_tail_for(self, messages: list) -> KnownTail | None:
+        """What the engine knows of a list that carries its own summary block.
+
+        The last compaction recorded the block's hash and the store_ids of the raw
+        messages it returned after it (in memory and in the session state, so a
+        restarted process or another copy knows it too). Identical messages
+        ("ok") can then never line up one position off."""
+        block = next((m for m in messages if assemble.is_trove_message(m)
+                      and m.get("role") == "user"), None)
+        if block is None:
+            return None
+        digest = _block_hash(block.get("content"))
+        tail = self._known_tail
+        if (tail is None or tail.get("block_hash") != digest) and self.session_id:
+            state = (self.store.get_session(self.session_id) or {}).get("state", {})
+            tail = state.get("known_tail")
+        if not tail or tail.get("block_hash") != digest:
+            return None
+        self._known_tail = tail
+        return KnownTail(tuple(tail["store_ids"]), int(tail["after"]))
 
     # ------------------------------------------------------------------ compaction
     def compress(self, messages: list, current_tokens: int | None = None,
@@ -410,11 +437,12 @@ class TroveEngine(ContextEngine):
         self._noop_at_tokens = max(final, current_tokens or 0) if final >= trigger else None
         return self._finish(messages, result, before=before, final=final, trigger=trigger,
                             overhead=overhead, report=report, gave_way=gave_way,
-                            omitted=omitted, started=started)
+                            omitted=omitted, started=started,
+                            tail_ids=[sid for _, sid in live])
 
     def _finish(self, messages: list, result: list, *, before: int, final: int, trigger: int,
                 overhead: int, report: PassReport, gave_way: bool, omitted: list,
-                started: float) -> list:
+                started: float, tail_ids: list[int]) -> list:
         """Decide progress or no-op, record the outcome, update host-facing counters."""
         changed = result != [_clean(m) for m in messages]
         outcome = {
@@ -436,10 +464,17 @@ class TroveEngine(ContextEngine):
             if self.context_length and final > self.context_length:
                 outcome["over_window"] = True
                 log.warning("hermes-trove: %s", outcome["reason"])
+        known = None
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
-        self._record(outcome)
+            block = next((m for m in result if assemble.is_trove_message(m)
+                          and m.get("role") == "user"), None)
+            if block is not None:
+                known = {"block_hash": _block_hash(block["content"]), "store_ids": tail_ids,
+                         "after": self.store.last_store_id(self.canonical_id)}
+                self._known_tail = known
+        self._record(outcome, known_tail=known)
         return result if changed else messages
 
     def _compactor(self, message_budget: int) -> Compactor:
@@ -480,13 +515,16 @@ class TroveEngine(ContextEngine):
             return DEFAULT_OVERHEAD_TOKENS
         return self._overhead_tokens
 
-    def _record(self, outcome: dict) -> None:
+    def _record(self, outcome: dict, known_tail: dict | None = None) -> None:
         """Keep the last compaction's outcome on the engine and in the session state."""
         outcome = {"at": time.time(), **outcome}
         self.last_compaction = outcome
         if self.canonical_id:
             try:
-                self.store.update_session_state(self.session_id, {"last_compaction": outcome})
+                patch = {"last_compaction": outcome}
+                if known_tail is not None:
+                    patch["known_tail"] = known_tail
+                self.store.update_session_state(self.session_id, patch)
             except Exception as exc:  # status bookkeeping must never fail a turn
                 self.errors.append(f"state: {exc}")
 

@@ -41,7 +41,18 @@ class IngestResult:
 
     store_ids: list[int | None]
     inserted: int
-    anchor_store_id: int | None
+
+
+@dataclass(frozen=True)
+class KnownTail:
+    """What the engine returned last time: the raw messages after its summary block
+    were ``store_ids``, and every message stored then had a store_id <= ``after``.
+
+    A list carrying that block starts with those messages; whatever follows them
+    is new unless it was stored after ``after`` (for example by a hook)."""
+
+    store_ids: tuple[int, ...]
+    after: int
 
 
 def hex_tag(prefix: str, value: str) -> str:
@@ -179,12 +190,13 @@ class Store:
     def ingest(self, session_id: str, messages: Sequence[dict], *,
                skip: Sequence[bool] | None = None, conversation_id: str | None = None,
                source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
-               anchor_hint: int | None = None, now: float | None = None) -> IngestResult:
+               known: KnownTail | None = None, now: float | None = None) -> IngestResult:
         """Store every shown message not already stored; return each one's store_id.
 
         ``skip[i]`` marks messages that are not conversation (the engine's own
-        summary block). The whole call is one transaction: either every new
-        message is stored or none is.
+        summary block). ``known`` is what the caller knows of where the list
+        starts (see ``KnownTail``). The whole call is one transaction: either
+        every new message is stored or none is.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
         cleaned = [None if s else codec.clean_message(m) for m, s in zip(messages, skip)]
@@ -193,7 +205,9 @@ class Store:
         stamp = time.time() if now is None else now
         with self.db.transaction() as conn:
             canonical = self._canonical(conn, session_id)
-            anchor, alignment = self._align(conn, canonical, hashes, anchor_hint)
+            alignment = self._align_known(conn, canonical, hashes, known) if known else None
+            if alignment is None:
+                alignment = self._align(conn, canonical, hashes)
             inserted = 0
             next_ordinal: dict[str, int] = {}
             for i, enc in enumerate(encoded):
@@ -222,16 +236,50 @@ class Store:
             if inserted:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
                              (stamp, session_id))
-        return IngestResult(store_ids=alignment, inserted=inserted, anchor_store_id=anchor)
+        return IngestResult(store_ids=alignment, inserted=inserted)
 
-    def _align(self, conn, session_id: str, hashes: list[str | None],
-               anchor_hint: int | None) -> tuple[int | None, list[int | None]]:
+    def _align_known(self, conn, session_id: str, hashes: list[str | None],
+                     known: KnownTail) -> list[int | None] | None:
+        """Align a list that starts with a known tail; None when it does not match."""
+        real = [i for i, h in enumerate(hashes) if h is not None]
+        ids = list(known.store_ids)
+        if len(real) < len(ids):
+            return None
+        stored = dict(self._hashes_of(conn, ids))
+        alignment: list[int | None] = [None] * len(hashes)
+        for pos, store_id in zip(real, ids):
+            if stored.get(store_id) != hashes[pos]:
+                return None
+            alignment[pos] = store_id
+        rest = real[len(ids):]
+        if rest:
+            window = conn.execute(
+                "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
+                " AND store_id > ? ORDER BY store_id LIMIT ?",
+                (session_id, known.after, len(rest) + ALIGN_SLACK)).fetchall()
+            for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest],
+                                                          [(r[0], r[1]) for r in window])):
+                alignment[pos] = store_id
+        return alignment
+
+    @staticmethod
+    def _hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
+        found = []
+        for start in range(0, len(store_ids), 500):
+            chunk = store_ids[start:start + 500]
+            found += [(r[0], r[1]) for r in conn.execute(
+                f"SELECT store_id, content_hash FROM messages WHERE store_id IN"
+                f" ({','.join('?' * len(chunk))})", chunk)]
+        return found
+
+    def _align(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
         """Find where the shown list starts in the stored history and align it there.
 
         Candidates are stored copies of the first few distinct shown messages (a
-        shown list may begin with something new, such as a host note), the
-        engine's hint first. A candidate for the message at shown position p is
-        aligned from p rows before it, so earlier shown messages line up too.
+        shown list may begin with something new, such as a host note). A
+        candidate for the message at shown position p is pinned to it: earlier
+        shown messages align only with rows before it. The candidate lining up
+        the most messages wins.
         """
         leaders: dict[str, int] = {}
         for pos, digest in enumerate(hashes):
@@ -240,13 +288,8 @@ class Store:
                 if len(leaders) == ANCHOR_LEADERS:
                     break
         if not leaders:
-            return None, [None] * len(hashes)
+            return [None] * len(hashes)
         candidates: list[tuple[int, int]] = []  # (store_id, shown position)
-        if anchor_hint:
-            row = conn.execute("SELECT content_hash FROM messages WHERE store_id = ?"
-                               " AND session_id = ?", (anchor_hint, session_id)).fetchone()
-            if row and row[0] in leaders:
-                candidates.append((anchor_hint, leaders[row[0]]))
         for digest, pos in leaders.items():
             for r in conn.execute("SELECT store_id FROM messages WHERE session_id = ?"
                                   " AND content_hash = ? ORDER BY ordinal DESC LIMIT ?",
@@ -254,24 +297,27 @@ class Store:
                 if (r[0], pos) not in candidates:
                     candidates.append((r[0], pos))
         wanted = sum(1 for h in hashes if h is not None)
-        best: tuple[int, int | None, list[int | None]] = (0, None, [None] * len(hashes))
+        best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
         for store_id, pos in candidates:
+            earlier = sum(1 for h in hashes[:pos] if h is not None)
             before = conn.execute(
                 "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
                 " AND store_id < ? ORDER BY store_id DESC LIMIT ?",
-                (session_id, store_id, pos)).fetchall()
+                (session_id, store_id, earlier)).fetchall()
             after = conn.execute(
                 "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
                 " AND store_id >= ? ORDER BY store_id LIMIT ?",
-                (session_id, store_id, len(hashes) + ALIGN_SLACK)).fetchall()
-            window = [(r[0], r[1]) for r in reversed(before)] + [(r[0], r[1]) for r in after]
-            alignment = identity.align(hashes, window)
+                (session_id, store_id, len(hashes) - pos + ALIGN_SLACK)).fetchall()
+            # The leader is pinned to the candidate: what precedes it aligns only
+            # with rows before the candidate, the rest from the candidate on.
+            alignment = (identity.align(hashes[:pos], [(r[0], r[1]) for r in reversed(before)])
+                         + identity.align(hashes[pos:], [(r[0], r[1]) for r in after]))
             score = identity.matched_count(alignment)
             if score > best[0]:
-                best = (score, store_id, alignment)
+                best = (score, alignment)
             if score == wanted:
                 break
-        return best[1], best[2]
+        return best[1]
 
     # ------------------------------------------------------------------ reads
     def get_messages(self, store_ids: Iterable[int]) -> dict[int, dict]:
@@ -310,10 +356,14 @@ class Store:
             return conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
                                 (self._canonical(conn, session_id),)).fetchone()[0]
 
-    def last_store_id(self) -> int:
-        """The highest store_id in the database (0 when empty)."""
+    def last_store_id(self, session_id: str | None = None) -> int:
+        """The highest store_id in one session or the database (0 when empty)."""
         with self.db.reading() as conn:
-            return conn.execute("SELECT COALESCE(MAX(store_id), 0) FROM messages").fetchone()[0]
+            if session_id is None:
+                return conn.execute("SELECT COALESCE(MAX(store_id), 0) FROM messages").fetchone()[0]
+            return conn.execute("SELECT COALESCE(MAX(store_id), 0) FROM messages"
+                                " WHERE session_id = ?", (self._canonical(conn, session_id),)
+                                ).fetchone()[0]
 
     # ------------------------------------------------------------------ search
     def fts_candidates(self, match: str, *, limit: int, ranked: bool = True) -> list[tuple]:
@@ -411,6 +461,17 @@ class Store:
                f" ORDER BY {order} LIMIT ?")
         with self.db.reading() as conn:
             return [(r[0], r[1]) for r in conn.execute(sql, params + [limit])]
+
+    def count_message_matches(self, match: str, *, cap: int,
+                              below_store_id: int | None = None) -> int:
+        """How many rows match an FTS5 expression, counting no further than ``cap``
+        (unranked, so cheap: a document-frequency estimate for ranking)."""
+        bound = " AND rowid < ?" if below_store_id is not None else ""
+        params = [match] + ([below_store_id] if below_store_id is not None else []) + [cap]
+        with self.db.reading() as conn:
+            return conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+                f"{bound} LIMIT ?)", params).fetchone()[0]
 
     def fts_row_counts(self) -> dict:
         """Rows in ``messages`` and documents in its FTS index (they should be equal)."""
