@@ -27,6 +27,7 @@ from .config import TroveConfig, check_reachability, load_config
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
+from .message_memo import MessageMemo
 from .store import KnownTail, Store
 from .summarize import CircuitBreaker, Summarizer
 
@@ -69,7 +70,10 @@ def live_engines() -> list["TroveEngine"]:
 
 
 def _clean(message: dict) -> dict:
-    """A message as returned to the host: without host-internal ``_`` keys."""
+    """A message as returned to the host: without host-internal ``_`` keys
+    (the same object when it has none, so per-message memos keep hitting)."""
+    if not any(str(k).startswith("_") for k in message):
+        return message
     return {k: v for k, v in message.items() if not str(k).startswith("_")}
 
 
@@ -112,6 +116,8 @@ class TroveEngine(ContextEngine):
         self._last_summary_error: str | None = None
         self._runtime: dict[str, Any] = {}
         self._known_tail: dict | None = None
+        self._memo = MessageMemo()
+        self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
         self._noop_at_tokens: int | None = None
         self.current_turn_store_id: int | None = None
@@ -125,7 +131,7 @@ class TroveEngine(ContextEngine):
         settings and the LLM override are shared, nothing holds a connection."""
         twin = self.__class__.__new__(self.__class__)
         memo[id(self)] = twin
-        shared = ("_config", "_llm_override", "_runtime")
+        shared = ("_config", "_llm_override", "_runtime", "_counter")
         for key, value in self.__dict__.items():
             twin.__dict__[key] = value if key in shared else copy.deepcopy(value, memo)
         twin._runtime = dict(self._runtime)
@@ -158,7 +164,9 @@ class TroveEngine(ContextEngine):
     @property
     def counter(self) -> tokens.TokenCounter:
         """The process-wide token counter for the configured encoding."""
-        return tokens.get_counter(self.config.token_encoding)
+        if self._counter is None:
+            self._counter = tokens.get_counter(self.config.token_encoding)
+        return self._counter
 
     def llm_call(self, task: str = "compression"):
         """The host-backed LLM callable for summaries or expansion (None offline)."""
@@ -314,15 +322,24 @@ class TroveEngine(ContextEngine):
         canonical = self._ensure_bound()
         skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
                 for i, m in enumerate(messages)]
-        result = self.store.ingest(canonical, messages, skip=skip,
+        encoded = [None if s else self._memo.encoded(m) for m, s in zip(messages, skip)]
+        result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
                                    conversation_id=self.conversation_id, source=self.platform,
-                                   count_tokens=self.counter.count_message,
+                                   count_tokens=self.count_message,
                                    known=self._known_tail_for(messages))
-        users = [sid for sid, m in zip(result.store_ids, messages)
-                 if sid is not None and assemble.is_real_user(m)]
-        if users:
-            self.current_turn_store_id = users[-1]
+        for sid, message in zip(reversed(result.store_ids), reversed(messages)):
+            if sid is not None and assemble.is_real_user(message):
+                self.current_turn_store_id = sid
+                break
         return result.store_ids
+
+    def count_message(self, message: dict) -> int:
+        """Tokens of one message, counted once per message object."""
+        return self._memo.tokens(message, self.counter.count_message)
+
+    def count_messages(self, messages: list) -> int:
+        """Tokens of a list of messages (memoized per message)."""
+        return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
 
     def _known_tail_for(self, messages: list) -> KnownTail | None:
         """What the engine knows of a list that carries its own summary block.
@@ -357,7 +374,7 @@ class TroveEngine(ContextEngine):
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
         try:
-            return self._compress(list(messages), current_tokens, focus_topic, force)
+            return self._compress(messages, current_tokens, focus_topic, force)
         except Exception as exc:  # never break the agent
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True
@@ -381,6 +398,12 @@ class TroveEngine(ContextEngine):
         system = messages[0] if messages and messages[0].get("role") == "system" else None
         body = messages[1:] if system is not None else messages
         store_ids = self.ingest(body)
+        trigger = self.threshold_tokens or int((self.context_length or 128_000)
+                                               * cfg.context_threshold)
+        if not force and current_tokens is not None and 0 < current_tokens < trigger:
+            self.last_compaction = {"at": time.time(), "outcome": "noop",
+                                    "note": f"under the trigger ({current_tokens} < {trigger})"}
+            return messages
         shown_block = next((m.get("content") for m in body if assemble.is_trove_message(m)
                             and m.get("role") == "user"), None)
         session = self.canonical_id
@@ -389,11 +412,9 @@ class TroveEngine(ContextEngine):
         live = [(m, sid) for m, sid in zip(body, store_ids)
                 if sid is not None and sid not in covered and sid > floor]
         live_msgs = [m for m, _ in live]
-        count = self.counter.count_message
-        before = self.counter.count_messages(messages)
+        count = self.count_message
+        before = self.count_messages(messages)
         overhead = self.overhead_estimate(messages, current_tokens)
-        trigger = self.threshold_tokens or int((self.context_length or 128_000)
-                                               * cfg.context_threshold)
         target = int(trigger * (1 - TARGET_MARGIN))
         system_tokens = count(system) if system is not None else 0
         budget = max(0, target - overhead - system_tokens)
@@ -431,7 +452,7 @@ class TroveEngine(ContextEngine):
                     frontier, budget_tokens=block_budget, count_text=self.counter.count_text)
                     if needs_block else (None, [], []))
             result = assemble.build_prompt(system, block, tail)
-            final = overhead + self.counter.count_messages(result)
+            final = overhead + self.count_messages(result)
             if final < trigger:
                 break
         self._noop_at_tokens = max(final, current_tokens or 0) if final >= trigger else None
@@ -508,7 +529,7 @@ class TroveEngine(ContextEngine):
         Learned from ``current_tokens`` when the host passes it, else remembered
         from the last time, else the documented default."""
         if current_tokens and current_tokens > 0:
-            shown = self.counter.count_messages(messages)
+            shown = self.count_messages(messages)
             limit = max(0, self.context_length // 2) or current_tokens
             self._overhead_tokens = max(0, min(current_tokens - shown, limit))
         if self._overhead_tokens is None:
@@ -519,6 +540,8 @@ class TroveEngine(ContextEngine):
         """Keep the last compaction's outcome on the engine and in the session state."""
         outcome = {"at": time.time(), **outcome}
         self.last_compaction = outcome
+        if outcome.get("outcome") == "noop" and "reason" not in outcome:
+            return  # a plain no-op is not worth a disk write on the turn's path
         if self.canonical_id:
             try:
                 patch = {"last_compaction": outcome}

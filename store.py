@@ -190,17 +190,20 @@ class Store:
     def ingest(self, session_id: str, messages: Sequence[dict], *,
                skip: Sequence[bool] | None = None, conversation_id: str | None = None,
                source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
-               known: KnownTail | None = None, now: float | None = None) -> IngestResult:
+               known: KnownTail | None = None, now: float | None = None,
+               encoded: Sequence[codec.EncodedMessage | None] | None = None) -> IngestResult:
         """Store every shown message not already stored; return each one's store_id.
 
         ``skip[i]`` marks messages that are not conversation (the engine's own
         summary block). ``known`` is what the caller knows of where the list
-        starts (see ``KnownTail``). The whole call is one transaction: either
-        every new message is stored or none is.
+        starts (see ``KnownTail``). ``encoded`` may carry encodings the caller
+        already has (None where skipped). The whole call is one transaction:
+        either every new message is stored or none is.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
-        cleaned = [None if s else codec.clean_message(m) for m, s in zip(messages, skip)]
-        encoded = [None if m is None else codec.encode_message(m) for m in cleaned]
+        if encoded is None:
+            encoded = [None if s else codec.encode_message(codec.clean_message(m))
+                       for m, s in zip(messages, skip)]
         hashes = [None if e is None else e.content_hash for e in encoded]
         stamp = time.time() if now is None else now
         with self.db.transaction() as conn:
@@ -220,7 +223,7 @@ class Store:
                         " WHERE session_id = ? AND content_hash = ?",
                         (canonical, enc.content_hash)).fetchone()[0]
                 next_ordinal[enc.content_hash] = ordinal + 1
-                tokens = count_tokens(cleaned[i]) if count_tokens else 0
+                tokens = count_tokens(messages[i]) if count_tokens else 0
                 cur = conn.execute(
                     "INSERT INTO messages(session_id, conversation_id, source, role, content,"
                     " content_format, tool_calls, tool_call_id, tool_name, extra, search_text,"
@@ -430,7 +433,6 @@ class Store:
                 " target_kind, target_id, imported_at) VALUES (?, ?, ?, ?, ?, ?)",
                 [(import_id, source_kind, key, kind, target, stamp) for key, kind, target in rows])
             return cur.rowcount
-
 
     # ------------------------------------------------------------------ search and health reads
     def match_message_ids(self, match: str, *, limit: int, ranked: bool,

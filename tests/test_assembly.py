@@ -52,7 +52,7 @@ def transcript(draw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(first=transcript(), more=st.lists(transcript(), min_size=0, max_size=3),
-       pressures=st.lists(st.integers(0, 6000), min_size=4, max_size=4),
+       pressures=st.lists(st.integers(1000, 8000), min_size=4, max_size=4),
        forces=st.lists(st.booleans(), min_size=4, max_size=4))
 def test_compress_output_is_always_a_valid_sequence(first, more, pressures, forces):
     home = Path(tempfile.mkdtemp(prefix="trove-prop-"))

@@ -1,0 +1,111 @@
+"""Synthetic trove databases for the benchmarks (cached under /tmp/trove-bench).
+
+Messages are coding-agent-like: prose, code, JSON tool results and tool calls,
+200 B to 20 KB with most around 300-700 B, 1% large payloads. The "live"
+session holds most rows, compacted into leaf and condensed nodes except its
+newest ``tail`` messages, so per-turn work runs against a realistic history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from _bootstrap import load_package  # noqa: E402
+
+load_package()
+from hermes_trove import database  # noqa: E402
+from hermes_trove.dag import Dag, NewNode  # noqa: E402
+from hermes_trove.store import Store  # noqa: E402
+
+CACHE = Path(os.environ.get("TROVE_BENCH_CACHE", "/tmp/trove-bench"))
+LIVE_SESSION = "bench-live"
+WORDS = ("retry backoff proxy config deploy staging database port token refresh queue worker "
+         "migration index handler request response timeout error exception commit branch test "
+         "fixture payload schema cache latency throughput memory cursor session summary lineage "
+         "decided because should must fixed broken flaky release version merge review").split()
+
+
+def _sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def make_message(rng: random.Random, i: int) -> dict:
+    """One realistic message; sizes follow a long-tailed distribution."""
+    kind = rng.random()
+    size = int(min(20_000, max(200, rng.lognormvariate(6.0, 0.8))))
+    if rng.random() < 0.01:
+        size = rng.randint(8_000, 20_000)
+    if kind < 0.3:
+        return {"role": "user", "content": " ".join(_sentence(rng, 12) for _ in range(size // 90 + 1))[:size]
+                + f" ident_{i % 5000}"}
+    if kind < 0.5:
+        call_id = f"call_{i}"
+        return {"role": "assistant", "content": "", "tool_calls": [{
+            "id": call_id, "type": "function", "function": {
+                "name": rng.choice(["read_file", "terminal", "search_files"]),
+                "arguments": json.dumps({"path": f"src/mod_{i % 997}.py", "q": rng.choice(WORDS)})}}]}
+    if kind < 0.8:
+        lines = [f"    {rng.choice(WORDS)}_{j} = {rng.choice(WORDS)}({j})" for j in range(size // 30 + 1)]
+        return {"role": "tool", "tool_call_id": f"call_{i - 1}", "name": "read_file",
+                "content": ("def handler():\n" + "\n".join(lines))[:size]}
+    return {"role": "assistant", "content": " ".join(_sentence(rng, 14) for _ in range(size // 100 + 1))[:size]}
+
+
+def build(n_messages: int, *, live_share: float = 0.9, tail: int = 60, seed: int = 1,
+          batch: int = 2000, verbose: bool = True) -> Path:
+    """Create (or reuse) a database with ``n_messages`` rows; return its path."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"trove-{n_messages}.db"
+    done = path.with_suffix(".done")
+    if path.exists() and done.exists():
+        return path
+    for stale in (path, path.with_suffix(".db-wal"), path.with_suffix(".db-shm")):
+        stale.unlink(missing_ok=True)
+    rng = random.Random(seed)
+    db = database.get_database(path)
+    store, dag = Store(db), Dag(db)
+    live_n = int(n_messages * live_share)
+    started = time.perf_counter()
+    written = 0
+    sessions = [(LIVE_SESSION, live_n)] + [
+        (f"bench-other-{k}", (n_messages - live_n) // 20) for k in range(20)]
+    for session, count in sessions:
+        store.ensure_session(session, source=rng.choice(["cli", "telegram", "discord"]))
+        for start in range(0, count, batch):
+            chunk = [make_message(rng, written + j) for j in range(min(batch, count - start))]
+            store.ingest(session, chunk, count_tokens=lambda m: len(json.dumps(m)) // 4,
+                         now=1_790_000_000 + written)
+            written += len(chunk)
+            if verbose and written % 50_000 < batch:
+                rate = written / (time.perf_counter() - started)
+                print(f"  {written:,}/{n_messages:,} rows ({rate:,.0f} rows/s)", file=sys.stderr)
+    _compact_live(store, dag, live_n - tail)
+    database.forget_database(path)
+    done.write_text(str(time.time()))
+    return path
+
+
+def _compact_live(store: Store, dag: Dag, covered: int, leaf_size: int = 100,
+                  fanout: int = 4, max_depth: int = 3) -> None:
+    """Leaves over the live session's oldest ``covered`` rows, condensed up to max_depth."""
+    rows = store.session_messages(LIVE_SESSION, limit=covered)
+    level = []
+    for start in range(0, len(rows), leaf_size):
+        ids = [r["store_id"] for r in rows[start:start + leaf_size]]
+        level.append(dag.add_node(NewNode(LIVE_SESSION, 0, f"leaf summary {start}", 200, 20_000, 3,
+                                          "deterministic", child_store_ids=ids)))
+    for depth in range(1, max_depth + 1):
+        groups = [level[i:i + fanout] for i in range(0, len(level) - len(level) % fanout, fanout)]
+        level = [dag.add_node(NewNode(LIVE_SESSION, depth, f"depth {depth} summary", 300, 800, 3,
+                                      "deterministic", child_node_ids=g)) for g in groups]
+
+
+if __name__ == "__main__":
+    for n in [int(a) for a in sys.argv[1:]] or [1000]:
+        print(build(n))

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Per-turn engine overhead at growing history sizes (no compaction needed).
+
+One host turn through the engine: persist the transcript with one new message
+(what the post_llm_call hook does), ``should_compress`` and ``compress`` when
+nothing needs compacting. The live session holds 90% of the rows, compacted
+into a DAG except its newest 60 messages, like a long-running agent.
+
+    .venv/bin/python bench/turn_overhead.py 1000 100000      # sizes
+Prints a table and writes bench/results/turn_overhead.json.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import synth  # noqa: E402
+
+from hermes_trove import config as trove_config  # noqa: E402
+from hermes_trove import database  # noqa: E402
+from hermes_trove.engine import TroveEngine  # noqa: E402
+from hermes_trove.store import decode_row  # noqa: E402
+
+TURNS = 300
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def measure(n_messages: int) -> dict:
+    path = synth.build(n_messages, verbose=False)
+    cfg = trove_config.load_config({"HERMES_HOME": str(path.parent),
+                                    "TROVE_DATABASE_PATH": str(path),
+                                    "TROVE_FRESH_TAIL_COUNT": "100000",
+                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
+    engine = TroveEngine(cfg)
+    engine.use_llm(None)
+    engine.update_model("bench", 1_000_000)
+    engine.on_session_start(synth.LIVE_SESSION, platform="cli")
+    last = engine.store.last_store_id(synth.LIVE_SESSION)
+    tail = [decode_row(r) for r in engine.store.session_messages(
+        synth.LIVE_SESSION, after_store_id=last - 60, limit=60)]
+    messages = engine.compress(tail, current_tokens=1, force=True)  # the block + tail
+    timings = []
+    for turn in range(TURNS):
+        messages = messages + [{"role": "user", "content": f"bench turn {n_messages} {turn}"}]
+        started = time.perf_counter()
+        engine.ingest(messages)
+        engine.should_compress(1000)
+        messages = engine.compress(messages, current_tokens=1000)
+        timings.append((time.perf_counter() - started) * 1000)
+    database.forget_database(path)
+    timings.sort()
+    return {"messages": n_messages, "turns": TURNS,
+            "p50_ms": round(statistics.median(timings), 3),
+            "p95_ms": round(timings[int(len(timings) * 0.95) - 1], 3),
+            "outcome": engine.last_compaction.get("outcome"),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def main(argv: list[str]) -> int:
+    sizes = [int(a) for a in argv] or [1000, 10_000, 100_000]
+    rows = [measure(n) for n in sizes]
+    print(f"{'messages':>10} {'p50 ms':>8} {'p95 ms':>8} {'outcome':>8} {'rss MB':>7}")
+    for r in rows:
+        print(f"{r['messages']:>10,} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['outcome']:>8}"
+              f" {r['peak_rss_mb']:>7}")
+    if len(rows) > 1:
+        print(f"ratio largest/smallest p50: {rows[-1]['p50_ms'] / rows[0]['p50_ms']:.2f}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "turn_overhead.json").write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

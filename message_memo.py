@@ -1,0 +1,60 @@
+"""Per-engine memo of what is computed per message: its row encoding and token count.
+
+The host shows the engine the same message objects turn after turn. Encoding
+a message (canonical JSON + SHA-256) and counting its tokens are the only
+per-message costs of a turn, so each is done once per object. An entry is
+reused only while the object still holds the very same role, content and
+tool-call objects (held here, so their ids cannot be recycled), which makes a
+stale hit impossible without an in-place edit of a list inside the message.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import codec
+
+MEMO_LIMIT = 8192
+
+
+class MessageMemo:
+    """Encodings and token counts keyed by message object."""
+
+    def __init__(self, limit: int = MEMO_LIMIT):
+        self.limit = limit
+        self._entries: dict[int, tuple] = {}
+
+    def __deepcopy__(self, memo):
+        return MessageMemo(self.limit)  # a copy of the engine starts with an empty memo
+
+    def _lookup(self, message: dict) -> tuple | None:
+        entry = self._entries.get(id(message))
+        if (entry is not None and entry[0] is message and entry[1] is message.get("content")
+                and entry[2] is message.get("tool_calls") and entry[3] == message.get("role")
+                and entry[4] is message.get("tool_call_id")):
+            return entry
+        return None
+
+    def _entry(self, message: dict) -> list:
+        entry = self._lookup(message)
+        if entry is None:
+            if len(self._entries) >= self.limit:
+                self._entries.clear()
+            entry = [message, message.get("content"), message.get("tool_calls"),
+                     message.get("role"), message.get("tool_call_id"), None, None]
+            self._entries[id(message)] = entry
+        return entry
+
+    def encoded(self, message: dict) -> codec.EncodedMessage:
+        """The row encoding of a message (host-internal keys left out)."""
+        entry = self._entry(message)
+        if entry[5] is None:
+            entry[5] = codec.encode_message(codec.clean_message(message))
+        return entry[5]
+
+    def tokens(self, message: dict, count: Callable[[dict], int]) -> int:
+        """The token count of a message, counted once."""
+        entry = self._entry(message)
+        if entry[6] is None:
+            entry[6] = count(message)
+        return entry[6]
