@@ -241,3 +241,24 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
             raise
         applied.append(version)
     return applied
+
+
+@migration(2)
+def m002_import_ledger(conn: sqlite3.Connection) -> None:
+    """Which source rows an import already wrote, so rerunning an import adds nothing.
+
+    One row per imported source row (a message, summary or session of an
+    external history such as OpenClaw's) and the target it became: a message
+    store_id, a node_id or a session id (``target_id`` has no type affinity).
+    """
+    run_script(conn, """
+    CREATE TABLE import_ledger (
+        import_id TEXT NOT NULL,
+        source_kind TEXT NOT NULL,
+        source_key TEXT NOT NULL,
+        target_kind TEXT NOT NULL,
+        target_id NOT NULL,
+        imported_at REAL NOT NULL,
+        PRIMARY KEY (import_id, source_kind, source_key)
+    ) WITHOUT ROWID;
+    """)
