@@ -10,6 +10,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# ``python -m pytest`` puts the working directory on sys.path; from the repo root
+# that would make our ``tools.py`` shadow the host's top-level ``tools`` package.
+# The plugin is only ever imported as a package, so the root must not be a path entry.
+sys.path[:] = [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != ROOT]
 sys.path.insert(0, str(Path(__file__).parent))
 
 
