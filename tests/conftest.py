@@ -3,7 +3,6 @@
 The host imports the plugin folder as a package (``hermes_plugins.hermes_trove``)
 whose modules use relative imports; the tests do the same under a short name.
 """
-import importlib.util
 import os
 import sys
 import tempfile
@@ -15,18 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The plugin is only ever imported as a package, so the root must not be a path entry.
 sys.path[:] = [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != ROOT]
 sys.path.insert(0, str(Path(__file__).parent))
-
-
-def _load_package(name: str = "hermes_trove"):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)]
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(ROOT / "scripts"))
+from _bootstrap import load_package  # noqa: E402  (the same loader the scripts use)
 
 
 def _isolate_environment() -> None:
@@ -38,4 +27,4 @@ def _isolate_environment() -> None:
 
 
 _isolate_environment()
-_load_package()
+load_package()
