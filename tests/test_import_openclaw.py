@@ -1,4 +1,5 @@
-"""Tests for the OpenClaw importer (openclaw_import.py, scripts/import_lossless_claw.py).
+"""Tests for the OpenClaw importer (openclaw_import.py, openclaw_sources.py and
+scripts/import_lossless_claw.py).
 
 Builds lossless-claw databases of two schema generations and JSONL transcripts,
 imports them and checks every rule of docs/import.md: exact stored content,
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_trove import openclaw_import as oc
+from hermes_trove import openclaw_sources as sources
 from hermes_trove.dag import Dag
 from hermes_trove.database import Database
 from hermes_trove.store import Store, decode_row
@@ -328,7 +330,7 @@ def assert_reconciled(report: oc.ImportReport) -> None:
     ("yesterday", None), (None, None), (True, None), (float("nan"), None), ({}, None),
 ])
 def test_parse_timestamp_reads_every_openclaw_format_as_utc(value, expected):
-    assert oc.parse_timestamp(value) == expected
+    assert sources.parse_timestamp(value) == expected
 
 
 @pytest.mark.parametrize("block, url", [
@@ -343,7 +345,7 @@ def test_parse_timestamp_reads_every_openclaw_format_as_utc(value, expected):
     ("not a block", None),
 ])
 def test_image_blocks_of_every_shape_become_urls(block, url):
-    assert oc.image_url_of(block) == url
+    assert sources.image_url_of(block) == url
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -354,7 +356,7 @@ def test_image_blocks_of_every_shape_become_urls(block, url):
     ("", "{}"),
 ])
 def test_tool_arguments_are_always_a_json_string(value, expected):
-    assert oc.arguments_json(value) == expected
+    assert sources.arguments_json(value) == expected
 
 
 # ---------------------------------------------------------------------------- SQLite import
