@@ -22,13 +22,14 @@ import weakref
 from typing import Any
 
 from . import assemble, integrity, tokens
+from .backup import backup_database, backup_dir
 from .compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
 from .message_memo import MessageMemo
-from .store import KnownTail, Store
+from .store import KnownTail, Store, decode_row
 from .summarize import CircuitBreaker, Summarizer
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
@@ -50,6 +51,9 @@ TAIL_SHARE = 0.6
 # Floors of the window-scaled summary budgets (see ``_compactor``).
 MIN_LEAF_BUDGET = 200
 MIN_CONDENSED_BUDGET = 300
+# Rotation looks at most this many raw rows after the replay floor.
+ROTATE_SCAN_LIMIT = 20_000
+ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
 
 _live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
@@ -117,6 +121,7 @@ class TroveEngine(ContextEngine):
         self._runtime: dict[str, Any] = {}
         self._known_tail: dict | None = None
         self._memo = MessageMemo()
+        self._rotate_pending = False
         self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
         self._noop_at_tokens: int | None = None
@@ -301,6 +306,8 @@ class TroveEngine(ContextEngine):
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """True at the trigger, unless the last pass proved nothing more can be done
         at this size (the host would otherwise retry pointlessly within the turn)."""
+        if self._rotate_pending:
+            return True  # an operator rotated the session: let the host pick it up now
         current = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
@@ -355,7 +362,7 @@ class TroveEngine(ContextEngine):
         digest = _block_hash(block.get("content"))
         tail = self._known_tail
         if (tail is None or tail.get("block_hash") != digest) and self.session_id:
-            state = (self.store.get_session(self.session_id) or {}).get("state", {})
+            state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
             tail = state.get("known_tail")
         if not tail or tail.get("block_hash") != digest:
             return None
@@ -374,6 +381,8 @@ class TroveEngine(ContextEngine):
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
         try:
+            if self._rotate_pending:
+                self._rotate_pending, force = False, True
             return self._compress(messages, current_tokens, focus_topic, force)
         except Exception as exc:  # never break the agent
             log.exception("hermes-trove: compaction failed")
@@ -547,9 +556,57 @@ class TroveEngine(ContextEngine):
                 patch = {"last_compaction": outcome}
                 if known_tail is not None:
                     patch["known_tail"] = known_tail
-                self.store.update_session_state(self.session_id, patch)
+                self.store.update_session_state(self.canonical_id, patch)
             except Exception as exc:  # status bookkeeping must never fail a turn
                 self.errors.append(f"state: {exc}")
+
+    # ------------------------------------------------------------------ rotate
+    def rotate(self, apply: bool = False) -> dict:
+        """Compact the bound session in place, keeping its id: the fresh tail stays,
+        every older raw message is summarized and no longer replayed (still stored,
+        still reachable with trove_load_session / trove_expand).
+
+        Preview unless ``apply``; apply writes the rolling ``*-rotate-latest``
+        backup first, and the host receives the rotated prompt at its next check.
+        """
+        if not self.canonical_id:
+            return {"status": "refused", "reason": "no session is bound to this engine"}
+        session, cfg = self.canonical_id, self.config
+        floor = (self.store.get_session(self.canonical_id) or {}).get("replay_floor", 0)
+        rows = self.store.session_messages(session, after_store_id=floor, limit=ROTATE_SCAN_LIMIT)
+        covered = self.dag.covered_store_ids(r["store_id"] for r in rows)
+        live = [(decode_row(r), r["store_id"]) for r in rows if r["store_id"] not in covered]
+        messages = [m for m, _ in live]
+        keep, _ = assemble.choose_tail(messages, assemble.group_units(messages),
+                                       max_count=cfg.fresh_tail_count, max_tokens=None,
+                                       count=self.count_message)
+        older = [(live[i][1], messages[i], None, self.count_message(messages[i]))
+                 for i in range(len(messages)) if i not in keep]
+        kept_ids = [live[i][1] for i in sorted(keep)]
+        new_floor = (min(kept_ids) - 1) if kept_ids else (older[-1][0] if older else floor)
+        report = {"session_id": self.session_id, "older_messages": len(older),
+                  "older_tokens": sum(r[3] for r in older), "tail_messages": len(kept_ids),
+                  "replay_floor": max(floor, new_floor)}
+        if not older:
+            return {"status": "noop", "reason": "already rotated: only the fresh tail is live",
+                    **report}
+        backup_path = backup_dir(cfg.resolved_database_path) / ROTATE_BACKUP_NAME
+        if not apply:
+            return {"status": "preview", "backup": str(backup_path), **report}
+        written = backup_database(cfg.resolved_database_path, backup_path)
+        passes = PassReport()
+        compactor = self._compactor(max(4_000, self.threshold_tokens))
+        compactor.leaf_pass(session, older, chunk_tokens=cfg.leaf_chunk_tokens, focus=None,
+                            deterministic_only=False, report=passes)
+        compactor.condense(session, fanout=cfg.condense_fanout,
+                           max_depth=cfg.incremental_max_depth, focus=None,
+                           deterministic_only=False, report=passes)
+        self.store.set_replay_floor(self.canonical_id, report["replay_floor"])
+        self.store.update_session_state(self.canonical_id, {
+            "last_rotate_at": time.time(), "last_rotate_backup": str(written)})
+        self._rotate_pending = True
+        return {"status": "rotated", "backup": str(written), "leaf_nodes": passes.leaf_ids,
+                "condensed_nodes": passes.condensed_ids, **report}
 
     # ------------------------------------------------------------------ tools
     def get_tool_schemas(self) -> list:
@@ -585,7 +642,7 @@ class TroveEngine(ContextEngine):
         state = {}
         if self.session_id:
             try:
-                state = (self.store.get_session(self.session_id) or {}).get("state", {})
+                state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
             except Exception as exc:
                 self.errors.append(f"status: {exc}")
         last = self.last_compaction or state.get("last_compaction") or {}

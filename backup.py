@@ -1,0 +1,64 @@
+"""Online backups of a live trove database with SQLite's backup API.
+
+A file copy of a database in WAL mode can miss committed pages still in the
+WAL, or catch a page mid-write; the backup API copies a consistent snapshot
+while the engine keeps writing. Every apply path (doctor repair, clean, source,
+rotate, import) writes one of these first.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from .database import BUSY_TIMEOUT_MS
+
+PAGES_PER_STEP = 4096
+
+
+def backup_dir(db_path: str | Path) -> Path:
+    """Where backups of a database go: ``backups/`` next to it."""
+    return Path(db_path).expanduser().resolve().parent / "backups"
+
+
+def timestamped_name(db_path: str | Path, label: str = "backup") -> str:
+    """``<stem>-<label>-<UTC time>.db``, sortable by time."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{Path(db_path).stem}-{label}-{stamp}.db"
+
+
+def backup_database(db_path: str | Path, dest: str | Path | None = None, *,
+                    label: str = "backup") -> Path:
+    """Write a consistent copy of ``db_path``; return its path.
+
+    ``dest`` defaults to a timestamped file under ``backup_dir``. The copy is
+    written to a temporary name, fsynced and renamed into place, so a rolling
+    name (``*-rotate-latest.db``) is always either the old or the new backup.
+    """
+    source_path = Path(db_path).expanduser().resolve()
+    target = Path(dest) if dest else backup_dir(source_path) / timestamped_name(source_path, label)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    source = sqlite3.connect(f"file:{source_path}?mode=ro", uri=True,
+                             timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        copy = sqlite3.connect(tmp)
+        try:
+            source.backup(copy, pages=PAGES_PER_STEP)
+            copy.execute("PRAGMA journal_mode = DELETE")  # a single self-contained file
+        finally:
+            copy.close()
+    finally:
+        source.close()
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, target)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return target
