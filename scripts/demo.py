@@ -20,6 +20,7 @@ from _bootstrap import ROOT, load_package  # noqa: E402
 
 load_package()
 from hermes_trove import config as trove_config  # noqa: E402
+from hermes_trove.dagview import write_dag_html  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.replay import HOST_OVERHEAD_TOKENS, load_transcript, replay  # noqa: E402
 
@@ -83,6 +84,9 @@ def main(argv=None) -> int:
           f" largest prompt {report.max_prompt_tokens:,} tokens"
           f" of a {args.window:,} window)")
     print_dag(engine)
+    page = write_dag_html(engine.store, engine.dag, engine.canonical_id,
+                          db_path.parent / "dag.html")
+    print(f"\nDAG view (open in a browser): {page}")
     return 0 if stored == len(messages) else 1
 
 
