@@ -156,8 +156,12 @@ def _timestamp_of(message: dict) -> float | None:
     return None
 
 
-def encode_message(message: dict) -> EncodedMessage:
-    """Encode a cleaned message into row fields (see ``decode_message`` for the inverse)."""
+def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMessage:
+    """Encode a cleaned message into row fields (see ``decode_message`` for the inverse).
+
+    ``identity_of`` is the message as the host sent it, when ``message`` is a
+    transformed copy (secrets redacted, payloads externalized): the identity
+    stays that of the original."""
     role = message.get("role")
     usable_role = isinstance(role, str) and bool(role) and _utf8_safe(role)
     role_text = role if usable_role else "unknown"
@@ -188,7 +192,7 @@ def encode_message(message: dict) -> EncodedMessage:
         tool_name=safe_text(tool_name_of(message) or "") or None,
         extra=dump_json(extra_keys) if extra_keys else None,
         search_text=search_text,
-        content_hash=identity_hash(message),
+        content_hash=identity_hash(message if identity_of is None else identity_of),
         message_at=_timestamp_of(message),
     )
 

@@ -28,6 +28,7 @@ from .config import TroveConfig, check_reachability, load_config
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
+from .ingest_policy import IngestPolicy, policy_for
 from .message_memo import MessageMemo
 from .store import KnownTail, Store, decode_row
 from .summarize import CircuitBreaker, Summarizer
@@ -172,6 +173,11 @@ class TroveEngine(ContextEngine):
         if self._counter is None:
             self._counter = tokens.get_counter(self.config.token_encoding)
         return self._counter
+
+    @property
+    def policy(self) -> IngestPolicy:
+        """Noise filters, redaction and payload guard shared by every copy in the process."""
+        return policy_for(self.config)
 
     def llm_call(self, task: str = "compression"):
         """The host-backed LLM callable for summaries or expansion (None offline)."""
@@ -329,7 +335,9 @@ class TroveEngine(ContextEngine):
         canonical = self._ensure_bound()
         skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
                 for i, m in enumerate(messages)]
-        encoded = [None if s else self._memo.encoded(m) for m, s in zip(messages, skip)]
+        prepare = self.policy.prepare
+        encoded = [None if s else self._memo.encoded(m, prepare) for m, s in zip(messages, skip)]
+        skip = [s or e is None for s, e in zip(skip, encoded)]
         result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
                                    conversation_id=self.conversation_id, source=self.platform,
                                    count_tokens=self.count_message,

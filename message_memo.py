@@ -45,12 +45,13 @@ class MessageMemo:
             self._entries[id(message)] = entry
         return entry
 
-    def encoded(self, message: dict) -> codec.EncodedMessage:
-        """The row encoding of a message (host-internal keys left out)."""
+    def encoded(self, message: dict,
+                prepare: Callable[[dict], codec.EncodedMessage | None]) -> codec.EncodedMessage | None:
+        """The row encoding ``prepare`` gives for a message (None: not to be stored)."""
         entry = self._entry(message)
         if entry[5] is None:
-            entry[5] = codec.encode_message(codec.clean_message(message))
-        return entry[5]
+            entry[5] = (prepare(message),)
+        return entry[5][0]
 
     def tokens(self, message: dict, count: Callable[[dict], int]) -> int:
         """The token count of a message, counted once."""

@@ -294,11 +294,15 @@ class Store:
             return [None] * len(hashes)
         candidates: list[tuple[int, int]] = []  # (store_id, shown position)
         for digest, pos in leaders.items():
-            for r in conn.execute("SELECT store_id FROM messages WHERE session_id = ?"
-                                  " AND content_hash = ? ORDER BY ordinal DESC LIMIT ?",
-                                  (session_id, digest, ANCHOR_CANDIDATES)):
-                if (r[0], pos) not in candidates:
-                    candidates.append((r[0], pos))
+            # The newest copies (a tail shown again) and the oldest (a whole
+            # transcript replayed), both found through the identity index.
+            for order in ("DESC", "ASC"):
+                for r in conn.execute(
+                        f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
+                        f" ORDER BY ordinal {order} LIMIT ?",
+                        (session_id, digest, ANCHOR_CANDIDATES)):
+                    if (r[0], pos) not in candidates:
+                        candidates.append((r[0], pos))
         wanted = sum(1 for h in hashes if h is not None)
         best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
         for store_id, pos in candidates:

@@ -1,0 +1,106 @@
+"""What happens to a message between the host and its database row.
+
+In order: noise messages matching ``TROVE_IGNORE_MESSAGE_PATTERNS`` are not
+stored; secrets are redacted (opt-in) before anything else sees them; inline
+media and (opt-in) oversized tool results move to payload files, leaving a
+placeholder with an exact ref. The row's identity is always computed from the
+message as the host sent it, so switching these settings on or off never
+makes a stored message look new.
+
+One policy object per process and settings: compiled patterns are shared by
+every deep copy of the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from . import codec
+from .config import TroveConfig
+from .noise import MessageFilter, SessionFilter
+from .payloads import PayloadStore, guard_message
+from .redaction import Redactor
+
+log = logging.getLogger(__name__)
+
+_policies: dict[tuple, "IngestPolicy"] = {}
+_policies_lock = threading.Lock()
+
+
+@dataclass
+class IngestPolicy:
+    """The filters and transformations applied to every message before it is stored."""
+
+    sessions: SessionFilter
+    messages: MessageFilter
+    redactor: Redactor | None
+    payloads: PayloadStore
+    large_threshold: int | None
+    ignored_messages: int = 0
+    redactions: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def prepare(self, message: dict) -> codec.EncodedMessage | None:
+        """The row encoding of a host message, or None when it is noise not to store."""
+        original = codec.clean_message(message)
+        if self.messages.enabled and self.messages.matches(original) is not None:
+            self.ignored_messages += 1
+            return None
+        prepared = original
+        if self.redactor is not None:
+            prepared, count = self.redactor.redact_message(prepared)
+            self.redactions += count
+        guarded = guard_message(prepared, self.payloads, large_threshold_chars=self.large_threshold)
+        for warning in guarded.warnings:
+            self._warn(warning)
+        return codec.encode_message(guarded.message, identity_of=original)
+
+    def _warn(self, text: str) -> None:
+        log.warning("hermes-trove: %s", text)
+        self.warnings = (self.warnings + [text])[-20:]
+
+    def describe(self) -> dict:
+        """The filter contract for status: patterns, counts, redaction state, never a secret."""
+        return {"session_filters": self.sessions.describe(),
+                "message_filter": {**self.messages.describe(),
+                                   "ignored_messages": self.ignored_messages},
+                "sensitive_patterns": (self.redactor.describe() if self.redactor
+                                       else {"enabled": False}),
+                "redactions": self.redactions,
+                "large_output_externalization_threshold": self.large_threshold,
+                "warnings": self.warnings[-5:]}
+
+
+def policy_for(cfg: TroveConfig) -> IngestPolicy:
+    """The shared policy for these settings (built once per process)."""
+    key = (str(cfg.resolved_database_path), cfg.ignore_session_patterns,
+           cfg.stateless_session_patterns, cfg.ignore_message_patterns,
+           cfg.sensitive_patterns_enabled, cfg.sensitive_patterns,
+           cfg.large_output_externalization_enabled,
+           cfg.large_output_externalization_threshold_chars)
+    with _policies_lock:
+        policy = _policies.get(key)
+        if policy is None:
+            policy = _build(cfg)
+            _policies[key] = policy
+        return policy
+
+
+def _build(cfg: TroveConfig) -> IngestPolicy:
+    redactor = Redactor(cfg.sensitive_patterns) if cfg.sensitive_patterns_enabled else None
+    policy = IngestPolicy(
+        sessions=SessionFilter(cfg.ignore_session_patterns, cfg.stateless_session_patterns),
+        messages=MessageFilter(cfg.ignore_message_patterns),
+        redactor=redactor,
+        payloads=PayloadStore.beside_database(cfg.resolved_database_path),
+        large_threshold=(cfg.large_output_externalization_threshold_chars
+                         if cfg.large_output_externalization_enabled else None))
+    for pattern, error in policy.messages.invalid.items():
+        policy._warn(f"TROVE_IGNORE_MESSAGE_PATTERNS: dropped invalid pattern {pattern!r}: {error}")
+    if policy.messages.warning:
+        policy._warn(policy.messages.warning)
+    if redactor is not None and redactor.unknown:
+        policy._warn(f"TROVE_SENSITIVE_PATTERNS: unknown names {sorted(redactor.unknown)}")
+    return policy

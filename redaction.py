@@ -1,0 +1,256 @@
+"""Opt-in redaction of secrets before a message is stored.
+
+Agents paste keys, tokens and passwords into chats and tool calls; a lossless
+store would otherwise keep them forever (and in every payload file and
+backup). With ``TROVE_SENSITIVE_PATTERNS_ENABLED`` the engine runs each
+message through a ``Redactor`` before guarding and encoding it.
+
+Placeholders:
+- ``[REDACTED:<name>:sha256=<8 hex>]``: the first 8 hex digits of the secret's
+  SHA-256, so two mentions of one key can be correlated without revealing it;
+- ``[REDACTED:password]`` for passwords: no hash, short passwords would be
+  brute-forced from it.
+Only the secret is replaced; the syntax around it (``password=``, the quotes,
+``Authorization: Bearer ``) stays. Text inside existing placeholders is never
+matched again, so redacting twice changes nothing.
+
+Every pattern is linear-time: no nested unbounded quantifiers, and each
+unbounded character run starts right after a literal or a look-behind that
+only passes at the start of a run. Detection is deliberately conservative:
+generic values must contain a letter and a digit, so prose and code like
+``api_key = os.environ[...]`` stay readable. An unquoted password ends at
+whitespace or a delimiter (``,;&<>()[]{}``), so ``passwd: correct horse``
+keeps ``horse``; quoted values are replaced whole.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import re
+from typing import Callable, Sequence
+
+PASSWORD_PLACEHOLDER = "[REDACTED:password]"
+PLACEHOLDER_FORMAT = "[REDACTED:<pattern name>:sha256=<first 8 hex digits of the secret's SHA-256>]"
+_PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z_]{1,32}(?::sha256=[0-9a-f]{8})?\]")
+# A PEM block longer than this is treated as truncated (real keys are < 8 KB).
+MAX_PEM_CHARS = 64 * 1024
+# Values that name a secret instead of being one (``$PASSWORD``, ``<password>``, ``***``).
+_REFERENCE_VALUE_RE = re.compile(r"[$<{%]|\*+$|(?i:null|none|true|false)$")
+_TOKEN = r"[A-Za-z0-9_.~+/-]"
+
+
+def _hash8(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def _letter_and_digit(value: str) -> bool:
+    return bool(re.search(r"[0-9]", value)) and bool(re.search(r"[A-Za-z]", value))
+
+
+def _not_a_reference(value: str) -> bool:
+    return _REFERENCE_VALUE_RE.match(value) is None
+
+
+class _Rule:
+    """One regex whose named groups (the first one that matched) hold the secret."""
+
+    def __init__(self, pattern: str, *, label: str, groups: Sequence[str] = ("secret",),
+                 check: Callable[[str], bool] | None = None, hashed: bool = True):
+        self.regex = re.compile(pattern)
+        self.label, self.groups, self.check, self.hashed = label, tuple(groups), check, hashed
+
+    def placeholder(self, secret: str) -> str:
+        return f"[REDACTED:{self.label}:sha256={_hash8(secret)}]" if self.hashed \
+            else f"[REDACTED:{self.label}]"
+
+    def apply(self, text: str) -> tuple[str, int]:
+        count = 0
+
+        def replace(match: re.Match) -> str:
+            nonlocal count
+            group = next(g for g in self.groups if match.group(g) is not None)
+            secret = match.group(group)
+            if self.check is not None and not self.check(secret):
+                return match.group(0)
+            count += 1
+            start, end = match.start(group) - match.start(), match.end(group) - match.start()
+            whole = match.group(0)
+            return whole[:start] + self.placeholder(secret) + whole[end:]
+
+        return self.regex.sub(replace, text), count
+
+
+class _PemRule:
+    """PEM private key blocks, BEGIN to the matching END (or to the end of a truncated body)."""
+
+    begin = re.compile(r"-----BEGIN (?P<label>[A-Z0-9]{1,20}(?: [A-Z0-9]{1,20}){0,3} )?"
+                       r"PRIVATE KEY(?P<block> BLOCK)?-----")
+    # Lines after BEGIN that look like key material or PEM headers (real or escaped newlines).
+    body = re.compile(r"(?:(?:\r?\n|\\r\\n|\\n)"
+                      r"(?:[A-Za-z0-9+/=]{1,100}|[A-Za-z][A-Za-z-]{0,30}: [^\r\n\\]{0,200})?"
+                      r"(?=\r|\n|\\[rn]|$))*")
+
+    end = re.compile(r"-----END (?:[A-Z0-9]{1,20}(?: [A-Z0-9]{1,20}){0,3} )?"
+                     r"PRIVATE KEY(?: BLOCK)?-----")
+
+    def apply(self, text: str) -> tuple[str, int]:
+        out, pos, count = [], 0, 0
+        footers: dict[str, list[int]] | None = None
+        for match in self.begin.finditer(text):
+            if match.start() < pos:
+                continue
+            if footers is None:  # one pass over the text, only when a key is present
+                footers = {}
+                for end in self.end.finditer(text):
+                    footers.setdefault(end.group(0), []).append(end.start())
+            end = self._block_end(text, match, footers)
+            block = text[match.start():end]
+            out.append(text[pos:match.start()])
+            out.append(f"[REDACTED:private_key:sha256={_hash8(block)}]")
+            pos, count = end, count + 1
+        out.append(text[pos:])
+        return "".join(out), count
+
+    def _block_end(self, text: str, match: re.Match, footers: dict[str, list[int]]) -> int:
+        """Where the block that starts at ``match`` ends: after its footer, or after its body."""
+        label = match.group("label") or ""
+        footer = f"-----END {label}PRIVATE KEY{match.group('block') or ''}-----"
+        starts = footers.get(footer, [])
+        index = bisect.bisect_left(starts, match.end())
+        if index < len(starts) and starts[index] - match.start() <= MAX_PEM_CHARS:
+            return starts[index] + len(footer)
+        return self.body.match(text, match.end()).end()
+
+
+_RULES: dict[str, tuple] = {
+    "private_key": (_PemRule(),),
+    "api_key": (
+        _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>sk-[A-Za-z0-9_-]{20,})", label="api_key",
+              check=lambda s: _letter_and_digit(s[3:])),
+        _Rule(r"(?<![A-Za-z0-9])(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])",
+              label="api_key"),
+        _Rule(r"(?<![A-Za-z0-9_])(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}"
+              r"|github_pat_[A-Za-z0-9_]{22,})", label="api_key"),
+        _Rule(r"(?<![A-Za-z0-9-])(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})", label="api_key",
+              check=_letter_and_digit),
+        _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>AIza[0-9A-Za-z_-]{35})(?![A-Za-z0-9_-])",
+              label="api_key"),
+        _Rule(r"(?i)(?<![A-Za-z0-9])(?:x-)?api[_-]?key[\"']?[ \t]*[:=][ \t]*[\"']?"
+              rf"(?P<secret>{_TOKEN}{{8,}})", label="api_key", check=_letter_and_digit),
+    ),
+    "bearer_token": (
+        _Rule(r"(?i)(?<![A-Za-z0-9-])authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
+              rf"(?:bearer|basic|token|digest)[ \t]+(?P<secret>{_TOKEN}{{8,}}=*)",
+              label="bearer_token"),
+        _Rule(rf"(?<![A-Za-z0-9])(?i:bearer)[ \t]+(?P<secret>{_TOKEN}{{16,}}=*)",
+              label="bearer_token", check=_letter_and_digit),
+    ),
+    "password_assignment": (
+        _Rule(r"(?i:pass(?:word|wd|phrase))\\?[\"']?[ \t]*[:=][ \t]*"
+              r"(?:\\\"(?P<edq>[^\"\\\r\n]{1,256})\\\""
+              r"|\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,256})\"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,256})'"
+              r"|(?P<bare>[^\s\"'\\,;&<>(){}\[\]]{1,256}))",
+              label="password", groups=("edq", "dq", "sq", "bare"), check=_not_a_reference,
+              hashed=False),
+        _Rule(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://"
+              r"[^\s:/@?#\[\]\"'\\]{0,256}:(?P<secret>[^\s/@?#\"'\\]{1,256})@",
+              label="password", hashed=False),
+    ),
+}
+KNOWN_NAMES = tuple(_RULES)  # also the order in which enabled patterns run
+
+
+def _outside_placeholders(text: str, rule) -> tuple[str, int]:
+    """Apply ``rule`` to the text between existing placeholders only (idempotence)."""
+    pieces, pos, total = [], 0, 0
+    for match in _PLACEHOLDER_RE.finditer(text):
+        redacted, count = rule.apply(text[pos:match.start()])
+        pieces += [redacted, match.group(0)]
+        pos, total = match.end(), total + count
+    redacted, count = rule.apply(text[pos:])
+    pieces.append(redacted)
+    return "".join(pieces), total + count
+
+
+class Redactor:
+    """The enabled secret detectors, applied in a fixed order to text and messages."""
+
+    def __init__(self, names: Sequence[str]):
+        wanted = [n.strip().lower() for n in names if n and n.strip()]
+        self.enabled_names = tuple(n for n in KNOWN_NAMES if n in wanted)
+        self.unknown = tuple(dict.fromkeys(n for n in wanted if n not in _RULES))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any detector is on (an all-unknown list redacts nothing)."""
+        return bool(self.enabled_names)
+
+    def redact(self, text: str) -> tuple[str, int]:
+        """``text`` with every detected secret replaced, and how many were replaced."""
+        total = 0
+        for name in self.enabled_names:
+            for rule in _RULES[name]:
+                text, count = _outside_placeholders(text, rule)
+                total += count
+        return text, total
+
+    def redact_message(self, message: dict) -> tuple[dict, int]:
+        """A new message with secrets redacted in its text, text parts and tool-call arguments.
+
+        Covers string content (so tool results too), ``text`` of content parts
+        (recursing into nested ``content`` lists), ``reasoning`` text and each
+        ``tool_calls[].function.arguments`` string. The input is not changed.
+        """
+        out, total = dict(message), 0
+        for key in ("content", "reasoning", "reasoning_content"):
+            if key in out:
+                out[key], count = self._content(out[key])
+                total += count
+        if isinstance(out.get("tool_calls"), list):
+            out["tool_calls"], count = self._tool_calls(out["tool_calls"])
+            total += count
+        return out, total
+
+    def _content(self, value):
+        if isinstance(value, str):
+            return self.redact(value)
+        if not isinstance(value, list):
+            return value, 0
+        parts, total = [], 0
+        for part in value:
+            if isinstance(part, (str, list)):
+                part, count = self._content(part)
+            elif isinstance(part, dict):
+                part, count = self._part(part)
+            else:
+                count = 0
+            parts.append(part)
+            total += count
+        return parts, total
+
+    def _part(self, part: dict) -> tuple[dict, int]:
+        out, total = dict(part), 0
+        if isinstance(out.get("text"), str):
+            out["text"], total = self.redact(out["text"])
+        if isinstance(out.get("content"), (str, list)):
+            out["content"], count = self._content(out["content"])
+            total += count
+        return out, total
+
+    def _tool_calls(self, calls: list) -> tuple[list, int]:
+        out, total = [], 0
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                arguments, count = self.redact(fn["arguments"])
+                call = {**call, "function": {**fn, "arguments": arguments}}
+                total += count
+            out.append(call)
+        return out, total
+
+    def describe(self) -> dict:
+        """The redaction contract for status output: names and placeholder formats, no secrets."""
+        return {"enabled": list(self.enabled_names), "unknown": list(self.unknown),
+                "known": list(KNOWN_NAMES), "placeholder": PLACEHOLDER_FORMAT,
+                "password_placeholder": PASSWORD_PLACEHOLDER}

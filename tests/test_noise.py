@@ -1,0 +1,132 @@
+"""noise.py: session globs, message regexes with timeouts, and the no-`regex` fallback."""
+import json
+import logging
+import sys
+import time
+
+import pytest
+
+from hermes_trove import noise
+from hermes_trove.noise import MessageFilter, SessionFilter
+
+
+# ---------------------------------------------------------------- session globs
+@pytest.mark.parametrize("pattern,candidate,matches", [
+    ("cron", "cron", True),
+    ("cron", "cronjob", False),
+    ("cron:*", "cron:nightly", True),
+    ("cron:*", "cron:", True),
+    ("cron:*", "cron:a:b", False),
+    ("cron:**", "cron:a:b", True),
+    ("**", "anything:at:all", True),
+    ("*", "one-segment", True),
+    ("*", "two:segments", False),
+    ("*:health", "telegram:health", True),
+    ("*:health", "telegram:x:health", False),
+    ("**:health", "telegram:x:health", True),
+    ("agent-*-tmp", "agent-42-tmp", True),
+    ("agent-*-tmp", "agent-4:2-tmp", False),
+    ("a.b", "axb", False),  # regex metacharacters are literal
+    ("[x]", "[x]", True),
+    ("a***b", "a:x:b", True),
+    ("sess", "SESS", False),  # case-sensitive, like session ids
+])
+def test_glob_semantics(pattern, candidate, matches):
+    assert bool(noise.glob_regex(pattern).fullmatch(candidate)) is matches
+
+
+@pytest.mark.parametrize("session_id,platform,expected", [
+    ("cron_2026-11-29", "cli", ("ignored", "cron_*")),          # raw session id
+    ("abc", "healthcheck", ("ignored", "healthcheck")),         # platform alone
+    ("lane-7", "telegram", ("stateless", "telegram:lane-*")),   # platform:session_id
+    ("x", "discord", ("stateless", "discord:**")),
+    ("cron_1", "discord", ("ignored", "cron_*")),               # ignored wins over stateless
+    ("normal-session", "cli", ("normal", None)),
+    ("", "cli", ("normal", None)),
+    (None, None, ("normal", None)),
+    ("", "healthcheck", ("ignored", "healthcheck")),
+])
+def test_classify(session_id, platform, expected):
+    filt = SessionFilter(["cron_*", "healthcheck"], ["telegram:lane-*", "discord:**"])
+    assert filt.classify(session_id, platform) == expected
+
+
+def test_platform_patterns_need_a_platform():
+    filt = SessionFilter(["cli:*"], [])
+    assert filt.classify("abc", None).kind == "normal"
+    assert filt.classify("abc", "cli").kind == "ignored"
+    assert filt.classify("cli:abc", None).kind == "ignored"  # the raw id itself matches
+    assert filt.classify("cli:a:b", None).kind == "normal"  # '*' stops at ':'
+    assert SessionFilter(["cli:**"]).classify("cli:a:b", None).kind == "ignored"
+
+
+def test_session_filter_accepts_a_comma_string_and_describes_itself():
+    filt = SessionFilter(" cron_* , ,healthcheck,cron_*", "")
+    assert filt.ignore_patterns == ("cron_*", "healthcheck")
+    info = filt.describe()
+    assert info["ignore_patterns"] == ["cron_*", "healthcheck"]
+    assert info["stateless_patterns"] == []
+    assert info["matched_against"] == ["session_id", "platform", "platform:session_id"]
+    assert "*" in info["wildcards"] and "**" in info["wildcards"]
+    assert "ignored wins" in info["precedence"]
+    json.dumps(info)
+
+
+# ---------------------------------------------------------------- message regexes
+def test_text_then_json_matching():
+    filt = MessageFilter([r"HEARTBEAT_OK", r'"name": "healthcheck"'])
+    assert filt.matches({"role": "assistant", "content": "HEARTBEAT_OK"}) == "HEARTBEAT_OK"
+    parts = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}},
+                                         {"type": "text", "text": "ping HEARTBEAT_OK"}]}
+    assert filt.matches(parts) == "HEARTBEAT_OK"
+    tool = {"role": "tool", "tool_call_id": "c", "name": "healthcheck", "content": "fine"}
+    assert filt.matches(tool) == '"name": "healthcheck"'
+    assert filt.matches({"role": "user", "content": "hello"}) is None
+
+
+def test_plain_text_wins_over_json():
+    filt = MessageFilter([r'"role": "user"', r"secret word"])
+    message = {"role": "user", "content": "the secret word"}
+    assert filt.matches(message) == "secret word"  # not the earlier JSON-only pattern
+
+
+def test_json_is_normalized_and_skips_host_keys():
+    filt = MessageFilter([r'\{"content": "x", "role": "user"\}'])
+    assert filt.matches({"role": "user", "content": "x", "_db_persisted": True,
+                         "api_content": "x + injected"})
+
+
+def test_invalid_patterns_are_dropped_and_reported(caplog):
+    with caplog.at_level(logging.WARNING):
+        filt = MessageFilter(["(unclosed", "ok+", "[z-a]"])
+    assert set(filt.invalid) == {"(unclosed", "[z-a]"}
+    assert all(filt.invalid.values())
+    assert filt.enabled and filt.describe()["patterns"] == ["ok+"]
+    assert "(unclosed" in caplog.text
+    assert filt.matches({"role": "user", "content": "okk"}) == "ok+"
+
+
+def test_catastrophic_pattern_cannot_stall_ingest():
+    filt = MessageFilter([r"(a+)+$"])
+    message = {"role": "user", "content": "a" * 10_000 + "b"}
+    started = time.perf_counter()
+    assert filt.matches(message) is None
+    assert time.perf_counter() - started < 2.0
+    assert filt.timeouts >= 1 and filt.describe()["timeouts"] == filt.timeouts
+
+
+def test_without_the_regex_package_filtering_is_disabled(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "regex", None)  # makes `import regex` raise ImportError
+    with caplog.at_level(logging.WARNING):
+        filt = MessageFilter(["anything"])
+    assert not filt.enabled and filt.warning and "regex" in filt.warning
+    assert "disabled" in caplog.text
+    assert filt.matches({"role": "user", "content": "anything"}) is None
+    assert filt.describe()["warning"] == filt.warning
+    assert MessageFilter([]).warning is None  # nothing configured: nothing to warn about
+
+
+def test_no_patterns_means_no_work():
+    filt = MessageFilter(())
+    assert not filt.enabled
+    assert filt.matches({"role": "user", "content": "x"}) is None

@@ -1,0 +1,280 @@
+"""redaction.py: each detector's positives and near misses, placeholders, idempotence, messages."""
+import copy
+import hashlib
+import json
+import re
+import time
+
+import pytest
+
+from hermes_trove import config
+from hermes_trove.redaction import KNOWN_NAMES, PASSWORD_PLACEHOLDER, Redactor
+
+ALL = Redactor(list(KNOWN_NAMES))
+PLACEHOLDER = re.compile(r"\[REDACTED:[a-z_]+(?::sha256=[0-9a-f]{8})?\]")
+
+
+def h8(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:8]
+
+
+def redacted(text: str, names=KNOWN_NAMES) -> str:
+    out, count = Redactor(list(names)).redact(text)
+    assert count == len(PLACEHOLDER.findall(out)) - len(PLACEHOLDER.findall(text))
+    return out
+
+
+def test_known_names_match_the_config():
+    assert set(KNOWN_NAMES) == config.KNOWN_SENSITIVE_PATTERNS
+
+
+# ---------------------------------------------------------------- api_key
+OPENAI = "sk-proj-Ab3dEfGh1jKlMnOpQrStUvWxYz0123456789"
+ANTHROPIC = "sk-ant-api03-AbCdEf0123456789_xyzXYZ-abcdefghijKLMNOP"
+AWS = "AKIAIOSFODNN7EXAMPLE"
+GITHUB = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+SLACK = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+
+
+@pytest.mark.parametrize("text,secret", [
+    (f"export OPENAI_API_KEY={OPENAI}", OPENAI),
+    (f'client = Anthropic(api_key="{ANTHROPIC}")', ANTHROPIC),
+    (f"legacy key: sk-{'A1b2C3d4' * 6}", f"sk-{'A1b2C3d4' * 6}"),
+    (f"aws_access_key_id = {AWS}", AWS),
+    (f"git remote set-url origin https://{GITHUB}@github.com/o/r", GITHUB),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+     "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"),
+    (f"SLACK_TOKEN={SLACK}", SLACK),
+    ("xoxp-1234-5678-abcdefgh", "xoxp-1234-5678-abcdefgh"),
+    ("maps key AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW", "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"),
+    ('{"api_key": "a1b2c3d4e5f6g7h8"}', "a1b2c3d4e5f6g7h8"),
+    ("X-API-Key: 9f8e7d6c5b4a3210zz", "9f8e7d6c5b4a3210zz"),
+    ("APIKEY=Zx81Qp07Lm52Ty", "Zx81Qp07Lm52Ty"),
+])
+def test_api_key_positives(text, secret):
+    out = redacted(text, ["api_key"])
+    assert secret not in out
+    assert f"[REDACTED:api_key:sha256={h8(secret)}]" in out
+    assert out == text.replace(secret, f"[REDACTED:api_key:sha256={h8(secret)}]")
+
+
+@pytest.mark.parametrize("text", [
+    "sk-abc123",                                       # too short
+    "use scikit-learn: sk-learn-compatible-estimators-everywhere",  # no digit
+    "risk-0123456789abcdefghijklmnop",                 # 'sk-' inside a word
+    "commit 3f2a9c8e1b7d6f5a4c3b2a1908f7e6d5c4b3a291",   # a git sha
+    "AKIA1234",                                        # too short for AWS
+    "ghp_short",
+    "api_key: YOUR_API_KEY_HERE",                      # placeholder, no digit
+    "api_key = os.environ['OPENAI_API_KEY']",
+    "the api key is in the vault",
+    "xoxb-not-a-token-at-all",
+])
+def test_api_key_near_misses(text):
+    assert redacted(text, ["api_key"]) == text
+
+
+# ---------------------------------------------------------------- bearer_token
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+
+
+@pytest.mark.parametrize("text,secret", [
+    (f"Authorization: Bearer {JWT}", JWT),
+    (f"curl -H 'Authorization: Bearer {JWT}' https://api", JWT),
+    (f'{{"headers": {{"Authorization": "Bearer {JWT}"}}}}', JWT),
+    ("authorization=bearer abcdefghijklmnopqrstuvwx", "abcdefghijklmnopqrstuvwx"),
+    ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+    ("Authorization: token 1a2b3c4d5e6f7a8b", "1a2b3c4d5e6f7a8b"),
+    ("then send Bearer 0123456789abcdefXYZ== as the header", "0123456789abcdefXYZ=="),
+])
+def test_bearer_token_positives(text, secret):
+    out = redacted(text, ["bearer_token"])
+    assert secret not in out
+    assert out == text.replace(secret, f"[REDACTED:bearer_token:sha256={h8(secret)}]")
+
+
+@pytest.mark.parametrize("text", [
+    "Bearer of bad news",
+    "the bearer tokenizationisgreatstuff",             # no digit, no Authorization header
+    "Bearer abc123",                                   # too short
+    "Authorization: required",
+    "an authorization header with a bearer token goes here",
+])
+def test_bearer_token_near_misses(text):
+    assert redacted(text, ["bearer_token"]) == text
+
+
+# ---------------------------------------------------------------- password_assignment
+@pytest.mark.parametrize("text,expected", [
+    ("password=hunter2", "password=[REDACTED:password]"),
+    ("DB_PASSWORD=s3cr3t!", "DB_PASSWORD=[REDACTED:password]"),
+    ("passwd: correct horse", "passwd: [REDACTED:password] horse"),  # unquoted ends at a space
+    ('passwd: "correct horse"', 'passwd: "[REDACTED:password]"'),
+    ('{"password": "hun\\"ter2", "user": "bob"}',
+     '{"password": "[REDACTED:password]", "user": "bob"}'),
+    ("conn(password='pa ss', host='h')", "conn(password='[REDACTED:password]', host='h')"),
+    ("mysql --password=Tr0ub4dor3 -u root", "mysql --password=[REDACTED:password] -u root"),
+    ("Passphrase: abc", "Passphrase: [REDACTED:password]"),
+    ("postgres://bob:Sup3r$ecret@db.example:5432/app",
+     "postgres://bob:[REDACTED:password]@db.example:5432/app"),
+    ("redis://:onlypass@cache:6379", "redis://:[REDACTED:password]@cache:6379"),
+    ("https://h/login?user=bob&password=hunter2&next=/",
+     "https://h/login?user=bob&password=[REDACTED:password]&next=/"),
+    ("https://alice:p%40ss@example.com/x", "https://alice:[REDACTED:password]@example.com/x"),
+    ('{"cmd": "psql \\"password=hunter2\\""}',
+     '{"cmd": "psql \\"password=[REDACTED:password]\\""}'),
+    ('{"args": "{\\"password\\": \\"hunter2\\"}"}',
+     '{"args": "{\\"password\\": \\"[REDACTED:password]\\"}"}'),
+])
+def test_password_positives_keep_the_syntax(text, expected):
+    assert redacted(text, ["password_assignment"]) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Please reset your password and try again.",
+    "Forgot password?",
+    "Enter your password:\n",
+    "password: $DB_PASSWORD",
+    'password = ""',
+    "password: <your password>",
+    "password=********",
+    "password_reset_url=https://example.com/reset",
+    "the passwords: are stored hashed",
+    "http://example.com:8080/path",
+    "ssh git@github.com:org/repo.git",
+])
+def test_password_near_misses(text):
+    assert redacted(text, ["password_assignment"]) == text
+
+
+def test_password_placeholder_carries_no_hash():
+    out = redacted("password=a", ["password_assignment"])
+    assert out == f"password={PASSWORD_PLACEHOLDER}" and "sha256" not in out
+
+
+def test_tool_call_json_stays_valid_after_redaction():
+    args = json.dumps({"password": 'pa"ss\\word', "url": "postgres://u:p4ss@h/db",
+                       "auth": f"Bearer {JWT}", "key": OPENAI})
+    out = redacted(args)
+    parsed = json.loads(out)
+    assert parsed["password"] == PASSWORD_PLACEHOLDER
+    assert parsed["url"] == f"postgres://u:{PASSWORD_PLACEHOLDER}@h/db"
+    assert OPENAI not in out and JWT not in out
+
+
+# ---------------------------------------------------------------- private_key
+RSA = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1b2c3d4e5f6\n"
+       "Proc-Type: 4,ENCRYPTED\nabcdEFGH0123+/==\n-----END RSA PRIVATE KEY-----")
+PKCS8 = "-----BEGIN PRIVATE KEY-----\r\nMIIEvQIBADANBgkqhkiG9w0BAQEF\r\n-----END PRIVATE KEY-----"
+OPENSSH = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n"
+           "-----END OPENSSH PRIVATE KEY-----")
+PGP = "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0\n-----END PGP PRIVATE KEY BLOCK-----"
+
+
+@pytest.mark.parametrize("key", [RSA, PKCS8, OPENSSH, PGP])
+def test_private_key_blocks_are_replaced_whole(key):
+    text = f"cat id_rsa\n{key}\n$ next command"
+    out = redacted(text, ["private_key"])
+    assert out == f"cat id_rsa\n[REDACTED:private_key:sha256={h8(key)}]\n$ next command"
+
+
+def test_private_key_inside_json_string():
+    args = json.dumps({"content": RSA, "path": "/tmp/k"})
+    out = redacted(args, ["private_key"])
+    escaped_key = json.dumps(RSA)[1:-1]  # the block as it appears inside the JSON text
+    assert json.loads(out) == {"content": f"[REDACTED:private_key:sha256={h8(escaped_key)}]",
+                               "path": "/tmp/k"}
+
+
+def test_truncated_private_key_is_redacted_up_to_the_end_of_its_body():
+    text = "$ head -3 key.pem\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBk9\nAwEHoUQDQgAE\nDone."
+    out = redacted(text, ["private_key"])
+    assert out.startswith("$ head -3 key.pem\n[REDACTED:private_key:sha256=")
+    assert out.endswith("]\nDone.") and "MHcC" not in out and "AwEH" not in out
+
+
+@pytest.mark.parametrize("text", [
+    "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkq\n-----END PUBLIC KEY-----",
+    "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+g\n-----END CERTIFICATE-----",
+    "-----BEGIN OPENSSH PUBLIC KEY-----",
+    "we never paste a PRIVATE KEY into chat",
+])
+def test_private_key_near_misses(text):
+    assert redacted(text, ["private_key"]) == text
+
+
+# ---------------------------------------------------------------- the Redactor
+def test_hashes_are_stable_and_correlate_mentions():
+    text = f"first {OPENAI} then again {OPENAI} and {AWS}"
+    out, count = ALL.redact(text)
+    assert count == 3
+    tag = f"[REDACTED:api_key:sha256={h8(OPENAI)}]"
+    assert out.count(tag) == 2 and ALL.redact(text)[0] == out
+    assert Redactor(["api_key"]).redact(text)[0] == out
+
+
+@pytest.mark.parametrize("text", [
+    f"key={OPENAI} password=x Authorization: Bearer {JWT} {RSA} postgres://a:b@h",
+    "api_key: [REDACTED:api_key:sha256=1a2b3c4d] password=[REDACTED:password]",
+    "[REDACTED:private_key:sha256=00000000]",
+])
+def test_redaction_is_idempotent(text):
+    once, _ = ALL.redact(text)
+    assert ALL.redact(once) == (once, 0)
+
+
+def test_names_unknown_and_disabled():
+    redactor = Redactor([" api_key ", "Password_Assignment", "credit_card", "", "credit_card"])
+    assert redactor.enabled_names == ("api_key", "password_assignment")
+    assert redactor.unknown == ("credit_card",)
+    assert redactor.enabled
+    nothing = Redactor(["credit_card"])
+    assert not nothing.enabled and nothing.redact(f"password={OPENAI}") == (f"password={OPENAI}", 0)
+
+
+def test_describe_never_contains_a_secret():
+    redactor = Redactor(["api_key", "bogus"])
+    redactor.redact(f"key {OPENAI}")
+    info = redactor.describe()
+    assert info["enabled"] == ["api_key"] and info["unknown"] == ["bogus"]
+    assert info["password_placeholder"] == "[REDACTED:password]"
+    assert "sha256" in info["placeholder"] and OPENAI not in json.dumps(info)
+
+
+def test_redact_message_covers_content_parts_tool_calls_and_results():
+    assistant = {"role": "assistant", "content": [
+        {"type": "text", "text": f"using {OPENAI}"},
+        {"type": "image_url", "image_url": {"url": "https://x/password=abc.png"}}],
+        "reasoning": "the password=hunter2 from the note",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "terminal", "arguments": json.dumps({"cmd": f"export KEY={AWS}"})}}]}
+    before = copy.deepcopy(assistant)
+    out, count = ALL.redact_message(assistant)
+    assert assistant == before
+    assert count == 3
+    assert OPENAI not in json.dumps(out) and AWS not in json.dumps(out)
+    assert out["reasoning"] == f"the password={PASSWORD_PLACEHOLDER} from the note"
+    assert out["content"][1] == assistant["content"][1]  # only text parts are redacted
+    assert json.loads(out["tool_calls"][0]["function"]["arguments"])["cmd"].startswith(
+        "export KEY=[REDACTED:api_key:")
+    tool = {"role": "tool", "tool_call_id": "c1", "content": f"{RSA}\nok"}
+    out, count = ALL.redact_message(tool)
+    assert count == 1 and out["content"].endswith("]\nok") and out["tool_call_id"] == "c1"
+    nested = {"role": "user", "content": [{"type": "tool_result", "content": [
+        {"type": "text", "text": "password=x"}]}]}
+    assert ALL.redact_message(nested)[0]["content"][0]["content"][0]["text"] == \
+        f"password={PASSWORD_PLACEHOLDER}"
+    plain = {"role": "user", "content": None}
+    assert ALL.redact_message(plain) == (plain, 0)
+
+
+@pytest.mark.parametrize("hostile", [
+    "a" * 200_000, "sk-" * 70_000, "password=" * 25_000, "a://" * 50_000,
+    "-----BEGIN PRIVATE KEY-----" * 8_000, "Bearer " * 30_000, "api_key=" * 25_000,
+    "http://" + "a" * 100_000 + ":" + "b" * 100_000,
+    'password="' + "\\a" * 100_000,
+])
+def test_patterns_stay_linear_on_hostile_input(hostile):
+    started = time.perf_counter()
+    ALL.redact(hostile)
+    assert time.perf_counter() - started < 2.0
