@@ -21,15 +21,16 @@ import uuid
 import weakref
 from typing import Any
 
-from . import assemble, integrity, tokens
+from . import assemble, codec, fallback, integrity, tokens
 from .backup import backup_database, backup_dir
 from .compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
-from .ingest_policy import IngestPolicy, policy_for
+from .ingest_policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .message_memo import MessageMemo
+from .payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
 from .summarize import CircuitBreaker, Summarizer
 
@@ -54,6 +55,8 @@ MIN_LEAF_BUDGET = 200
 MIN_CONDENSED_BUDGET = 300
 # Rotation looks at most this many raw rows after the replay floor.
 ROTATE_SCAN_LIMIT = 20_000
+# What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
+STUB_TOKENS_ESTIMATE = 600
 ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
 
 _live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
@@ -123,6 +126,9 @@ class TroveEngine(ContextEngine):
         self._known_tail: dict | None = None
         self._memo = MessageMemo()
         self._rotate_pending = False
+        self.session_mode = "normal"            # normal | ignored | stateless
+        self.session_filter_match: str | None = None
+        self._builtin = None                     # Hermes's compressor, for unstored sessions
         self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
         self._noop_at_tokens: int | None = None
@@ -138,8 +144,12 @@ class TroveEngine(ContextEngine):
         twin = self.__class__.__new__(self.__class__)
         memo[id(self)] = twin
         shared = ("_config", "_llm_override", "_runtime", "_counter")
+        skipped = ("_builtin",)  # built lazily again by the copy that needs it
         for key, value in self.__dict__.items():
-            twin.__dict__[key] = value if key in shared else copy.deepcopy(value, memo)
+            if key in skipped:
+                twin.__dict__[key] = None
+            else:
+                twin.__dict__[key] = value if key in shared else copy.deepcopy(value, memo)
         twin._runtime = dict(self._runtime)
         return twin
 
@@ -224,6 +234,9 @@ class TroveEngine(ContextEngine):
         if not session_id:
             self._unbind()
             return
+        if self._classify(session_id) != "normal":
+            self._bind(session_id, session_id, "host")  # nothing is written for it
+            return
         old = kwargs.get("old_session_id")
         boundary = kwargs.get("boundary_reason")
         store = self.store
@@ -262,6 +275,17 @@ class TroveEngine(ContextEngine):
         if nodes:
             self.dag.carry_nodes(new_canonical, nodes)
 
+    def _classify(self, session_id: str) -> str:
+        """Apply the ignore/stateless session patterns (ignored wins)."""
+        found = self.policy.sessions.classify(session_id, self.platform)
+        self.session_mode, self.session_filter_match = found.kind, found.pattern
+        return found.kind
+
+    @property
+    def stores(self) -> bool:
+        """Whether this session's messages are written (not ignored, not stateless)."""
+        return self.session_mode == "normal"
+
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
         self._known_tail = None
@@ -282,6 +306,9 @@ class TroveEngine(ContextEngine):
             return self.canonical_id
         env_id = os.environ.get("HERMES_SESSION_ID", "").strip()
         session_id = env_id or f"trove-ephemeral-{uuid.uuid4().hex[:12]}"
+        if self._classify(session_id) != "normal":
+            self._bind(session_id, session_id, "env" if env_id else "ephemeral")
+            return session_id
         canonical = self.store.ensure_session(session_id, source=self.platform)
         self._bind(session_id, canonical, "env" if env_id else "ephemeral")
         return canonical
@@ -333,6 +360,8 @@ class TroveEngine(ContextEngine):
     def ingest(self, messages: list) -> list[int | None]:
         """Store every shown message once; return store_ids aligned with ``messages``."""
         canonical = self._ensure_bound()
+        if not self.stores:
+            return [None] * len(messages)  # ignored or stateless: nothing is written
         skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
                 for i, m in enumerate(messages)]
         prepare = self.policy.prepare
@@ -391,6 +420,9 @@ class TroveEngine(ContextEngine):
         try:
             if self._rotate_pending:
                 self._rotate_pending, force = False, True
+            self._ensure_bound()
+            if not self.stores:
+                return self._compress_unstored(messages, current_tokens, focus_topic)
             return self._compress(messages, current_tokens, focus_topic, force)
         except Exception as exc:  # never break the agent
             log.exception("hermes-trove: compaction failed")
@@ -443,9 +475,10 @@ class TroveEngine(ContextEngine):
         passes = [(cfg.fresh_tail_count, tail_cap, cfg.condense_fanout),
                   (1, 0, cfg.condense_fanout), (1, 0, 2)]
         result, gave_way, omitted, final = messages, False, [], before
+        tail_count = self._tail_counter()
         for max_count, max_tokens, fanout in passes:
             keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
-                                             max_tokens=max_tokens, count=count)
+                                             max_tokens=max_tokens, count=tail_count)
             gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
             backlog = [(live[i][1], live_msgs[i], None, count(live_msgs[i]))
                        for i in range(len(live_msgs)) if i not in keep]
@@ -453,9 +486,11 @@ class TroveEngine(ContextEngine):
             if backlog:
                 compactor.leaf_pass(session, backlog, chunk_tokens=self._chunk_tokens(backlog),
                                     focus=focus, deterministic_only=deterministic, report=report)
+                self._collect_transcript_garbage([row[0] for row in backlog])
             compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
                                focus=focus, deterministic_only=deterministic, report=report)
-            tail = [_clean(live_msgs[i]) for i in sorted(keep)]
+            tail = self._replay_stubs([_clean(live_msgs[i]) for i in sorted(keep)],
+                                      [live[i][1] for i in sorted(keep)])
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
             units = assemble.group_units(live_msgs)
             tail_tokens = sum(count(m) for m in tail)
@@ -477,6 +512,62 @@ class TroveEngine(ContextEngine):
                             overhead=overhead, report=report, gave_way=gave_way,
                             omitted=omitted, started=started,
                             tail_ids=[sid for _, sid in live])
+
+    def _collect_transcript_garbage(self, store_ids: list[int]) -> int:
+        """Transcript GC (opt-in): summarized tool rows whose exact text is already safe
+        in a payload file (e.g. from the backfill script) shrink to their placeholder."""
+        cfg = self.config
+        if not cfg.large_output_transcript_gc_enabled:
+            return 0
+        payloads, rewritten = self.policy.payloads, 0
+        for store_id, row in self.store.get_messages(store_ids).items():
+            content = row.get("content")
+            if (row["role"] != "tool" or row["pinned"] or row["content_format"] != "text"
+                    or len(content or "") <= cfg.large_output_externalization_threshold_chars):
+                continue
+            ref = ref_for(encode_text(content))
+            if payloads.exists(ref) and self.store.replace_with_placeholder(
+                    store_id, content, tool_output_placeholder(content, ref)):
+                rewritten += 1
+        return rewritten
+
+    def _tail_counter(self):
+        """Token cost of a message in the fresh tail: a result that active-replay
+        stubbing will shrink is counted at its stub size, so stubbing keeps more
+        turns raw instead of summarizing them."""
+        cfg = self.config
+        if not cfg.large_output_active_replay_stubbing_effective:
+            return self.count_message
+        limit = cfg.large_output_active_replay_stub_threshold_tokens
+
+        def count(message: dict) -> int:
+            tokens = self.count_message(message)
+            if (tokens > limit and message.get("role") == "tool"
+                    and isinstance(message.get("content"), str)
+                    and codec.tool_name_of(message) not in NEVER_STUBBED):
+                return min(tokens, STUB_TOKENS_ESTIMATE)
+            return tokens
+        return count
+
+    def _replay_stubs(self, tail: list, store_ids: list[int]) -> list:
+        """Active-replay stubbing (opt-in): textual tool results over the stub threshold
+        are replayed as their externalized placeholder; everything else unchanged."""
+        cfg = self.config
+        if not cfg.large_output_active_replay_stubbing_effective:
+            return tail
+        limit = cfg.large_output_active_replay_stub_threshold_tokens
+        big = [i for i, m in enumerate(tail)
+               if m.get("role") == "tool" and self.count_message(m) > limit]
+        if not big:
+            return tail
+        rows = self.store.get_messages(store_ids[i] for i in big)
+        out = list(tail)
+        for i in big:
+            row = rows.get(store_ids[i]) or {}
+            stub = self.policy.stub_for(tail[i], row.get("content"))
+            if stub is not None:
+                out[i] = stub
+        return out
 
     def _finish(self, messages: list, result: list, *, before: int, final: int, trigger: int,
                 overhead: int, report: PassReport, gave_way: bool, omitted: list,
@@ -540,6 +631,25 @@ class TroveEngine(ContextEngine):
         return bool(ratio and self.context_length and current
                     and current >= ratio * self.context_length)
 
+    def _compress_unstored(self, messages: list, current_tokens: int | None,
+                           focus: str | None) -> list:
+        """Ignored and stateless sessions: Hermes's own compressor, else a trim."""
+        if self._builtin is None:
+            self._builtin = fallback.builtin_compressor(self._runtime, self.context_length,
+                                                        self.config.context_threshold)
+        overhead = self.overhead_estimate(messages, current_tokens)
+        budget = int(self.threshold_tokens * (1 - TARGET_MARGIN)) - overhead
+        result, path = fallback.compress_unstored(
+            messages, compressor=self._builtin, current_tokens=current_tokens, focus=focus,
+            budget_tokens=budget, count=self.count_message)
+        changed = result != messages
+        if changed:
+            self.compression_count += 1
+            self._last_compression_made_progress = True
+        self.last_compaction = {"at": time.time(), "outcome": "delegated" if changed else "noop",
+                                "path": path, "session_mode": self.session_mode}
+        return result
+
     def overhead_estimate(self, messages: list, current_tokens: int | None) -> int:
         """Tokens the host adds around the messages (system prompt, tool schemas).
 
@@ -579,6 +689,9 @@ class TroveEngine(ContextEngine):
         """
         if not self.canonical_id:
             return {"status": "refused", "reason": "no session is bound to this engine"}
+        if not self.stores:
+            return {"status": "refused", "reason": f"this session is {self.session_mode} "
+                    f"(matched {self.session_filter_match!r}): trove does not store it"}
         session, cfg = self.canonical_id, self.config
         floor = (self.store.get_session(self.canonical_id) or {}).get("replay_floor", 0)
         rows = self.store.session_messages(session, after_store_id=floor, limit=ROTATE_SCAN_LIMIT)
@@ -639,7 +752,8 @@ class TroveEngine(ContextEngine):
         cfg = self.config
         return ToolContext(
             store=self.store, dag=self.dag, config=cfg, count_tokens=self.counter.count_text,
-            session_id=self.canonical_id, conversation_id=self.conversation_id,
+            session_id=None if self.session_mode == "ignored" else self.canonical_id,
+            conversation_id=self.conversation_id,
             current_turn_store_id=self.current_turn_store_id, status=self.get_status,
             llm_call=self.llm_call("compression"),
             data_dir=cfg.resolved_database_path.parent)
@@ -674,5 +788,8 @@ class TroveEngine(ContextEngine):
             "token_counter": {"name": counter.name, "exact": counter.exact,
                               "reason": counter.reason},
             "database_path": str(self.config.resolved_database_path),
+            "session_mode": self.session_mode,
+            "session_filter_match": self.session_filter_match,
+            "ingest_policy": self.policy.describe(),
             "errors": self.errors[-5:],
         }

@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 from . import codec
 from .config import TroveConfig
 from .noise import MessageFilter, SessionFilter
-from .payloads import PayloadStore, guard_message
+from .payloads import PayloadError, PayloadStore, guard_message, refs_in, restore_text
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)
+
+# Their results are what the model asked to read in full: never replaced by a stub.
+NEVER_STUBBED = frozenset({"trove_expand", "trove_describe"})
 
 _policies: dict[tuple, "IngestPolicy"] = {}
 _policies_lock = threading.Lock()
@@ -48,6 +51,7 @@ class IngestPolicy:
         if self.messages.enabled and self.messages.matches(original) is not None:
             self.ignored_messages += 1
             return None
+        identity = self._restored(original)
         prepared = original
         if self.redactor is not None:
             prepared, count = self.redactor.redact_message(prepared)
@@ -55,7 +59,33 @@ class IngestPolicy:
         guarded = guard_message(prepared, self.payloads, large_threshold_chars=self.large_threshold)
         for warning in guarded.warnings:
             self._warn(warning)
-        return codec.encode_message(guarded.message, identity_of=original)
+        return codec.encode_message(guarded.message, identity_of=identity)
+
+    def _restored(self, message: dict) -> dict:
+        """A tool result replayed as a stub (see ``stub_for``) is the same message as the
+        original it stands for: its identity comes from the restored text."""
+        content = message.get("content")
+        if message.get("role") != "tool" or not isinstance(content, str) or not refs_in(content):
+            return message
+        try:
+            restored = restore_text(content, self.payloads)
+        except PayloadError:
+            return message
+        return message if restored == content else {**message, "content": restored}
+
+    def stub_for(self, message: dict, stored_content: str | None) -> dict | None:
+        """The provider-visible stub of a large textual tool result, or None to keep it.
+
+        Only when its stored row already holds the externalized placeholder and the
+        payload file is there (durability confirmed); trove's own expansion tools
+        are never stubbed, and multimodal results stay inline."""
+        if (message.get("role") != "tool" or not isinstance(message.get("content"), str)
+                or codec.tool_name_of(message) in NEVER_STUBBED or not stored_content):
+            return None
+        refs = refs_in(stored_content)
+        if not refs or not all(self.payloads.exists(ref) for ref in refs):
+            return None
+        return {**message, "content": stored_content}
 
     def _warn(self, text: str) -> None:
         log.warning("hermes-trove: %s", text)

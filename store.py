@@ -372,6 +372,19 @@ class Store:
                                 " WHERE session_id = ?", (self._canonical(conn, session_id),)
                                 ).fetchone()[0]
 
+    def replace_with_placeholder(self, store_id: int, original: str, placeholder: str) -> bool:
+        """Transcript GC: swap a row's exact text for its externalized placeholder.
+
+        The only rewrite of a stored message, and only of an unpinned text row whose
+        content is still exactly ``original`` (the caller has checked the payload file
+        holds those bytes). Same store_id, same identity; FTS follows by trigger."""
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE messages SET content = ?, search_text = NULL WHERE store_id = ?"
+                " AND pinned = 0 AND content_format = 'text' AND content = ?",
+                (placeholder, store_id, original))
+            return cur.rowcount == 1
+
     # ------------------------------------------------------------------ search
     def fts_candidates(self, match: str, *, limit: int, ranked: bool = True) -> list[tuple]:
         """Rows matching an FTS5 expression: ``(store_id, bm25)`` best first.

@@ -310,3 +310,39 @@ def test_rotate_preview_apply_and_noop(tmp_path):
 def test_rotate_refuses_an_unbound_engine(tmp_path):
     engine = make_engine(tmp_path, session=None)
     assert engine.rotate(apply=True)["status"] == "refused"
+
+
+@pytest.mark.parametrize("mode,setting", [("ignored", "ignore_session_patterns"),
+                                          ("stateless", "stateless_session_patterns")])
+def test_filtered_sessions_store_nothing_and_stay_bounded(tmp_path, mode, setting):
+    engine = make_engine(tmp_path, session=None, **{setting: "cron:**"})
+    engine.on_session_start("job-7", platform="cron")
+    assert engine.session_mode == mode and engine.session_filter_match == "cron:**"
+    messages = [m for t in range(40) for m in coding_turn(t)]
+    out = engine.compress(messages, current_tokens=prompt_tokens(engine, messages))
+    assert engine.last_compaction["outcome"] == "delegated"
+    assert engine.count_messages(out) < engine.count_messages(messages)
+    assert engine.store.count_messages() == 0
+    assert engine.store.get_session("job-7") is None
+    assert engine.rotate(apply=True)["status"] == "refused"
+    status = engine.get_status()
+    assert status["session_mode"] == mode
+    assert status["ingest_policy"]["session_filters"]
+
+
+def test_trim_fallback_keeps_a_valid_bounded_sequence():
+    from hermes_trove import fallback
+    messages = [m for t in range(30) for m in coding_turn(t)]
+    out = fallback.trim_to_budget(messages, 2_000, count=lambda m: len(str(m)) // 4)
+    assert assemble.sequence_problems(out) == []
+    assert out[0]["content"] == fallback.TRIM_NOTICE and out[-1] == messages[-1]
+
+
+def test_ignored_messages_are_not_stored_and_counted(tmp_path):
+    engine = make_engine(tmp_path, ignore_message_patterns="^HEARTBEAT_OK$")
+    engine.ingest([{"role": "user", "content": "real question"},
+                   {"role": "assistant", "content": "HEARTBEAT_OK"},
+                   {"role": "assistant", "content": "real answer"}])
+    rows = engine.store.session_messages("sess")
+    assert [r["content"] for r in rows] == ["real question", "real answer"]
+    assert engine.get_status()["ingest_policy"]["message_filter"]["ignored_messages"] >= 1

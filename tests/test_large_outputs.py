@@ -1,0 +1,104 @@
+"""Large payloads through the engine: media guard, externalization, replay stubs, GC."""
+
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hermes_trove import assemble, database, payloads
+from hermes_trove.store import decode_row
+
+from enginekit import coding_turn, make_engine
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def big_log(n=60_000):
+    return "".join(f"line {i}: worker processed batch {i * 7} in {i % 97} ms\n" for i in range(n // 50))[:n]
+
+
+def tool_pair(call_id, content, name="terminal"):
+    return [{"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}]
+
+
+def test_five_megabyte_image_leaves_the_database_small_and_expands_exactly(tmp_path):
+    engine = make_engine(tmp_path)
+    engine.ingest([{"role": "user", "content": "seed"}])
+    db_path = engine.config.resolved_database_path
+    engine.store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = db_path.stat().st_size + Path(str(db_path) + "-wal").stat().st_size
+    image = base64.b64encode(os.urandom(3_750_000)).decode()  # ~5 MB of base64
+    uri = f"data:image/png;base64,{image}"
+    message = {"role": "tool", "tool_call_id": "c1", "name": "screenshot",
+               "content": [{"type": "text", "text": "screen"},
+                           {"type": "image_url", "image_url": {"url": uri}}]}
+    ids = engine.ingest([{"role": "user", "content": "seed"}, *tool_pair("c1", "x")[:1], message])
+    engine.store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    after = db_path.stat().st_size + Path(str(db_path) + "-wal").stat().st_size
+    assert after - before < 50_000
+    row = decode_row(engine.store.get_message(ids[-1]))
+    url = row["content"][1]["image_url"]["url"]
+    refs = payloads.refs_in(url)
+    assert len(refs) == 1 and image not in url
+    assert engine.policy.payloads.get_text(refs[0]) == uri  # byte-exact back
+    assert payloads.restore_text(url, engine.policy.payloads) == uri
+    # Shown again, the same message is recognised: nothing new stored.
+    assert engine.store.ingest("sess", [message], encoded=[engine.policy.prepare(message)]).inserted == 0
+
+
+def test_active_replay_stubs_big_tool_results_and_keeps_identity(tmp_path):
+    engine = make_engine(tmp_path, window=200_000, large_output_externalization_enabled="true",
+                         large_output_active_replay_stubbing_enabled="true",
+                         large_output_active_replay_stub_threshold_tokens=500)
+    log = big_log()
+    messages = [m for t in range(3) for m in coding_turn(t)]
+    messages += [{"role": "user", "content": "run the job"}] + tool_pair("big", log)
+    messages += tool_pair("exp", log, name="trove_expand")
+    messages += [{"role": "assistant", "content": "done"}]
+    out = engine.compress(messages, current_tokens=engine.count_messages(messages) + 1000,
+                          force=True)
+    assert assemble.sequence_problems(out) == []
+    tools_out = {m["tool_call_id"]: m for m in out if m.get("role") == "tool"}
+    stub = tools_out["big"]["content"]
+    assert log not in stub and payloads.refs_in(stub)
+    assert payloads.restore_text(stub, engine.policy.payloads) == log
+    assert tools_out["exp"]["content"] == log  # trove_expand results are never stubbed
+    stored = engine.store.count_messages("sess")
+    engine.ingest(out + [{"role": "user", "content": "next"}])
+    assert engine.store.count_messages("sess") == stored + 1  # the stub is the same message
+
+
+def test_stubbing_needs_externalization(tmp_path):
+    engine = make_engine(tmp_path, window=200_000, large_output_active_replay_stubbing_enabled="true",
+                         large_output_active_replay_stub_threshold_tokens=500)
+    log = big_log()
+    messages = [{"role": "user", "content": "go"}] + tool_pair("big", log)
+    out = engine.compress(messages, current_tokens=engine.count_messages(messages) + 1000,
+                          force=True)
+    assert [m for m in out if m.get("role") == "tool"][0]["content"] == log
+
+
+def test_transcript_gc_rewrites_backfilled_summarized_rows_exactly(tmp_path):
+    log = big_log()
+    plain = make_engine(tmp_path, window=32_000)
+    turns = [{"role": "user", "content": "run"}] + tool_pair("big", log)
+    turns += [m for t in range(30) for m in coding_turn(t)]
+    plain.ingest(turns)
+    db_path = plain.config.resolved_database_path
+    database.forget_database(db_path)
+    backfill = subprocess.run([sys.executable, str(ROOT / "scripts" / "backfill_externalized_tool_outputs.py"),
+                               "--db", str(db_path), "--apply", "--json"],
+                              capture_output=True, text=True, timeout=120)
+    assert backfill.returncode == 0, backfill.stderr
+    gc = make_engine(tmp_path, window=32_000, large_output_transcript_gc_enabled="true")
+    row_before = gc.store.session_messages("sess", limit=3)[2]
+    assert row_before["content"] == log
+    gc.compress(turns, current_tokens=gc.threshold_tokens + 1, force=True)
+    row_after = gc.store.get_message(row_before["store_id"])
+    assert row_after["content"] != log and payloads.refs_in(row_after["content"])
+    assert payloads.restore_text(row_after["content"], gc.policy.payloads) == log
+    assert row_after["content_hash"] == row_before["content_hash"]
+    assert gc.store.count_messages("sess") == len(turns)
