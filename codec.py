@@ -197,6 +197,14 @@ def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMes
     )
 
 
+def decode_encoded(encoded: EncodedMessage) -> dict:
+    """The message an ``EncodedMessage`` stores (what its row decodes to)."""
+    return decode_message({"role": encoded.role, "content": encoded.content,
+                           "content_format": encoded.content_format,
+                           "tool_calls": encoded.tool_calls, "tool_call_id": encoded.tool_call_id,
+                           "extra": encoded.extra})
+
+
 def decode_message(row: dict) -> dict:
     """Rebuild the message dict from the row fields written by ``encode_message``."""
     extra = json.loads(row["extra"]) if row.get("extra") else {}

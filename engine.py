@@ -377,6 +377,12 @@ class TroveEngine(ContextEngine):
                 break
         return result.store_ids
 
+    def stored_form(self, message: dict) -> dict:
+        """The message as its row holds it (redacted, payloads externalized): what
+        summaries are made from, so no secret or inline payload reaches them."""
+        encoded = self._memo.encoded(message, self.policy.prepare)
+        return message if encoded is None else codec.decode_encoded(encoded)
+
     def count_message(self, message: dict) -> int:
         """Tokens of one message, counted once per message object."""
         return self._memo.tokens(message, self.counter.count_message)
@@ -480,7 +486,7 @@ class TroveEngine(ContextEngine):
             keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                              max_tokens=max_tokens, count=tail_count)
             gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
-            backlog = [(live[i][1], live_msgs[i], None, count(live_msgs[i]))
+            backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
                        for i in range(len(live_msgs)) if i not in keep]
             compactor = self._compactor(budget)
             if backlog:
@@ -489,8 +495,8 @@ class TroveEngine(ContextEngine):
                 self._collect_transcript_garbage([row[0] for row in backlog])
             compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
                                focus=focus, deterministic_only=deterministic, report=report)
-            tail = self._replay_stubs([_clean(live_msgs[i]) for i in sorted(keep)],
-                                      [live[i][1] for i in sorted(keep)])
+            tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))
+                                       for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
             units = assemble.group_units(live_msgs)
             tail_tokens = sum(count(m) for m in tail)

@@ -1,11 +1,13 @@
 """What happens to a message between the host and its database row.
 
 In order: noise messages matching ``TROVE_IGNORE_MESSAGE_PATTERNS`` are not
-stored; secrets are redacted (opt-in) before anything else sees them; inline
-media and (opt-in) oversized tool results move to payload files, leaving a
-placeholder with an exact ref. The row's identity is always computed from the
-message as the host sent it, so switching these settings on or off never
-makes a stored message look new.
+stored; secrets are redacted (opt-in) before anything else sees them (row,
+FTS, summaries, replay, payload files); inline media and (opt-in) oversized
+tool results move to payload files, leaving a placeholder with an exact ref.
+The row's identity is computed before the payload guard, so externalizing
+never makes a stored message look new; it is computed after redaction, so a
+redacted replay is the same message (turning redaction on re-stores at most
+the messages shown at that moment, in their redacted form).
 
 One policy object per process and settings: compiled patterns are shared by
 every deep copy of the engine.
@@ -51,15 +53,24 @@ class IngestPolicy:
         if self.messages.enabled and self.messages.matches(original) is not None:
             self.ignored_messages += 1
             return None
-        identity = self._restored(original)
-        prepared = original
+        base = self._restored(original)
         if self.redactor is not None:
-            prepared, count = self.redactor.redact_message(prepared)
+            base, count = self.redactor.redact_message(base)
             self.redactions += count
-        guarded = guard_message(prepared, self.payloads, large_threshold_chars=self.large_threshold)
+        guarded = guard_message(base, self.payloads, large_threshold_chars=self.large_threshold)
         for warning in guarded.warnings:
             self._warn(warning)
-        return codec.encode_message(guarded.message, identity_of=identity)
+        # Identity is the message as sent, stubs restored, secrets already replaced:
+        # a redacted or stubbed replay of a stored message is that same message.
+        return codec.encode_message(guarded.message, identity_of=base)
+
+    def for_replay(self, message: dict) -> dict:
+        """The message as it may go back to the provider: secrets replaced when redaction
+        is on (the same object when nothing changes)."""
+        if self.redactor is None:
+            return message
+        redacted, count = self.redactor.redact_message(message)
+        return message if not count else redacted
 
     def _restored(self, message: dict) -> dict:
         """A tool result replayed as a stub (see ``stub_for``) is the same message as the

@@ -102,3 +102,24 @@ def test_transcript_gc_rewrites_backfilled_summarized_rows_exactly(tmp_path):
     assert payloads.restore_text(row_after["content"], gc.policy.payloads) == log
     assert row_after["content_hash"] == row_before["content_hash"]
     assert gc.store.count_messages("sess") == len(turns)
+
+
+def test_secrets_never_reach_rows_fts_summaries_or_replay(tmp_path):
+    secret = "sk-ant-api03-" + "Zq8" * 14
+    engine = make_engine(tmp_path, sensitive_patterns_enabled="true", fresh_tail_count=4)
+    leak = {"role": "user", "content": f"deploy with OPENAI_API_KEY={secret} please"}
+    messages = [leak] + [m for t in range(30) for m in coding_turn(t)]
+    messages += [{"role": "user", "content": f"again: Authorization: Bearer {secret}"}]
+    out = engine.compress(messages, current_tokens=engine.threshold_tokens + 1, force=True)
+    conn = engine.store.db.conn
+    assert not conn.execute("SELECT count(*) FROM messages WHERE content LIKE ?",
+                            (f"%{secret}%",)).fetchone()[0]
+    assert not conn.execute("SELECT count(*) FROM nodes WHERE text LIKE ?",
+                            (f"%{secret}%",)).fetchone()[0]
+    assert not engine.store.fts_candidates('"Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8Zq8"', limit=5)
+    assert secret not in str(out)
+    assert "[REDACTED:" in out[-1]["content"]
+    stored = engine.store.count_messages("sess")
+    engine.ingest(out)
+    assert engine.store.count_messages("sess") == stored  # redacted replay = same messages
+    assert secret not in str(engine.get_status())
