@@ -259,3 +259,91 @@ class Dag:
             return [tuple(r) for r in conn.execute(
                 "SELECT rowid, rank FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY rank LIMIT ?",
                 (match, limit))]
+
+    # ------------------------------------------------------------------ search, scope, health reads
+    def match_node_ids(self, match: str, *, limit: int,
+                       ranked: bool) -> list[tuple[int, float | None]]:
+        """Nodes matching an FTS5 expression built by ``search``: ranked best first
+        ``(node_id, bm25)``, or newest first ``(node_id, None)`` (unranked, cheap)."""
+        rank, order = ("rank", "rank") if ranked else ("NULL", "rowid DESC")
+        with self.db.reading() as conn:
+            return [(r[0], r[1]) for r in conn.execute(
+                f"SELECT rowid, {rank} FROM nodes_fts WHERE nodes_fts MATCH ?"
+                f" ORDER BY {order} LIMIT ?", (match, limit))]
+
+    def count_node_matches(self, match: str, *, cap: int) -> int:
+        """How many nodes match an FTS5 expression, counting no further than ``cap``."""
+        with self.db.reading() as conn:
+            return conn.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ?"
+                " LIMIT ?)", (match, cap)).fetchone()[0]
+
+    def substring_scan(self, session_ids: Sequence[str] | None, needles: Sequence[str], *,
+                       limit: int, max_rows: int) -> list[int]:
+        """node_ids (newest first) whose text contains every needle, scanning at most
+        ``max_rows`` of the newest nodes: the fallback for CJK runs, emoji, symbols."""
+        conds = " AND ".join("instr(lower(text), ?) > 0" for _ in needles) or "1"
+        scope, params = "", []
+        if session_ids is not None:
+            scope = f"WHERE session_id IN ({','.join('?' * len(session_ids))})"
+            params = list(session_ids)
+        params += [max_rows] + [n.lower() for n in needles] + [limit]
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                f"SELECT node_id FROM (SELECT node_id, text FROM nodes {scope}"
+                f" ORDER BY node_id DESC LIMIT ?) WHERE {conds} LIMIT ?", params)]
+
+    def last_node_id(self) -> int:
+        """The highest node_id (0 when there are no nodes)."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT COALESCE(MAX(node_id), 0) FROM nodes").fetchone()[0]
+
+    def carried_node_ids(self, session_id: str) -> list[int]:
+        """Nodes of older sessions carried into this session's frontier, in carry order."""
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT node_id FROM session_carry WHERE session_id = ? ORDER BY ordinal",
+                (session_id,))]
+
+    def carried_closure(self, session_id: str) -> set[int]:
+        """Every node reachable downward from the nodes carried into a session: what a
+        session may expand although another session owns it."""
+        with self.db.reading() as conn:
+            return {r[0] for r in conn.execute(
+                """
+                WITH RECURSIVE down(node_id) AS (
+                    SELECT node_id FROM session_carry WHERE session_id = ?
+                    UNION
+                    SELECT e.child_node_id FROM node_edges e JOIN down ON e.parent_id = down.node_id
+                    WHERE e.child_node_id IS NOT NULL
+                )
+                SELECT node_id FROM down
+                """, (session_id,))}
+
+    def nodes_with_source(self, node_ids: Iterable[int], source: str) -> set[int]:
+        """Which of these nodes have at least one raw descendant from ``source``."""
+        keep: set[int] = set()
+        with self.db.reading() as conn:
+            for node_id in dict.fromkeys(int(i) for i in node_ids):
+                row = conn.execute(
+                    """
+                    WITH RECURSIVE walk(node_id) AS (
+                        SELECT ?
+                        UNION
+                        SELECT e.child_node_id FROM node_edges e JOIN walk
+                        ON e.parent_id = walk.node_id WHERE e.child_node_id IS NOT NULL
+                    )
+                    SELECT 1 FROM walk JOIN node_edges e ON e.parent_id = walk.node_id
+                    JOIN messages m ON m.store_id = e.child_store_id
+                    WHERE m.source = ? LIMIT 1
+                    """, (node_id, source)).fetchone()
+                if row:
+                    keep.add(node_id)
+        return keep
+
+    def fts_row_counts(self) -> dict:
+        """Rows in ``nodes`` and documents in its FTS index (they should be equal)."""
+        with self.db.reading() as conn:
+            return {"rows": conn.execute("SELECT count(*) FROM nodes").fetchone()[0],
+                    "fts_docs": conn.execute(
+                        "SELECT count(*) FROM nodes_fts_docsize").fetchone()[0]}
