@@ -750,7 +750,7 @@ class TroveEngine(ContextEngine):
                 self.ingest(live)
         except Exception as exc:  # the tool still answers from what is stored
             self.errors.append(f"ingest before tool: {exc}")
-        return tools.dispatch(name, args if isinstance(args, dict) else {}, self.tool_context())
+        return tools.dispatch(name, args, self.tool_context())
 
     def tool_context(self):
         """What a tool may see: the store, the bound session (or none), the bounds."""
@@ -762,7 +762,7 @@ class TroveEngine(ContextEngine):
             conversation_id=self.conversation_id,
             current_turn_store_id=self.current_turn_store_id, status=self.get_status,
             llm_call=self.llm_call("compression"),
-            data_dir=cfg.resolved_database_path.parent)
+            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads)
 
     # ------------------------------------------------------------------ status
     def get_status(self) -> dict:

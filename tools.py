@@ -25,7 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import codec, health, search
+from . import codec, externalized, health, search
+from .payloads import refs_in
 from .config import TroveConfig
 from .dag import Dag
 from .schemas import (SCHEMAS_BY_NAME, TIME_ARGUMENTS, ArgumentError, Shape, budget_chars,
@@ -40,8 +41,6 @@ FIELDS_MAX_CHARS = 2000         # other message keys (name, reasoning...) shown 
 RECALL_SESSION_BIAS = 0.10      # recall: soft boost for hits of the calling session
 RECALL_CONVERSATION_BIAS = 0.05
 RECALL_RECENCY_BIAS = 0.05      # decays with a 30-day time constant
-EXTERNALIZED_NOTE = ("externalized payload search is not available in this version; "
-                     "no payloads were searched")
 _REF_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 EXPANSION_PROMPT = """\
@@ -73,6 +72,7 @@ class ToolContext:
     llm_call: Callable[[str, str | None, float], str] | None
     data_dir: Path
     now: Callable[[], float] = field(default=time.time)
+    payloads: Any = None  # the PayloadStore of externalized payloads (None: none here)
 
 
 # ---------------------------------------------------------------- dispatch
@@ -228,6 +228,9 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     for key in ("tool_call_id", "tool_name"):
         if row.get(key):
             item[key] = row[key]
+    refs = refs_in(content or "")
+    if refs:  # the exact original of each placeholder is one trove_expand away
+        item["externalized_refs"] = refs
     _other_fields(row, item)
     item["has_more"] = more
     if more:
@@ -335,9 +338,10 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
         "session_scope", "session" if access.named else "current")}
     limit = clamp("trove_grep", "limit", params, payload)
     content_scope = params.get("content_scope", "messages")
-    notes = [] if content_scope == "messages" else [EXTERNALIZED_NOTE]
+    notes: list[str] = []
     if content_scope == "externalized":
-        return {**payload, "results": [], "notes": notes}, Shape()
+        payload["results"] = _payload_hits(ctx, access, plan, limit)
+        return payload, Shape(items="results", on_trim=_mark_more, texts=("snippet",))
     if plan.truncated:
         payload["query_truncated"] = True
     times = {k: parse_time(params[k]) for k in TIME_ARGUMENTS if k in params}
@@ -357,6 +361,8 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, f.score)
                           for f in fused[:limit]]
     payload["has_more"] = len(fused) > limit
+    if content_scope == "both":
+        payload["externalized_results"] = _payload_hits(ctx, access, plan, limit)
     if explain:
         payload["stages"] = stages
     if notes + found_notes:
@@ -416,9 +422,15 @@ def _check_ref(ref: str) -> None:
                             "never a path")
 
 
-def resolve_externalized(ref: str, ctx: ToolContext) -> dict | None:
-    """The seam for payload files (a later issue): None until payloads exist."""
-    return None
+def _payload_hits(ctx: ToolContext, access: "Access", plan: search.QueryPlan,
+                  limit: int) -> list[dict]:
+    """Externalized payloads of the searched sessions whose text matches (bounded)."""
+    found = externalized.search_payloads(ctx.store, ctx.payloads, plan,
+                                         access.search_sessions(), limit)
+    return [{"kind": "externalized", "externalized_ref": h.ref, "score": round(h.score, 3),
+             "snippet": h.snippet, "referred_by_store_id": h.store_id,
+             "expand": {"tool": "trove_expand", "args": {"externalized_ref": h.ref}}}
+            for h in found]
 
 
 def _one_target(params: dict, keys: tuple[str, ...]) -> str:
@@ -428,12 +440,26 @@ def _one_target(params: dict, keys: tuple[str, ...]) -> str:
     return given[0]
 
 
-def _externalized(params: dict, ctx: ToolContext) -> tuple[dict, Shape]:
+def _externalized(params: dict, ctx: ToolContext, current: str, cap: int, *,
+                  describe: bool) -> tuple[dict, Shape]:
+    """Describe or page an externalized payload a row of the caller's scope refers to."""
     ref = params["externalized_ref"]
     _check_ref(ref)
-    if resolve_externalized(ref, ctx) is None:
-        raise ArgumentError(f"externalized_ref {ref!r} not found")
-    raise ArgumentError("externalized payloads are not supported yet")
+    access = Access(ctx, params, current)
+    try:
+        if not externalized.visible(ctx.store, ctx.dag, ctx.payloads, ref,
+                                    access.search_sessions()):
+            raise ArgumentError(f"externalized_ref {ref!r} not found in this scope (pass "
+                                "session_id or session_scope='all' for another session's)")
+        if describe:
+            return externalized.describe(ctx.payloads, ref), Shape(texts=("preview",))
+        page = externalized.expand(ctx.payloads, ref,
+                                   content_offset=offset_arg(params, "content_offset"),
+                                   budget_chars=budget_chars(cap), budget_tokens=cap,
+                                   count_tokens=ctx.count_tokens)
+    except externalized.PayloadAccessError as exc:
+        raise ArgumentError(str(exc)) from exc
+    return page, Shape(texts=("content",))
 
 
 def _load_message(ctx: ToolContext, access: Access, store_id: int) -> dict:
@@ -461,7 +487,7 @@ def tool_expand(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
         return _unbound("trove_expand", "sources")
     target = _one_target(params, ("node_id", "store_id", "externalized_ref"))
     if target == "externalized_ref":
-        return _externalized(params, ctx)
+        return _externalized(params, ctx, current, cap, describe=False)
     access = Access(ctx, params, current)
     exact_ref = bool(params.get("include_exact_ref"))
     if target == "store_id":
@@ -517,7 +543,7 @@ def tool_describe(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape
         return _unbound("trove_describe", "results")
     target = _one_target(params, ("node_id", "store_id", "externalized_ref"))
     if target == "externalized_ref":
-        return _externalized(params, ctx)
+        return _externalized(params, ctx, current, cap, describe=True)
     access = Access(ctx, params, current)
     if target == "store_id":
         row = _load_message(ctx, access, params["store_id"])

@@ -123,3 +123,40 @@ def test_secrets_never_reach_rows_fts_summaries_or_replay(tmp_path):
     engine.ingest(out)
     assert engine.store.count_messages("sess") == stored  # redacted replay = same messages
     assert secret not in str(engine.get_status())
+
+
+def test_tools_search_describe_and_page_externalized_payloads_within_scope(tmp_path):
+    import json as _json
+    from hermes_trove import tools
+    engine = make_engine(tmp_path, window=200_000, large_output_externalization_enabled="true")
+    log = big_log() + "\nFATAL: checksum mismatch in shard kestrel-42\n" + big_log(20_000)
+    engine.ingest([{"role": "user", "content": "run the nightly job"}] + tool_pair("job", log))
+    row = engine.store.session_messages("sess")[2]
+    ref = payloads.refs_in(row["content"])[0]
+    assert "kestrel" not in row["content"]  # only in the payload, not in the preview
+
+    def call(name, **args):
+        return _json.loads(tools.dispatch(name, args, engine.tool_context()))
+
+    found = call("trove_grep", query="checksum mismatch kestrel", content_scope="externalized")
+    assert found["results"][0]["externalized_ref"] == ref and "kestrel" in found["results"][0]["snippet"]
+    both = call("trove_grep", query="checksum mismatch kestrel", content_scope="both")
+    assert both["externalized_results"][0]["externalized_ref"] == ref
+    described = call("trove_describe", externalized_ref=ref)
+    assert described["kind"] == "tool_output" and described["size"] == len(log.encode())
+    pages, offset = [], 0
+    while True:
+        page = call("trove_expand", externalized_ref=ref, content_offset=offset)
+        pages.append(page["content"])
+        if not page["has_more"]:
+            break
+        offset = page["next_content_offset"]
+    assert "".join(pages) == log and len(pages) > 1
+    expanded_row = call("trove_expand", store_id=row["store_id"])
+    assert expanded_row["message"]["externalized_refs"] == [ref]
+    # Another session cannot read it without an explicit scope; paths never work.
+    engine.on_session_start("other", platform="cli")
+    assert "not found in this scope" in call("trove_expand", externalized_ref=ref)["error"]
+    assert call("trove_expand", externalized_ref=ref, session_scope="all")["content"]
+    for bad in ("../../etc/passwd", "/etc/passwd", "trove-payload:../../etc/passwd"):
+        assert "error" in call("trove_expand", externalized_ref=bad)

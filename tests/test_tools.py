@@ -175,11 +175,11 @@ def test_grep_scope_all_and_named_session_return_raw_hits_with_scoped_handles(en
     assert "error" in call(ctx, "trove_grep", query="x", session_scope="session")
 
 
-def test_grep_content_scope_externalized_is_an_empty_seam(env, planted):
+def test_grep_content_scope_without_payloads(env, planted):
     out = call(env.ctx(), "trove_grep", query="staging", content_scope="externalized")
-    assert out["results"] == [] and out["notes"]
+    assert out["results"] == []
     both = call(env.ctx(), "trove_grep", query="staging", content_scope="both")
-    assert both["results"] and both["notes"]
+    assert both["results"] and both["externalized_results"] == []
 
 
 HOSTILE_QUERIES = [
@@ -305,7 +305,8 @@ def test_expand_exact_ref_and_covering_nodes(env, planted):
     ({"externalized_ref": "../etc/passwd"}, "never a path"),
     ({"externalized_ref": "/abs/file"}, "never a path"),
     ({"externalized_ref": "a\\b"}, "never a path"), ({"externalized_ref": "x..y"}, "never a path"),
-    ({"externalized_ref": "payload_123"}, "not found"),
+    ({"externalized_ref": "payload_123"}, "trove-payload:"),
+    ({"externalized_ref": "trove-payload:" + "0" * 64}, "not found"),
     ({"store_id": 1, "content_offset": -5}, "0 or more"),
 ])
 def test_expand_errors_are_clear_json(env, planted, args, fragment):

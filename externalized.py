@@ -1,0 +1,129 @@
+"""Externalized payloads as the tools see them: visibility, expansion, description, search.
+
+A ref (``trove-payload:<sha256>``) is an id resolved inside the plugin's payload
+folder only (``payloads.parse_ref``), never a path. Like a row, a payload is
+readable only from a scope that can read a row referring to it: the refs's
+hash is an FTS token of every placeholder, so visibility is one scoped match.
+Searching payloads is bounded: the newest referring rows, a capped number of
+payloads, a capped size each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from . import payloads as payload_files
+from . import search
+
+MAX_REFERRING_ROWS = 200     # newest rows with placeholders looked at per search
+MAX_PAYLOADS_SCANNED = 50    # payload files read per search
+MAX_SCAN_BYTES = 2_000_000   # larger payloads are described, not scanned
+PREVIEW_CHARS = 600
+TEXT_KINDS = (payload_files.KIND_TOOL_OUTPUT,)
+
+
+class PayloadAccessError(ValueError):
+    """A ref that is malformed, unknown, or outside the caller's scope."""
+
+
+def _sha(ref: str) -> str:
+    try:
+        return payload_files.parse_ref(ref)
+    except payload_files.PayloadRefError as exc:
+        raise PayloadAccessError(str(exc)) from exc
+
+
+def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None) -> bool:
+    """Whether a row (or summary) of ``sessions`` (None = every session) refers to ``ref``."""
+    sha = _sha(ref)
+    if store_payloads is None or not store_payloads.exists(ref):
+        return False
+    match = search.scoped(search.quote(sha), search.tag_scope(sessions))
+    if store.match_message_ids(match, limit=1, ranked=False):
+        return True
+    return bool(dag.match_node_ids(match, limit=1, ranked=False))
+
+
+def describe(store_payloads, ref: str) -> dict:
+    """Kind, mime, size and a short preview of a textual payload (no path, ever)."""
+    info = store_payloads.describe(ref)
+    if info.get("kind") in TEXT_KINDS:
+        info["preview"] = store_payloads.get_text(ref)[:PREVIEW_CHARS]
+    return info
+
+
+PAGE_OVERHEAD_TOKENS = 400  # the page's metadata around the text
+
+
+def expand(store_payloads, ref: str, *, content_offset: int, budget_chars: int,
+           budget_tokens: int, count_tokens) -> dict:
+    """One page of a payload's exact original text, continuing with ``content_offset``.
+
+    The page holds at most ``budget_chars`` characters and, dense text included,
+    fits ``budget_tokens`` (it shrinks until it does)."""
+    text = store_payloads.get_text(ref)
+    piece = text[content_offset:content_offset + max(budget_chars, 0)]
+    while piece and count_tokens(piece) > budget_tokens - PAGE_OVERHEAD_TOKENS:
+        piece = piece[:len(piece) * 3 // 4]
+    page = {"kind": "externalized", "externalized_ref": ref, **store_payloads.describe(ref),
+            "content": piece, "content_offset": content_offset, "content_chars": len(text)}
+    end = content_offset + len(piece)
+    page["has_more"] = end < len(text)
+    if page["has_more"]:
+        page["next_content_offset"] = end
+        page["expand"] = {"tool": "trove_expand",
+                          "args": {"externalized_ref": ref, "content_offset": end}}
+    return page
+
+
+@dataclass
+class PayloadHit:
+    """One payload whose text matches the query."""
+
+    ref: str
+    score: float
+    snippet: str
+    store_id: int
+
+
+def search_payloads(store, store_payloads, plan: search.QueryPlan, sessions: Sequence[str] | None,
+                    limit: int) -> list[PayloadHit]:
+    """Textual payloads referred to by rows of ``sessions`` that contain query terms.
+
+    Score = share of the query's concepts (and needles) found in the payload."""
+    if store_payloads is None or plan.empty:
+        return []
+    match = search.scoped(search.quote(("trove", "externalized")), search.tag_scope(sessions))
+    rows = store.get_messages(i for i, _ in store.match_message_ids(
+        match, limit=MAX_REFERRING_ROWS, ranked=False))
+    hits: list[PayloadHit] = []
+    seen: set[str] = set()
+    for store_id in sorted(rows, reverse=True):
+        for ref in payload_files.refs_in(rows[store_id].get("content") or ""):
+            if ref in seen or len(seen) >= MAX_PAYLOADS_SCANNED:
+                continue
+            seen.add(ref)
+            hit = _score_payload(store_payloads, ref, plan, store_id)
+            if hit is not None:
+                hits.append(hit)
+    hits.sort(key=lambda h: (-h.score, -h.store_id))
+    return hits[:limit]
+
+
+def _score_payload(store_payloads, ref: str, plan: search.QueryPlan,
+                   store_id: int) -> PayloadHit | None:
+    try:
+        info = store_payloads.describe(ref)
+        if info.get("kind") not in TEXT_KINDS or info.get("size", 0) > MAX_SCAN_BYTES:
+            return None
+        text = store_payloads.get_text(ref)
+    except payload_files.PayloadError:
+        return None
+    folded = search.fold(text)
+    wanted = [c.variants for c in plan.concepts] + [(n,) for n in plan.needles]
+    found = sum(1 for variants in wanted if any(search.fold(v) in folded for v in variants))
+    if not found:
+        return None
+    return PayloadHit(ref=ref, score=found / len(wanted), snippet=search.snippet(plan, text),
+                      store_id=store_id)
