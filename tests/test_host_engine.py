@@ -96,3 +96,40 @@ def _descendants(db, node_id):
             " ORDER BY ordinal", (node_id,)).fetchall():
         out.extend([child_store] if child_store is not None else _descendants(db, child_node))
     return out
+
+
+def test_model_recovers_a_compacted_fact_with_grep_then_expand(trove_host):
+    fact = "The staging database listens on port 6543 behind pgbouncer-east."
+    server = trove_host.server
+
+    def responder(body):
+        messages = body.get("messages", [])
+        if not hk.is_main_request(body):
+            return hk.Reply(text="- summary: earlier setup discussion.")
+        last = messages[-1]
+        if last.get("role") == "tool":
+            result = json.loads(last["content"])
+            if "results" in result:  # trove_grep answered: expand the best hit
+                return hk.ToolCall("trove_expand", result["results"][0]["expand"]["args"])
+            return hk.Reply(text="Found it in the archive.")
+        text = last.get("content") if isinstance(last.get("content"), str) else json.dumps(last)
+        if "which port" in text:
+            return hk.ToolCall("trove_grep", {"query": "staging database port"})
+        return hk.Reply(text="Noted. " + "Filler sentence about unrelated work. " * 160)
+
+    server.responder = responder
+    agent = hk.make_agent()
+    texts = [f"Setup note: {fact}"] + [f"Unrelated task {i}: refactor module_{i}." for i in range(30)]
+    results = hk.run_turns(agent, texts)
+    engine = hk.live_engine(agent)
+    assert engine.compression_count >= 1
+    final = hk.run_turns(agent, ["Remind me: which port does the staging database use?"],
+                         history=results[-1]["messages"])[0]
+    main = server.main_bodies
+    asked = next(i for i, b in enumerate(main) if "which port" in json.dumps(b["messages"][-1]))
+    assert fact not in json.dumps(main[asked]["messages"])  # compacted out of the prompt
+    tool_results = [m for m in final["messages"] if m.get("role") == "tool"]
+    names = [m.get("name") or m.get("tool_name") for m in tool_results[-2:]]
+    assert names == ["trove_grep", "trove_expand"]
+    assert "6543" in tool_results[-1]["content"] and "pgbouncer-east" in tool_results[-1]["content"]
+    assert final["final_response"] == "Found it in the archive."
