@@ -750,3 +750,38 @@ def test_script_human_output_and_errors(sample, tmp_path):
     both = run_script("--source-db", source, "--source-jsonl", junk, "--target-db", target)
     assert both.returncode == 2 and "Traceback" not in both.stderr
     assert not target.exists()
+
+
+def test_imported_session_reads_through_the_engine_tools(sample):
+    """trove_load_session of an imported session through a real TroveEngine, exact content."""
+    from hermes_trove import config as trove_config
+    from hermes_trove import database, tools
+    from hermes_trove.engine import TroveEngine
+    source, _, target = sample
+    run(source, target, apply=True)
+    engine = TroveEngine(trove_config.load_config({"HERMES_HOME": str(target.parent),
+                                                   "TROVE_DATABASE_PATH": str(target)}))
+    engine.use_llm(None)
+    engine.update_model("m", 64_000)
+    engine.on_session_start("operator-cli", platform="cli")
+    imported = "openclaw-trove:agent:main:sess-a"
+    messages, cursor = [], 0
+    while cursor is not None:
+        page = json.loads(tools.dispatch("trove_load_session", {
+            "session_id": imported, "after_store_id": cursor, "limit": 3}, engine.tool_context()))
+        assert "error" not in page, page
+        messages += page["messages"]
+        cursor = page["next_cursor"]
+    rows = decoded(target, imported)
+    assert [m["store_id"] for m in messages] == list(range(messages[0]["store_id"],
+                                                         messages[0]["store_id"] + len(rows)))
+    assert [m.get("content") for m in messages] == [
+        r["content"] if isinstance(r.get("content"), str) or r.get("content") is None
+        else json.dumps(r["content"], ensure_ascii=False) for r in rows]
+    # The current session cannot see it without naming it (scope safety).
+    grep = json.loads(tools.dispatch("trove_grep", {"query": "DE-16"}, engine.tool_context()))
+    assert grep["results"] == []
+    named = json.loads(tools.dispatch("trove_grep", {"query": "DE-16", "session_id": imported},
+                                      engine.tool_context()))
+    assert named["results"] and "DE-16" in named["results"][0]["snippet"]
+    database.forget_database(target)
