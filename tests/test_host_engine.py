@@ -35,6 +35,8 @@ def test_plugin_loads_through_the_real_plugin_manager(trove_host):
     assert type(engine).__module__.startswith("hermes_plugins.hermes_trove")
     hooks = getattr(manager, "_hooks", {})
     assert "pre_llm_call" in hooks and "post_llm_call" in hooks
+    skill = manager._plugin_skills["hermes-trove:hermes-trove"]
+    assert skill["path"].name == "SKILL.md" and skill["path"].exists()
 
 
 def test_real_agent_uses_trove_and_compacts_losslessly(trove_host, monkeypatch):
