@@ -347,3 +347,46 @@ class Dag:
             return {"rows": conn.execute("SELECT count(*) FROM nodes").fetchone()[0],
                     "fts_docs": conn.execute(
                         "SELECT count(*) FROM nodes_fts_docsize").fetchone()[0]}
+
+    # ------------------------------------------------------------------ operator maintenance
+    def external_references(self, session_ids: Sequence[str], limit: int = 20) -> list[dict]:
+        """Where other sessions depend on these sessions' summaries or messages: their
+        nodes carried into another session, or another session's node built on them.
+        Such a session must never be removed (``doctor clean`` protects it)."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        owned = f"SELECT node_id FROM nodes WHERE session_id IN ({marks})"
+        with self.db.reading() as conn:
+            carried = conn.execute(
+                f"SELECT session_id, node_id FROM session_carry WHERE node_id IN ({owned})"
+                f" AND session_id NOT IN ({marks}) LIMIT ?", ids + ids + [limit]).fetchall()
+            built = conn.execute(
+                f"SELECT p.session_id, e.parent_id FROM node_edges e"
+                f" JOIN nodes p ON p.node_id = e.parent_id WHERE p.session_id NOT IN ({marks})"
+                f" AND (e.child_node_id IN ({owned}) OR e.child_store_id IN"
+                f" (SELECT store_id FROM messages WHERE session_id IN ({marks}))) LIMIT ?",
+                ids + ids + ids + [limit]).fetchall()
+        return ([{"session_id": r[0], "node_id": r[1], "how": "carried"} for r in carried]
+                + [{"session_id": r[0], "node_id": r[1], "how": "condensed"} for r in built])
+
+    def delete_session_nodes_in(self, conn, session_ids: Sequence[str]) -> dict:
+        """Delete these sessions' nodes, their edges and their carry rows inside the
+        caller's transaction, so the messages (``Store.delete_sessions_in``) go in the
+        same unit; FTS follows by trigger. A node still carried into or condensed by
+        another session makes the foreign keys fail the whole transaction."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return {"nodes": 0, "edges": 0, "carry_rows": 0}
+        marks = ",".join("?" * len(ids))
+        owned = f"SELECT node_id FROM nodes WHERE session_id IN ({marks})"
+        carry = conn.execute(f"DELETE FROM session_carry WHERE session_id IN ({marks})", ids)
+        edges = conn.execute(f"DELETE FROM node_edges WHERE parent_id IN ({owned})", ids)
+        nodes = conn.execute(f"DELETE FROM nodes WHERE session_id IN ({marks})", ids)
+        return {"nodes": nodes.rowcount, "edges": edges.rowcount, "carry_rows": carry.rowcount}
+
+    def rebuild_node_fts(self) -> None:
+        """Rebuild the summary full-text index from the nodes table (doctor repair)."""
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")

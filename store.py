@@ -519,6 +519,89 @@ class Store:
         except sqlite3.Error:
             return None
 
+    # ------------------------------------------------------------------ operator maintenance
+    # What /trove and scripts/trove.py need beyond the engine's own reads and writes.
+    # Every write here runs only after operator_actions has written a backup.
+    BLANK_SOURCE = "trim(COALESCE(source, ''), ' ' || char(9, 10, 13)) = ''"
+
+    def count_sessions(self) -> int:
+        """How many session rows (aliases included) the database holds, for status."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+
+    def blank_source_rows(self, examples: int = 5) -> dict:
+        """Rows whose source is blank or whitespace-only (legacy data written before
+        ``normalize_source`` or by hand; the schema's CHECK only forbids ``''``), so
+        ``doctor source`` can show what it would set to ``unknown``."""
+        with self.db.reading() as conn:
+            found = {}
+            for table, key in (("messages", "store_id"), ("sessions", "session_id")):
+                found[table] = conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE {self.BLANK_SOURCE}").fetchone()[0]
+                found[f"{table}_examples"] = [r[0] for r in conn.execute(
+                    f"SELECT {key} FROM {table} WHERE {self.BLANK_SOURCE} ORDER BY {key} LIMIT ?",
+                    (examples,))]
+        return found
+
+    def fix_blank_sources(self) -> dict:
+        """Set every blank or whitespace-only source to ``unknown`` in one transaction
+        (the messages' FTS tags follow by trigger); return how many rows changed."""
+        with self.db.transaction() as conn:
+            return {table: conn.execute(
+                f"UPDATE {table} SET source = '{UNKNOWN_SOURCE}' WHERE {self.BLANK_SOURCE}"
+            ).rowcount for table in ("messages", "sessions")}
+
+    def delete_sessions_in(self, conn, session_ids: Sequence[str]) -> dict:
+        """Delete these canonical sessions' messages and session rows (aliases included)
+        inside the caller's transaction, so summary nodes (``Dag.delete_session_nodes_in``)
+        go in the same unit; the FTS delete trigger keeps the index in step."""
+        ids = list(dict.fromkeys(session_ids))
+        marks = ",".join("?" * len(ids))
+        if not ids:
+            return {"messages": 0, "session_rows": 0}
+        messages = conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", ids)
+        rows = conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})"
+                            f" OR canonical_id IN ({marks})", ids + ids)
+        return {"messages": messages.rowcount, "session_rows": rows.rowcount}
+
+    def rebuild_message_fts(self) -> None:
+        """Rebuild the message full-text index from the messages table (doctor repair)."""
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+
+    def reindex_all(self) -> None:
+        """Rebuild every ordinary index of the file: the fix for index damage that
+        ``PRAGMA quick_check`` reports (doctor repair; table damage needs a backup)."""
+        with self.db.transaction() as conn:
+            conn.execute("REINDEX")
+
+    def message_age_profile(self, now: float, edges_seconds: Sequence[float]) -> list[dict]:
+        """Messages per age bucket (``edges_seconds`` ascending; the last bucket is older
+        than the last edge): count, characters, tokens and sessions, for retention planning.
+        A full scan of the table, so it belongs to an operator command, never a turn."""
+        cases = " ".join(f"WHEN t >= {float(now - edge)!r} THEN {i}"
+                         for i, edge in enumerate(edges_seconds))
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                f"SELECT CASE {cases} ELSE {len(edges_seconds)} END AS bucket, count(*),"
+                " sum(chars), sum(token_count), count(DISTINCT session_id) FROM ("
+                " SELECT COALESCE(message_at, created_at) AS t, token_count, session_id,"
+                " COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0) AS chars"
+                " FROM messages) GROUP BY bucket ORDER BY bucket").fetchall()
+        return [{"bucket": r[0], "messages": r[1], "chars": r[2] or 0, "tokens": r[3] or 0,
+                 "sessions": r[4]} for r in rows]
+
+    def largest_sessions(self, limit: int = 10) -> list[dict]:
+        """Sessions holding the most characters, with counts and time range (retention)."""
+        with self.db.reading() as conn:
+            return [row_to_dict(r) for r in conn.execute(
+                "SELECT session_id, count(*) AS messages,"
+                " sum(COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0)) AS chars,"
+                " sum(token_count) AS tokens, min(COALESCE(message_at, created_at)) AS first_at,"
+                " max(COALESCE(message_at, created_at)) AS last_at"
+                " FROM messages GROUP BY session_id ORDER BY chars DESC LIMIT ?", (limit,))]
+
+
 def decode_row(row: dict) -> dict:
     """The original message dict of a stored row."""
     return codec.decode_message(row)

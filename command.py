@@ -1,0 +1,332 @@
+"""The ``/trove`` slash command: chat text over ``operator_actions``.
+
+Registered only when ``TROVE_ENABLE_SLASH_COMMAND`` is true (``plugin_wiring``).
+The handler resolves the live engine of the calling session
+(``HERMES_SESSION_ID``, read the way the gateway scopes it per conversation);
+without one it still answers from the configured database. Each subcommand is
+one entry of ``ACTIONS``: the operator function that builds a plain dict and
+the formatter that turns it into text. ``scripts/trove.py`` runs the same
+entries for status, doctor and backup, so both front ends say the same thing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from . import operator_actions as ops
+from .config import load_config
+from .engine import find_engine
+from .payloads import human_size
+from .tools import iso
+
+log = logging.getLogger(__name__)
+
+COMMAND_NAME = "trove"
+DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
+ARGS_HINT = "[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|help]"
+MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
+
+
+@dataclass(frozen=True)
+class Action:
+    """One subcommand: its words, help line, operator function and formatter."""
+
+    words: tuple[str, ...]
+    summary: str
+    run: Callable[[ops.Target], dict]
+    render: Callable[[dict], str]
+
+
+def register_command(ctx) -> None:
+    """Register ``/trove`` with the host (called by ``plugin_wiring`` when enabled)."""
+    ctx.register_command(COMMAND_NAME, handle, description=DESCRIPTION, args_hint=ARGS_HINT)
+
+
+def calling_session() -> str | None:
+    """The session the command was typed in: the gateway's per-conversation value
+    when it set one, else ``HERMES_SESSION_ID`` from the environment (CLI)."""
+    gateway = sys.modules.get("gateway.session_context")  # loaded only where it can be set
+    try:
+        session = gateway.get_session_env("HERMES_SESSION_ID", "") if gateway else None
+    except Exception:  # an older or different host: fall back to the environment
+        session = None
+    if session is None:
+        session = os.environ.get("HERMES_SESSION_ID", "")
+    return session or None
+
+
+def resolve_target() -> ops.Target:
+    """The calling session's live engine, else the configured database."""
+    session = calling_session()
+    engine = find_engine(session) if session else None
+    if engine is not None:
+        return ops.open_target(engine.config, engine)
+    return ops.open_target(load_config())
+
+
+def handle(raw_args: str = "") -> str:
+    """The host's entry point: parse the words, run the action, answer text (never raise)."""
+    words = tuple(str(raw_args or "").lower().split()) or ("status",)
+    action = ACTIONS.get(words)
+    if action is None:
+        return f"/trove: unknown subcommand {' '.join(words)!r}\n\n{help_text()}"
+    if words == ("help",):
+        return help_text()
+    try:
+        return action.render(action.run(resolve_target()))
+    except ops.OperatorError as exc:
+        return f"/trove {' '.join(words)}: {exc}"
+    except Exception as exc:  # a command must answer, never break the chat
+        log.exception("hermes-trove: /trove %s failed", " ".join(words))
+        return f"/trove {' '.join(words)} failed: {type(exc).__name__}: {exc}"
+
+
+def help_text() -> str:
+    """Every subcommand with one line each, and which ones write (after a backup)."""
+    lines = ["/trove commands (apply paths write a backup first, then say what changed):"]
+    lines += [f"  /trove {' '.join(a.words):<24} {a.summary}" for a in ACTIONS.values()]
+    lines.append("doctor clean apply also needs TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true. "
+                 "Operator CLI without Hermes: scripts/trove.py --help")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- shared pieces
+def when(ts) -> str:
+    """A Unix time as ISO-8601 UTC, or 'never'."""
+    return iso(float(ts)) if ts else "never"
+
+
+def refused_or_noop(report: dict, title: str) -> str | None:
+    """The one-line answer for a refused or no-op action, else None."""
+    if report.get("status") == "refused":
+        return f"{title}: refused: {report['reason']}"
+    if report.get("status") == "noop":
+        return f"{title}: nothing to do: {report['reason']}"
+    return None
+
+
+def backup_line(written: dict | None) -> str:
+    """Where the backup of an apply path went."""
+    if not written:
+        return "backup: none"
+    size = f" ({human_size(written['bytes'])})" if written.get("bytes") is not None else ""
+    return f"backup written first: {written['path']}{size}"
+
+
+def _count(number) -> str:
+    return f"{int(number or 0):,}"
+
+
+# ---------------------------------------------------------------- status
+def format_status(report: dict) -> str:
+    """Database, session, engine, last rotate and last backup, a line each."""
+    db = report["database"]
+    depths = ", ".join(f"d{d}: {n}" for d, n in db["nodes_by_depth"].items()) or "none"
+    lines = ["trove status",
+             f"database: {db['path']} ({human_size(db['size_bytes'])}, schema "
+             f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
+             f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
+             f"{_count(report['session_rows'])} session rows"]
+    lines += _session_lines(report.get("session"))
+    lines.append(_engine_line(report.get("engine")))
+    last = report["last_backup"]
+    lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
+                 + ("" if last["exists"] else " [file missing]") if last["path"]
+                 else "last backup: none recorded yet (/trove backup writes one)")
+    lines += [f"config warning: {w}" for w in report.get("config_warnings", [])]
+    return "\n".join(lines)
+
+
+def _session_lines(session: dict | None) -> list[str]:
+    if not session:
+        return ["session: none (no live session and HERMES_SESSION_ID is not set)"]
+    if not session.get("stored"):
+        return [f"session: {session['session_id']} (nothing stored for it)"]
+    alias = ("" if session["canonical_id"] == session["session_id"]
+             else f", stored under {session['canonical_id']}")
+    rotate = (f"last rotate: {when(session['last_rotate_at'])}, backup "
+              f"{session['last_rotate_backup']}" if session.get("last_rotate_at")
+              else "last rotate: never")
+    compaction = session.get("last_compaction") or {}
+    compacted = (f"last compaction: {compaction['outcome']} at {when(compaction.get('at'))}"
+                 + (f" ({compaction['reason']})" if compaction.get("reason") else "")
+                 if compaction.get("outcome") else "last compaction: none recorded")
+    return [f"session: {session['session_id']}{alias} (source {session['source']}): "
+            f"{_count(session['messages'])} messages, {session['nodes']} summary nodes, "
+            f"{session['frontier_nodes']} in the frontier, {session['carried_nodes']} carried; "
+            f"replay floor m{session['replay_floor']}", rotate, compacted]
+
+
+def _engine_line(engine: dict | None) -> str:
+    if not engine:
+        return "engine: no live trove engine for this session (read from the configured database)"
+    window = engine.get("context_length") or 0
+    return (f"engine: {engine.get('binding')} binding, mode {engine.get('session_mode')}; "
+            f"prompt {_count(engine.get('last_prompt_tokens'))} / {_count(window)} tokens "
+            f"({engine.get('usage_percent', 0)}%), "
+            f"trigger {_count(engine.get('threshold_tokens'))}; "
+            f"{engine.get('compression_count', 0)} compactions this session")
+
+
+# ---------------------------------------------------------------- doctor
+def format_doctor(report: dict) -> str:
+    """Overall verdict, then one line per check."""
+    lines = [f"trove doctor: overall {MARK[report['overall']]} ({report['database_path']})"]
+    lines += [f"  [{MARK.get(c['status'], c['status'])}] {c['name']}: {c['detail']}"
+              for c in report["checks"]]
+    return "\n".join(lines)
+
+
+def format_clean(report: dict) -> str:
+    """Scan: each candidate with its rule and whether it is safe; apply: what went."""
+    title = "trove doctor clean"
+    short = refused_or_noop(report, title)
+    if report.get("status") == "cleaned":
+        removed = report["removed"]
+        lines = [f"{title} apply", backup_line(report["backup"]),
+                 f"removed {len(report['removed_sessions'])} sessions: "
+                 + ", ".join(f"{s} [{report['rules'][s]}]" for s in report["removed_sessions"]),
+                 f"rows deleted: {removed['messages']} messages, {removed['nodes']} nodes, "
+                 f"{removed['edges']} edges, {removed['carry_rows']} carry rows, "
+                 f"{removed['session_rows']} session rows (FTS kept in step)"]
+        lines += [f"kept (protected): {c['session_id']}: {'; '.join(c['protected_by'])}"
+                  for c in report["protected"]]
+        return "\n".join(lines)
+    if short:
+        return "\n".join([short] + [f"kept (protected): {c['session_id']}: "
+                                     f"{'; '.join(c['protected_by'])}"
+                                     for c in report.get("protected", [])])
+    lines = [f"{title} (read-only): {len(report['candidates'])} candidates in "
+             f"{report['sessions_scanned']} sessions; {report['safe']} safe to remove, "
+             f"{report['protected']} protected"]
+    for c in report["candidates"]:
+        verdict = "remove" if c["safe"] else "keep  "
+        why = "" if c["safe"] else f" -- protected: {'; '.join(c['protected_by'])}"
+        lines.append(f"  {verdict} {c['session_id']} [{c['rule']}] {c['reason']} "
+                     f"({c['messages']} messages, {c['nodes']} nodes){why}")
+    if report["safe"]:
+        lines.append("apply: /trove doctor clean apply (writes a backup first)"
+                     + ("" if report["apply_enabled"]
+                        else "; needs TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true"))
+    return "\n".join(lines)
+
+
+def format_repair(report: dict) -> str:
+    """Problems found; the planned or performed rebuild; the state after."""
+    title = "trove doctor repair"
+    if report["status"] == "ok":
+        return (f"{title}: no problems (quick_check, FTS row counts, FTS integrity-check) "
+                f"in {report['database_path']}")
+    lines = [f"{title}: {len(report['problems'])} problem(s)"]
+    lines += [f"  - {p}" for p in report["problems"]]
+    if report["status"] == "refused":
+        lines.append(f"refused: {report['reason']}")
+    elif report["status"] == "preview":
+        lines.append("would: " + "; ".join(report["would"]))
+        lines.append("apply: /trove doctor repair apply (writes a backup first)")
+    else:
+        lines += [backup_line(report["backup"]), "changed: " + "; ".join(report["changed"])]
+        after = report["problems_after"]
+        lines.append("after: no problems" if not after else
+                     "after: still failing: " + "; ".join(after)
+                     + " (restore a backup or run sqlite3 .recover)")
+    return "\n".join(lines)
+
+
+def format_source(report: dict) -> str:
+    """Blank sources found, and what apply set them to."""
+    found = report["found"]
+    title = "trove doctor source"
+    if report["status"] == "ok":
+        return f"{title}: no blank or whitespace-only sources"
+    lines = [f"{title}: {found['messages']} messages and {found['sessions']} sessions with a "
+             f"blank source (e.g. messages {found['messages_examples']}, sessions "
+             f"{found['sessions_examples']})"]
+    if report["status"] == "preview":
+        lines.append(f"would: {report['would']}; apply: /trove doctor source apply "
+                     "(writes a backup first)")
+    else:
+        changed = report["changed"]
+        lines += [backup_line(report["backup"]),
+                  f"set source to 'unknown' on {changed['messages']} messages and "
+                  f"{changed['sessions']} sessions"]
+    return "\n".join(lines)
+
+
+def format_retention(report: dict) -> str:
+    """Messages by age, sessions by idle time, the largest sessions, payload files."""
+    db = report["database"]
+    lines = [f"trove doctor retention (read-only): {db['path']}, {human_size(db['size_bytes'])}",
+             f"  {'age':<12} {'messages':>10} {'chars':>14} {'tokens':>12} {'sessions':>9}"]
+    lines += [f"  {b['age']:<12} {_count(b['messages']):>10} {_count(b['chars']):>14} "
+              f"{_count(b['tokens']):>12} {_count(b['sessions']):>9}"
+              for b in report["messages_by_age"]]
+    lines.append("sessions by last activity: " + (", ".join(
+        f"{s['idle']}: {s['sessions']}" for s in report["sessions_by_idle"]) or "none"))
+    lines.append("largest sessions:")
+    lines += [f"  {s['session_id']}: {_count(s['messages'])} messages, {_count(s['chars'])} "
+              f"chars, {when(s['first_at'])} .. {when(s['last_at'])}"
+              for s in report["largest_sessions"]]
+    payloads = report["payloads"]
+    lines.append(f"payload files: {payloads['files']} ({human_size(payloads['bytes'])}) "
+                 f"in {payloads['path']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- backup, rotate
+def format_backup(report: dict) -> str:
+    """Where the online backup went."""
+    return (f"trove backup: {report['path']} ({human_size(report['bytes'] or 0)}), "
+            "written with the SQLite online backup API")
+
+
+def format_rotate(report: dict) -> str:
+    """Preview, result, no-op or refusal of a rotate."""
+    title = f"trove rotate {report.get('session_id') or ''}".rstrip()
+    short = refused_or_noop(report, title)
+    if short:
+        return short
+    head = (f"{report['older_messages']} older messages ({_count(report['older_tokens'])} "
+            f"tokens) {{}} summarized; the newest {report['tail_messages']} stay verbatim; "
+            f"replay floor m{report['replay_floor']}")
+    if report["status"] == "preview":
+        return (f"{title} (preview): {head.format('would be')}\n"
+                f"apply: /trove rotate apply (backup first to {report['backup']})")
+    nodes = report["leaf_nodes"] + report["condensed_nodes"]
+    return (f"{title}: {head.format('were')}\nbackup written first: {report['backup']}\n"
+            f"new summary nodes: {', '.join(f'n{n}' for n in nodes) or 'none'}; the next "
+            "prompt uses the rotated context")
+
+
+def _status(target: ops.Target) -> dict:
+    return ops.status(target, calling_session())
+
+
+ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
+    Action(("status",), "database, this session, last rotate and last backup",
+           _status, format_status),
+    Action(("doctor",), "read-only health checks", ops.doctor, format_doctor),
+    Action(("doctor", "full"), "health checks including quick_check on a big file",
+           lambda t: ops.doctor(t, full=True), format_doctor),
+    Action(("doctor", "clean"), "read-only scan for junk/noise sessions", ops.clean_scan,
+           format_clean),
+    Action(("doctor", "clean", "apply"), "backup, then remove the safe junk sessions",
+           ops.clean_apply, format_clean),
+    Action(("doctor", "repair"), "SQLite and FTS diagnosis", ops.repair, format_repair),
+    Action(("doctor", "repair", "apply"), "backup, then rebuild FTS indexes and REINDEX",
+           lambda t: ops.repair(t, apply=True), format_repair),
+    Action(("doctor", "source"), "count legacy blank sources", ops.source_fix, format_source),
+    Action(("doctor", "source", "apply"), "backup, then set blank sources to 'unknown'",
+           lambda t: ops.source_fix(t, apply=True), format_source),
+    Action(("doctor", "retention"), "read-only age and size analysis", ops.retention,
+           format_retention),
+    Action(("backup",), "timestamped online backup of the database", ops.backup, format_backup),
+    Action(("rotate",), "preview compacting this session in place", ops.rotate, format_rotate),
+    Action(("rotate", "apply"), "backup, then rotate this session",
+           lambda t: ops.rotate(t, apply=True), format_rotate),
+    Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
+)}

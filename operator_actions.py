@@ -1,0 +1,594 @@
+"""Operator actions behind ``/trove`` and ``scripts/trove.py``: one implementation, plain dicts.
+
+Both front ends call these functions: ``command.py`` turns the dicts into chat
+text, ``scripts/trove.py`` into terminal tables or JSON. Reads reuse what the
+model's tools use: ``health`` for status and doctor, ``tools.dispatch`` for
+grep, expand and load-session (the same JSON the model sees, with an explicit
+operator scope). Every write is preceded by an online backup
+(``backup.backup_database``, the SQLite backup API, never a file copy) whose path
+is returned and recorded in ``trove_meta`` so status can show it. All SQL lives
+in ``store`` and ``dag``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import codec, health, integrity, tokens, tools
+from .backup import backup_database
+from .config import TroveConfig, load_config
+from .dag import Dag
+from .database import DatabaseError, get_database
+from .engine import live_engines
+from .migrations import SchemaTooNewError
+from .ingest_policy import policy_for
+from .noise import IGNORED, MessageFilter, SessionFilter
+from .store import UNKNOWN_SOURCE, Store, decode_row
+
+LAST_BACKUP_KEY = "last_backup_path"
+LAST_BACKUP_AT_KEY = "last_backup_at"
+LAST_BACKUP_LABEL_KEY = "last_backup_label"
+# The scope an operator read runs in when it names no session: every session.
+OPERATOR_SESSION = "trove-operator"
+DAY = 86_400.0
+
+# doctor clean: what counts as junk, and what protects a session.
+EPHEMERAL_PREFIX = "trove-ephemeral-"
+EPHEMERAL_MAX_MESSAGES = 6
+NOISE_SCAN_MAX_MESSAGES = 200        # bigger sessions are never judged noise
+CLEAN_MIN_IDLE_SECONDS = 3600        # younger activity may be a live session elsewhere
+CLEAN_SCAN_MAX_SESSIONS = 100_000
+NOISE_USER_PATTERNS = (
+    re.compile(r"\bHEARTBEAT_OK\b"),              # heartbeat prompts and their acks
+    re.compile(r"^\s*HEARTBEAT\b", re.IGNORECASE),
+    re.compile(r"^\s*\[cron\b", re.IGNORECASE),   # "[Cron delivery: job]", "[cron] ..."
+    re.compile(r"^\s*cron\s*:", re.IGNORECASE),
+)
+CLEAN_RULES = {
+    "ignored_pattern": "the session id matches TROVE_IGNORE_SESSION_PATTERNS",
+    "empty": "no messages and no summaries",
+    "ephemeral": f"{EPHEMERAL_PREFIX}* session with at most {EPHEMERAL_MAX_MESSAGES} messages",
+    "noise": "every user message is heartbeat/cron noise or matches "
+             "TROVE_IGNORE_MESSAGE_PATTERNS (sessions up to "
+             f"{NOISE_SCAN_MAX_MESSAGES} messages)",
+}
+AGE_EDGES = (("< 1 day", DAY), ("1-7 days", 7 * DAY), ("7-30 days", 30 * DAY),
+             ("30-90 days", 90 * DAY), ("90-365 days", 365 * DAY))
+OLDEST_BUCKET = "> 1 year"
+REPAIR_STEPS = ("rebuild messages_fts from messages", "rebuild nodes_fts from nodes",
+                "REINDEX every index")
+
+
+class OperatorError(Exception):
+    """An expected failure with a clear message (missing database, unknown id):
+    front ends print it (the CLI exits 2), never a traceback."""
+
+
+@dataclass
+class Target:
+    """What an action works on: the settings, and the live engine when there is one."""
+
+    config: TroveConfig
+    engine: Any = None
+
+    @property
+    def db_path(self) -> Path:
+        """The database file every action reads and backs up."""
+        return Path(self.config.resolved_database_path)
+
+    @property
+    def store(self) -> Store:
+        """Messages and sessions on the process-wide shared connection."""
+        return Store(get_database(self.db_path))
+
+    @property
+    def dag(self) -> Dag:
+        """Summary nodes on the same connection."""
+        return Dag(get_database(self.db_path))
+
+    @property
+    def session_id(self) -> str | None:
+        """The live engine's canonical session (None from the CLI)."""
+        return getattr(self.engine, "canonical_id", None) if self.engine is not None else None
+
+
+def config_for(db_path: str | os.PathLike | None = None) -> TroveConfig:
+    """The configured settings, pointed at ``db_path`` when given (the CLI's ``--db``)."""
+    environ = dict(os.environ)
+    if db_path:
+        environ["TROVE_DATABASE_PATH"] = str(Path(db_path).expanduser().resolve())
+    return load_config(environ)
+
+
+def open_target(config: TroveConfig, engine: Any = None) -> Target:
+    """A target on an existing database; a missing or unreadable file is an
+    ``OperatorError`` (operators must never create an empty database by typo)."""
+    target = Target(engine.config if engine is not None else config, engine)
+    if engine is None and not target.db_path.is_file():
+        raise OperatorError(f"no trove database at {target.db_path} (pass --db PATH or set "
+                            "TROVE_DATABASE_PATH)")
+    try:
+        get_database(target.db_path)
+    except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
+        raise OperatorError(f"cannot open {target.db_path}: {exc}") from None
+    return target
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON data (engine status holds tuples and paths)."""
+    return json.loads(codec.dump_json(value))
+
+
+# ---------------------------------------------------------------- backups
+def record_backup(target: Target, path: str | Path, label: str) -> dict:
+    """Remember the newest backup in ``trove_meta`` so status can name it."""
+    at = time.time()
+    store = target.store
+    store.set_meta(LAST_BACKUP_KEY, str(path))
+    store.set_meta(LAST_BACKUP_AT_KEY, repr(at))
+    store.set_meta(LAST_BACKUP_LABEL_KEY, label)
+    size = Path(path).stat().st_size if Path(path).exists() else None
+    return {"path": str(path), "bytes": size, "at": at, "label": label}
+
+
+def backup(target: Target, label: str = "backup") -> dict:
+    """A timestamped online backup under ``backups/`` next to the database: the first
+    step of every apply path, and ``/trove backup`` on its own."""
+    written = backup_database(target.db_path, label=label)
+    return {"status": "written", **record_backup(target, written, label)}
+
+
+def last_backup(target: Target) -> dict:
+    """The newest backup recorded by an operator action (path, time, label), or nulls."""
+    store = target.store
+    at = store.get_meta(LAST_BACKUP_AT_KEY)
+    path = store.get_meta(LAST_BACKUP_KEY)
+    return {"path": path, "at": float(at) if at else None,
+            "label": store.get_meta(LAST_BACKUP_LABEL_KEY),
+            "exists": bool(path) and Path(path).exists()}
+
+
+# ---------------------------------------------------------------- status and doctor
+def session_summary(target: Target, session_id: str) -> dict:
+    """One session's counts and lifecycle: replay floor, last rotate and its backup."""
+    store, dag = target.store, target.dag
+    canonical = store.canonical_session(session_id)
+    row = store.get_session(canonical)
+    if row is None:
+        return {"session_id": session_id, "stored": False}
+    state = row["state"]
+    return {"session_id": session_id, "canonical_id": canonical, "stored": True,
+            "source": row["source"], "messages": store.count_messages(canonical),
+            "nodes": dag.stats(canonical)["nodes"], "frontier_nodes": len(dag.frontier(canonical)),
+            "carried_nodes": len(dag.carried_node_ids(canonical)),
+            "replay_floor": row["replay_floor"], "created_at": row["created_at"],
+            "updated_at": row["updated_at"], "last_rotate_at": state.get("last_rotate_at"),
+            "last_rotate_backup": state.get("last_rotate_backup"),
+            "last_compaction": state.get("last_compaction")}
+
+
+def status(target: Target, session_id: str | None = None) -> dict:
+    """Database figures, the session (the live engine's, or the one named), the engine's
+    runtime snapshot when live, and the newest backup."""
+    store, dag = target.store, target.dag
+    session_id = target.session_id or session_id
+    engine = target.engine
+    return {"database": health.database_stats(store, dag), "session_rows": store.count_sessions(),
+            "live_engine": engine is not None,
+            "engine": json_safe(engine.get_status()) if engine is not None else None,
+            "session": session_summary(target, session_id) if session_id else None,
+            "last_backup": last_backup(target),
+            "config_warnings": list(target.config.warnings)}
+
+
+def doctor(target: Target, full: bool = False) -> dict:
+    """Read-only health (``health.run_doctor``); without a live engine the session
+    check is marked skipped, since an offline database has no session to bind."""
+    status_snapshot = json_safe(target.engine.get_status()) if target.engine is not None else {}
+    report = health.run_doctor(target.store, target.dag, target.config, status_snapshot,
+                               session_id=target.session_id, full=full)
+    if target.engine is None:
+        for item in report["checks"]:
+            if item["name"] == "session_bound":
+                item.update(status="skipped", detail="no live engine: reading the database only")
+        worst = max((health.SEVERITY.get(c["status"], 0) for c in report["checks"]), default=0)
+        report["overall"] = {0: "ok", 1: "warn", 2: "fail"}[worst]
+    return {"database_path": str(target.db_path), **report}
+
+
+# ---------------------------------------------------------------- doctor clean
+def _live_sessions(target: Target) -> set[str]:
+    """Canonical sessions bound to a live engine of this process (never removed)."""
+    live = {e.canonical_id for e in live_engines() if getattr(e, "canonical_id", None)}
+    if target.session_id:
+        live.add(target.session_id)
+    return live
+
+
+def _canonical_groups(rows: list[dict]) -> dict[str, dict]:
+    """Session rows folded onto their canonical session (aliases store nothing)."""
+    groups: dict[str, dict] = {}
+    for row in rows:
+        group = groups.setdefault(row["canonical_id"], {"row": None, "aliases": [],
+                                                        "messages": 0, "updated_at": 0.0})
+        group["messages"] += row["messages"]
+        group["updated_at"] = max(group["updated_at"], row["updated_at"] or 0.0)
+        if row["session_id"] == row["canonical_id"]:
+            group["row"] = row
+        else:
+            group["aliases"].append(row["session_id"])
+    return {sid: g for sid, g in groups.items() if g["row"] is not None}
+
+
+def _is_noise(message: dict, message_filter: MessageFilter) -> bool:
+    """A heartbeat/cron prompt, or a message the configured message patterns drop."""
+    text = codec.message_text(message)
+    if any(p.search(text) for p in NOISE_USER_PATTERNS):
+        return True
+    return message_filter.matches(message) is not None
+
+
+def _junk_rule(target: Target, session_id: str, group: dict, sessions: SessionFilter,
+               messages: MessageFilter) -> tuple[str, str] | None:
+    """Which clean rule a session falls under, with the reason, or None."""
+    platform = group["row"]["source"]
+    found = sessions.classify(session_id, None if platform == UNKNOWN_SOURCE else platform)
+    if found.kind == IGNORED:
+        return "ignored_pattern", f"matches TROVE_IGNORE_SESSION_PATTERNS {found.pattern!r}"
+    count = group["messages"]
+    if count == 0:
+        if target.dag.stats(session_id)["nodes"]:
+            return None
+        return "empty", CLEAN_RULES["empty"]
+    if session_id.startswith(EPHEMERAL_PREFIX) and count <= EPHEMERAL_MAX_MESSAGES:
+        return "ephemeral", f"ephemeral session with {count} messages"
+    if count <= NOISE_SCAN_MAX_MESSAGES:
+        rows = target.store.session_messages(session_id, limit=count)
+        users = [decode_row(r) for r in rows if r["role"] == "user"]
+        if users and all(_is_noise(m, messages) for m in users):
+            return "noise", f"all {len(users)} user messages are noise"
+    return None
+
+
+def _protections(target: Target, session_id: str, group: dict, live: set[str],
+                 now: float, min_idle: float) -> list[str]:
+    """Why a junk session must stay: live, recently active, or used by another session."""
+    reasons = []
+    if session_id in live or live & set(group["aliases"]):
+        reasons.append("live session")
+    idle = now - group["updated_at"]
+    if idle < min_idle:
+        reasons.append(f"active {int(idle)} s ago (under {int(min_idle)} s: may be live "
+                       "in a running Hermes)")
+    refs = target.dag.external_references([session_id])
+    if refs:
+        used = ", ".join(sorted({f"{r['session_id']} ({r['how']} n{r['node_id']})"
+                                 for r in refs})[:5])
+        reasons.append(f"its summaries are used by other sessions: {used}")
+    return reasons
+
+
+def clean_scan(target: Target, now: float | None = None,
+               min_idle_seconds: float | None = None) -> dict:
+    """Read-only: junk/noise sessions by rule, each marked safe or protected (and why)."""
+    cfg = target.config
+    now = time.time() if now is None else now
+    min_idle = CLEAN_MIN_IDLE_SECONDS if min_idle_seconds is None else min_idle_seconds
+    sessions = SessionFilter(cfg.ignore_session_patterns)
+    messages = MessageFilter(cfg.ignore_message_patterns)
+    groups = _canonical_groups(target.store.list_sessions(limit=CLEAN_SCAN_MAX_SESSIONS))
+    live = _live_sessions(target)
+    candidates = []
+    for session_id, group in groups.items():
+        found = _junk_rule(target, session_id, group, sessions, messages)
+        if found is None:
+            continue
+        protected = _protections(target, session_id, group, live, now, min_idle)
+        candidates.append({"session_id": session_id, "aliases": group["aliases"],
+                           "rule": found[0], "reason": found[1], "messages": group["messages"],
+                           "nodes": target.dag.stats(session_id)["nodes"],
+                           "last_activity": group["updated_at"], "safe": not protected,
+                           "protected_by": protected})
+    safe = sum(1 for c in candidates if c["safe"])
+    return {"mode": "scan", "database_path": str(target.db_path),
+            "sessions_scanned": len(groups), "candidates": candidates, "safe": safe,
+            "protected": len(candidates) - safe, "rules": dict(CLEAN_RULES),
+            "apply_enabled": cfg.doctor_clean_apply_enabled}
+
+
+def clean_apply(target: Target, now: float | None = None,
+                min_idle_seconds: float | None = None) -> dict:
+    """Backup, then remove only the safe candidates' messages, nodes, edges and session
+    rows in one transaction (FTS follows by trigger). Needs
+    TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true."""
+    if not target.config.doctor_clean_apply_enabled:
+        return {"status": "refused", "reason": "doctor clean apply is disabled: set "
+                "TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true to allow it (run 'doctor clean' to "
+                "see what it would remove)"}
+    scan = clean_scan(target, now, min_idle_seconds)
+    ids = [c["session_id"] for c in scan["candidates"] if c["safe"]]
+    kept = [c for c in scan["candidates"] if not c["safe"]]
+    if not ids:
+        return {"status": "noop", "reason": "no safe candidates to remove", "protected": kept,
+                "sessions_scanned": scan["sessions_scanned"]}
+    written = backup(target, "pre-clean")
+    try:
+        with target.store.db.transaction() as conn:
+            removed = target.dag.delete_session_nodes_in(conn, ids)
+            removed.update(target.store.delete_sessions_in(conn, ids))
+    except sqlite3.IntegrityError as exc:
+        raise OperatorError(f"nothing was removed: another session came to depend on a "
+                            f"candidate while cleaning ({exc}); run the scan again") from None
+    return {"status": "cleaned", "backup": written, "removed_sessions": ids,
+            "removed": removed, "rules": {c["session_id"]: c["rule"]
+                                          for c in scan["candidates"] if c["safe"]},
+            "protected": kept, "sessions_scanned": scan["sessions_scanned"]}
+
+
+# ---------------------------------------------------------------- doctor repair / source
+def _repair_diagnosis(target: Target) -> dict:
+    """SQLite structure and integrity (full quick_check), FTS row counts, deep FTS check."""
+    checks = (health.check_database(target.store, full=True)
+              + health.check_fts(target.store, target.dag, target.config))
+    deep = integrity.run_fts_check(str(target.db_path))
+    problems = [f"{c['name']}: {c['detail']}" for c in checks if c["status"] == "fail"]
+    problems += [f"fts integrity-check: {p}" for p in deep["problems"]]
+    missing = [c for c in checks if c["name"] == "schema_objects" and c["status"] == "fail"]
+    return {"checks": checks, "fts_deep": deep, "problems": problems,
+            "repairable": not missing}
+
+
+def repair(target: Target, apply: bool = False) -> dict:
+    """Diagnose SQLite and both FTS indexes; with ``apply``, backup then rebuild the FTS
+    indexes and every index, and diagnose again."""
+    before = _repair_diagnosis(target)
+    report = {"mode": "apply" if apply else "preview", "database_path": str(target.db_path),
+              "before": before, "problems": before["problems"]}
+    if not before["problems"]:
+        return {**report, "status": "ok", "note": "nothing to repair"}
+    if not before["repairable"]:
+        return {**report, "status": "refused", "reason": "required schema objects are missing; "
+                "an index rebuild cannot recreate them: restore a backup"}
+    if not apply:
+        return {**report, "status": "preview", "would": list(REPAIR_STEPS)}
+    written = backup(target, "pre-repair")
+    target.store.rebuild_message_fts()
+    target.dag.rebuild_node_fts()
+    target.store.reindex_all()
+    after = _repair_diagnosis(target)
+    integrity.record_result(str(target.db_path), after["fts_deep"])
+    return {**report, "status": "repaired" if not after["problems"] else "still_failing",
+            "backup": written, "changed": list(REPAIR_STEPS), "after": after,
+            "problems_after": after["problems"]}
+
+
+def source_fix(target: Target, apply: bool = False) -> dict:
+    """Legacy blank/whitespace sources: count them; with ``apply``, backup then set
+    them to ``unknown`` (what every new row gets when the source is not known)."""
+    found = target.store.blank_source_rows()
+    report = {"mode": "apply" if apply else "preview", "found": found,
+              "database_path": str(target.db_path)}
+    if not found["messages"] and not found["sessions"]:
+        return {**report, "status": "ok", "note": "no blank sources"}
+    if not apply:
+        return {**report, "status": "preview", "would": f"set source to {UNKNOWN_SOURCE!r}"}
+    written = backup(target, "pre-source")
+    return {**report, "status": "fixed", "backup": written,
+            "changed": target.store.fix_blank_sources()}
+
+
+# ---------------------------------------------------------------- doctor retention
+def _payload_usage(target: Target) -> dict:
+    """Files and bytes in the payload folder next to the database."""
+    root = policy_for(target.config).payloads.root
+    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+    return {"path": str(root), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def retention(target: Target, now: float | None = None) -> dict:
+    """Read-only age and size analysis: messages by age, sessions by idle time, the
+    largest sessions and payload files. Trove never deletes by age on its own."""
+    now = time.time() if now is None else now
+    store = target.store
+    labels = [label for label, _ in AGE_EDGES] + [OLDEST_BUCKET]
+    by_age = store.message_age_profile(now, [edge for _, edge in AGE_EDGES])
+    idle = dict.fromkeys(labels, 0)
+    groups = _canonical_groups(store.list_sessions(limit=CLEAN_SCAN_MAX_SESSIONS))
+    for group in groups.values():
+        age = now - group["updated_at"]
+        idle[next((label for label, edge in AGE_EDGES if age < edge), OLDEST_BUCKET)] += 1
+    return {"database": health.database_stats(store, target.dag), "now": now,
+            "messages_by_age": [{**b, "age": labels[b["bucket"]]} for b in by_age],
+            "sessions_by_idle": [{"idle": k, "sessions": v} for k, v in idle.items() if v],
+            "largest_sessions": store.largest_sessions(10),
+            "payloads": _payload_usage(target)}
+
+
+# ---------------------------------------------------------------- rotate
+def rotate(target: Target, apply: bool = False) -> dict:
+    """The live session's rotate (``TroveEngine.rotate``): preview, or apply behind the
+    rolling ``*-rotate-latest`` backup, which is then recorded as the newest backup."""
+    if target.engine is None:
+        return {"status": "refused", "reason": "no live trove session here: rotate acts on "
+                "a running agent's session (use /trove rotate inside Hermes)"}
+    result = target.engine.rotate(apply=apply)
+    if result.get("status") == "rotated":
+        result["backup_recorded"] = record_backup(target, result["backup"], "rotate")
+    return result
+
+
+# ---------------------------------------------------------------- reads through the tools
+def tool_context(target: Target, session_id: str) -> tools.ToolContext:
+    """A ToolContext whose calling session is ``session_id`` (an operator scope)."""
+    counter = tokens.get_counter(target.config.token_encoding)
+    return tools.ToolContext(
+        store=target.store, dag=target.dag, config=target.config,
+        count_tokens=counter.count_text, session_id=session_id, conversation_id=None,
+        current_turn_store_id=None, status=lambda: {}, llm_call=None,
+        data_dir=target.db_path.parent, payloads=policy_for(target.config).payloads)
+
+
+def call_tool(target: Target, name: str, args: dict, session_id: str) -> dict:
+    """``tools.dispatch`` as the operator; a tool error becomes an ``OperatorError``."""
+    data = json.loads(tools.dispatch(name, args, tool_context(target, session_id)))
+    if "error" in data:
+        raise OperatorError(data["error"])
+    return data
+
+
+def require_session(target: Target, session_id: str) -> str:
+    """The canonical id of a stored session, or an ``OperatorError`` naming it."""
+    store = target.store
+    canonical = store.canonical_session(session_id)
+    if store.get_session(canonical) is None and not store.session_messages(canonical, 0, 1):
+        raise OperatorError(f"session {session_id!r} not found (see the 'sessions' command)")
+    return canonical
+
+
+def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
+    """(calling session, extra args): a named session, or every session."""
+    if session_id:
+        return require_session(target, session_id), {}
+    return OPERATOR_SESSION, {"session_scope": "all"}
+
+
+def grep(target: Target, query: str, session_id: str | None = None,
+         limit: int | None = None) -> dict:
+    """``trove_grep`` in one session (with its summaries) or, by default, all sessions."""
+    caller, scope = _scope(target, session_id)
+    args = {"query": query, **scope, **({"limit": limit} if limit else {})}
+    return call_tool(target, "trove_grep", args, caller)
+
+
+def parse_ref(text: str) -> tuple[str, Any]:
+    """``n12``/``12`` -> node_id, ``m34`` -> store_id, ``trove-payload:...`` -> externalized_ref."""
+    text = str(text).strip()
+    if text.startswith("trove-payload:"):
+        return "externalized_ref", text
+    match = re.fullmatch(r"([nNmM]?)(\d{1,18})", text)
+    if match is None:
+        raise OperatorError(f"{text!r} is not an id: use n12 or 12 (summary node), m34 "
+                            "(message store_id) or trove-payload:<sha256>")
+    return ("store_id" if match.group(1).lower() == "m" else "node_id"), int(match.group(2))
+
+
+def expand(target: Target, ref: str, session_id: str | None = None,
+           source_offset: int = 0) -> dict:
+    """``trove_expand`` of a node (one page of sources), or the exact text of a message
+    or a payload (every page joined)."""
+    key, value = parse_ref(ref)
+    caller, scope = _scope(target, session_id)
+    args = {key: value, **scope}
+    if key == "node_id" and source_offset:
+        args["source_offset"] = source_offset
+    data = call_tool(target, "trove_expand", args, caller)
+    if key == "store_id":
+        data["message"] = _whole_text(target, data["message"], caller, scope,
+                                      lambda page: page["message"])
+    elif key == "externalized_ref":
+        data = _whole_text(target, data, caller, scope, lambda page: page)
+    return data
+
+
+def _whole_text(target: Target, item: dict, caller: str, scope: dict,
+                pick: Callable[[dict], dict]) -> dict:
+    """Follow an item's continuation handles and join its pages exactly (``pick``
+    finds the item in each answer: the message, or the payload page itself)."""
+    content, calls, pages = item.get("content"), item.get("tool_calls"), 1
+    page = item
+    while page.get("has_more"):
+        page = pick(call_tool(target, "trove_expand", {**page["expand"]["args"], **scope},
+                              caller))
+        pages += 1
+        if page.get("content") is not None:
+            content = (content or "") + page["content"]
+        if page.get("tool_calls") is not None:
+            calls = (calls or "") + page["tool_calls"]
+    whole = {k: v for k, v in item.items()
+             if k not in ("expand", "next_content_offset", "next_tool_calls_offset")}
+    if content is not None:
+        whole["content"] = content
+    if calls is not None:
+        whole["tool_calls"] = calls
+    return {**whole, "has_more": False, "pages": pages}
+
+
+def load_session(target: Target, session_id: str, after: int = 0, limit: int = 50) -> dict:
+    """``trove_load_session``: one ordered page of a session's raw messages."""
+    canonical = require_session(target, session_id)
+    return call_tool(target, "trove_load_session",
+                     {"after_store_id": after, "limit": limit}, canonical)
+
+
+# ---------------------------------------------------------------- sessions, export, dag
+def sessions(target: Target, limit: int = 100) -> dict:
+    """Session rows, newest activity first, with message counts and time ranges."""
+    rows = target.store.list_sessions(limit=limit)
+    for row in rows:
+        row["nodes"] = target.dag.stats(row["session_id"])["nodes"]
+    return {"total": target.store.count_sessions(), "sessions": rows}
+
+
+def export_messages(target: Target, session_id: str, page: int = 500) -> Iterator[dict]:
+    """Every message of a session, exactly as stored (decoded), in order."""
+    canonical = require_session(target, session_id)
+    after = 0
+    while True:
+        rows = target.store.session_messages(canonical, after, page)
+        yield from (decode_row(r) for r in rows)
+        if len(rows) < page:
+            return
+        after = rows[-1]["store_id"]
+
+
+def export_session(target: Target, session_id: str, write: Callable[[str], Any]) -> dict:
+    """Write a session as JSONL (one exact message per line) through ``write``."""
+    count = 0
+    for message in export_messages(target, session_id):
+        write(codec.dump_json(message) + "\n")
+        count += 1
+    return {"session_id": session_id, "messages": count}
+
+
+def dag_page(target: Target, session_id: str, out: str | Path) -> dict:
+    """The self-contained HTML view of a session's summary DAG (``dagview``)."""
+    from .dagview import write_dag_html
+    canonical = require_session(target, session_id)
+    path = write_dag_html(target.store, target.dag, canonical, out)
+    return {"session_id": canonical, "nodes": target.dag.stats(canonical)["nodes"],
+            "path": str(path)}
+
+
+# ---------------------------------------------------------------- replay
+def replay_transcript(transcript: str | Path, db_path: str | Path, *, window: int,
+                      session_id: str, overhead: int | None = None,
+                      on_turn: Callable | None = None) -> dict:
+    """Replay a transcript through a TroveEngine into ``db_path`` (new, or an existing
+    database backed up first), offline with the deterministic summarizer."""
+    from .engine import TroveEngine
+    from .replay import HOST_OVERHEAD_TOKENS, load_transcript, replay
+    messages = load_transcript(transcript)
+    db_path = Path(db_path).expanduser().resolve()
+    written = None
+    if db_path.exists():
+        written = backup(open_target(config_for(db_path)), "pre-replay")
+    cfg = load_config({"HERMES_HOME": str(db_path.parent), "TROVE_DATABASE_PATH": str(db_path)})
+    engine = TroveEngine(cfg)
+    engine.use_llm(None)
+    engine.update_model("offline-replay", window)
+    engine.on_session_start(session_id, platform="replay")
+    report = replay(engine, messages, on_turn=on_turn,
+                    overhead=HOST_OVERHEAD_TOKENS if overhead is None else overhead)
+    return {"database_path": str(db_path), "session_id": engine.canonical_id,
+            "backup": written, "turns": report.turns, "messages": report.messages,
+            "stored": engine.store.count_messages(engine.canonical_id),
+            "compactions": report.compactions, "max_prompt_tokens": report.max_prompt_tokens,
+            "window": window, "nodes": engine.dag.stats(engine.canonical_id)["nodes"],
+            "seconds": round(report.seconds, 3)}

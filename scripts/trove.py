@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Operator CLI for a hermes-trove database, without Hermes running.
+
+    python3 scripts/trove.py status                      # the configured database
+    python3 scripts/trove.py --db ~/.hermes/trove.db doctor repair
+    python3 scripts/trove.py grep "retry backoff" --session S --json
+
+Every command takes ``--db PATH`` (default: the configured database, see
+docs/configuration.md) and ``--json``; human-readable text is the default. The
+work is done by ``operator_actions`` (the same functions as ``/trove``), reads
+of messages go through ``tools.dispatch``. See docs/operators.md.
+Exit codes: 0 done, 1 doctor found a failure, 2 error or refusal (with a message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import _bootstrap
+
+_bootstrap.load_package()
+from hermes_trove import command  # noqa: E402
+from hermes_trove import operator_actions as ops  # noqa: E402
+from hermes_trove.replay import TranscriptError  # noqa: E402
+from hermes_trove.tools import iso  # noqa: E402
+
+SNIPPET_CHARS = 100
+DOCTOR_CHOICES = ("repair", "clean", "source", "retention")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (kept apart from ``main`` so tests and docs can inspect it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
+                        help="trove database (default: the configured one)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON instead of text")
+    parser = argparse.ArgumentParser(prog="trove.py",
+                                     description="Operate a hermes-trove database.")
+    # Own actions, not the shared ``common`` ones: a default set here must not leak
+    # into the subcommands (where it would overwrite a --db given before them).
+    parser.add_argument("--db", metavar="PATH", help="trove database (default: the configured one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add = lambda name, text: sub.add_parser(name, parents=[common], help=text,  # noqa: E731
+                                            description=text)
+    add("status", "database figures and the newest backup")
+    doctor = add("doctor", "health checks; repair, clean, source (--apply writes after a "
+                 "backup) and retention")
+    doctor.add_argument("what", nargs="?", choices=DOCTOR_CHOICES)
+    doctor.add_argument("--apply", action="store_true", help="write (backup first)")
+    doctor.add_argument("--full", action="store_true", help="quick_check even on a big file")
+    add("backup", "timestamped online backup next to the database")
+    grep = add("grep", "search messages (trove_grep)")
+    grep.add_argument("query")
+    scope = grep.add_mutually_exclusive_group()
+    scope.add_argument("--session", help="one session, with its summaries")
+    scope.add_argument("--all", action="store_true", help="every session (the default)")
+    grep.add_argument("--limit", type=int)
+    expand = add("expand", "exact text of m<store_id>, sources of n<node_id>, or a payload ref")
+    expand.add_argument("id")
+    expand.add_argument("--session", help="read as this session (default: any session)")
+    expand.add_argument("--offset", type=int, default=0, help="first source of a node page")
+    load = add("load-session", "one page of a session's raw messages")
+    load.add_argument("session")
+    load.add_argument("--after", type=int, default=0, help="store_id cursor (next_cursor)")
+    load.add_argument("--limit", type=int, default=50)
+    sessions = add("sessions", "sessions with message counts and time ranges")
+    sessions.add_argument("--limit", type=int, default=100)
+    export = add("export", "a session as JSONL, one exact message per line")
+    export.add_argument("session")
+    export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    dag = add("dag", "HTML view of a session's summary DAG")
+    dag.add_argument("session")
+    dag.add_argument("--out", metavar="FILE", required=True)
+    replay = add("replay", "replay a transcript through the engine (default: a fresh database)")
+    replay.add_argument("transcript")
+    replay.add_argument("--window", type=int, default=65_536, help="context window in tokens")
+    replay.add_argument("--overhead", type=int, help="host tokens around the messages")
+    replay.add_argument("--session", default="replay-session")
+    return parser
+
+
+# ---------------------------------------------------------------- output
+def dump_json(value) -> str:
+    """Readable JSON, ASCII-escaped only when the text would not encode (lone surrogates)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, indent=2, ensure_ascii=True, default=str)
+    return text
+
+
+def one_line(text, limit: int = SNIPPET_CHARS) -> str:
+    """A text squeezed onto one table cell."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """Left-aligned columns sized to their content."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- commands
+def run_words(words: tuple[str, ...], args) -> tuple[dict, str, int]:
+    """Status, doctor and backup run the ``/trove`` actions: same function, same text."""
+    action = command.ACTIONS[words]
+    report = action.run(ops.open_target(ops.config_for(args.db)))
+    code = 0
+    if report.get("status") == "refused":
+        code = 2
+    elif report.get("overall") == "fail" or report.get("status") == "still_failing":
+        code = 1
+    return report, action.render(report), code
+
+
+def cmd_doctor(args) -> tuple[dict, str, int]:
+    """``doctor [repair|clean|source|retention] [--apply] [--full]``."""
+    if args.apply and args.what not in ("repair", "clean", "source"):
+        raise ops.OperatorError("--apply needs 'doctor repair', 'doctor clean' or 'doctor source'")
+    if args.full and args.what:
+        raise ops.OperatorError("--full applies to plain 'doctor' only")
+    words = ("doctor",) + ((args.what,) if args.what else ()) + (("apply",) if args.apply else ())
+    return run_words(words + (("full",) if args.full else ()), args)
+
+
+def cmd_sessions(args) -> tuple[dict, str, int]:
+    """Sessions newest first, with counts and time ranges."""
+    report = ops.sessions(ops.open_target(ops.config_for(args.db)), limit=args.limit)
+    rows = [[s["session_id"], "" if s["canonical_id"] == s["session_id"] else s["canonical_id"],
+             s["source"], s["messages"], s["nodes"], iso(s["first_at"]) or "-",
+             iso(s["last_at"]) or "-"] for s in report["sessions"]]
+    text = table(["session", "alias of", "source", "messages", "nodes", "first", "last"], rows)
+    return report, f"{text}\n{len(rows)} of {report['total']} session rows", 0
+
+
+def cmd_grep(args) -> tuple[dict, str, int]:
+    """Search one session or all of them."""
+    target = ops.open_target(ops.config_for(args.db))
+    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit)
+    rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",
+             r.get("session_id") or args.session or "", r.get("role") or f"d{r.get('depth')}",
+             r.get("time") or r.get("time_to") or "", one_line(r.get("snippet"))]
+            for r in report["results"]]
+    text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
+    notes = [f"note: {n}" for n in report.get("notes", [])]
+    more = ["more results: raise --limit"] if report.get("has_more") else []
+    return report, "\n".join([text] + notes + more), 0
+
+
+def render_message(item: dict) -> str:
+    """A message item: a header line, then its exact content and tool calls."""
+    head = f"m{item['store_id']} {item['role']} {item.get('time') or ''}".rstrip()
+    if item.get("session_id"):
+        head += f" (session {item['session_id']})"
+    parts = [head]
+    if item.get("content") is not None:
+        parts.append(item["content"])
+    if item.get("tool_calls"):
+        parts.append(f"tool_calls: {item['tool_calls']}")
+    if item.get("has_more"):
+        parts.append(f"... continues: expand m{item['store_id']}")
+    return "\n".join(parts)
+
+
+def cmd_expand(args) -> tuple[dict, str, int]:
+    """A message's or payload's exact text, or one page of a node's sources."""
+    target = ops.open_target(ops.config_for(args.db))
+    report = ops.expand(target, args.id, session_id=args.session, source_offset=args.offset)
+    if "message" in report:
+        return report, render_message(report["message"]), 0
+    if "externalized_ref" in report:
+        return report, f"{report['externalized_ref']} ({report.get('kind')}, " \
+                       f"{report.get('mime')}, {report.get('size_text')})\n{report['content']}", 0
+    lines = [f"n{report['node_id']} depth {report['depth']}: {report['child_count']} sources"]
+    for source in report.get("sources", []):
+        if source["kind"] == "summary":
+            lines.append(f"-- n{source['node_id']} (summary, depth {source['depth']})\n"
+                         f"{source['text']}")
+        else:
+            lines.append("-- " + render_message(source))
+    if report.get("has_more"):
+        lines.append(f"more sources: --offset {report['next_source_offset']}")
+    return report, "\n".join(lines), 0
+
+
+def cmd_load_session(args) -> tuple[dict, str, int]:
+    """One page of raw messages and the cursor for the next."""
+    target = ops.open_target(ops.config_for(args.db))
+    report = ops.load_session(target, args.session, after=args.after, limit=args.limit)
+    lines = [render_message(m) for m in report["messages"]] or ["no messages after that cursor"]
+    if report.get("has_more"):
+        lines.append(f"next page: --after {report['next_cursor']}")
+    return report, "\n\n".join(lines), 0
+
+
+def cmd_export(args) -> tuple[dict, str, int]:
+    """JSONL to a file, or to stdout (then the summary goes to stderr)."""
+    target = ops.open_target(ops.config_for(args.db))
+    ops.require_session(target, args.session)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8", newline="\n") as handle:
+            report = ops.export_session(target, args.session, handle.write)
+        report["out"] = str(Path(args.out).resolve())
+        return report, f"exported {report['messages']} messages of {args.session} to " \
+                       f"{report['out']}", 0
+    report = ops.export_session(target, args.session, sys.stdout.write)
+    sys.stdout.flush()
+    print(f"exported {report['messages']} messages of {args.session}", file=sys.stderr)
+    return report, "", 0
+
+
+def cmd_dag(args) -> tuple[dict, str, int]:
+    """Write the DAG page."""
+    report = ops.dag_page(ops.open_target(ops.config_for(args.db)), args.session, args.out)
+    return report, f"wrote {report['path']} ({report['nodes']} summary nodes of " \
+                   f"{report['session_id']})", 0
+
+
+def cmd_replay(args) -> tuple[dict, str, int]:
+    """Replay into --db (backed up first when it exists) or a fresh temporary database."""
+    db = args.db or Path(tempfile.mkdtemp(prefix="trove-replay-")) / "trove.db"
+    report = ops.replay_transcript(args.transcript, db, window=args.window,
+                                   session_id=args.session, overhead=args.overhead)
+    lines = [f"replayed {report['messages']} messages in {report['turns']} turns into "
+             f"{report['database_path']} (session {report['session_id']})",
+             f"stored {report['stored']}, {report['compactions']} compactions, "
+             f"{report['nodes']} summary nodes, largest prompt {report['max_prompt_tokens']:,} "
+             f"tokens of a {report['window']:,} window, {report['seconds']} s"]
+    if report["backup"]:
+        lines.insert(0, command.backup_line(report["backup"]))
+    return report, "\n".join(lines), 0
+
+
+COMMANDS = {
+    "status": lambda a: run_words(("status",), a),
+    "backup": lambda a: run_words(("backup",), a),
+    "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
+    "load-session": cmd_load_session, "export": cmd_export, "dag": cmd_dag, "replay": cmd_replay,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; print text or JSON; 0 done, 1 doctor failure, 2 error."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+    args = build_parser().parse_args(argv)
+    try:
+        report, text, code = COMMANDS[args.command](args)
+    except (ops.OperatorError, TranscriptError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # an operator tool answers, never with a traceback
+        print(f"error: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if code == 2 and not args.json:
+            print(f"error: {text}", file=sys.stderr)
+        elif args.json and not (args.command == "export" and not args.out):
+            print(dump_json(report))
+        elif text:
+            print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `trove.py ... | head`: the reader left, not an error of ours
+        sys.stdout = open(os.devnull, "w")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
