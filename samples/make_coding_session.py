@@ -1,4 +1,8 @@
-"""Generate samples/coding-session.jsonl: a realistic coding-agent session (deterministic)."""
+"""Generate samples/coding-session.jsonl: a realistic coding-agent session (deterministic).
+
+Ten planted facts, one every 16 turns, each confirmed in the assistant's answer:
+the demo recovers one of them after compaction took it out of the prompt.
+"""
 import json, random
 random.seed(7)
 files = ["src/payments/retry.py", "src/payments/client.py", "src/api/routes.py", "src/db/pool.py",
@@ -28,7 +32,7 @@ def code_block(path, n):
     return f"# {path}\ndef handler(request):\n" + "\n".join(body) + "\n    return result_0\n"
 for turn in range(160):
     topic = topics[turn % len(topics)]
-    fact = facts[turn % len(facts)] if turn % 16 == 3 else None
+    fact = facts[(turn // 16) % len(facts)] if turn % 16 == 3 else None
     ask = f"Let's look at the {topic} next." if not fact else f"Note for later: {fact[0]} Can you check {fact[1]}?"
     if turn % 7 == 0:
         ask = "ok, continue"

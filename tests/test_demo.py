@@ -34,6 +34,10 @@ def test_demo_stores_everything_and_prints_the_dag(demo_run):
     assert conn.execute("SELECT max(depth) FROM nodes").fetchone()[0] >= 1  # a condensation
     compactions = int(re.search(r"\((\d+) compactions", result.stdout).group(1))
     assert compactions >= 3
+    # The recovery step finds a detail that compaction took out of the prompt.
+    recovery = result.stdout.split("Recovering a compacted detail", 1)[1]
+    assert "summarized into node" in recovery
+    assert "exact text:\n    Note for later: The staging database listens on port 6543" in recovery
 
 
 def test_demo_refuses_to_reuse_a_database(demo_run):
