@@ -96,9 +96,9 @@ class Dag:
                     f" min(time_from), max(time_to) FROM nodes WHERE node_id IN ({marks})",
                     list(node.child_node_ids)).fetchone()
             cur = conn.execute(
-                f"INSERT INTO nodes(session_id, depth, text, token_count, source_token_count,"
-                f" message_count, first_store_id, last_store_id, time_from, time_to, level, model,"
-                f" topics, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO nodes(session_id, depth, text, token_count, source_token_count,"
+                " message_count, first_store_id, last_store_id, time_from, time_to, level, model,"
+                " topics, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (node.session_id, node.depth, node.text, node.token_count,
                  node.source_token_count, cover[0], cover[1], cover[2], cover[3], cover[4],
                  node.level, node.model, json.dumps(list(node.topics)), stamp))
