@@ -407,10 +407,10 @@ class TroveEngine(ContextEngine):
         if (tail is None or tail.get("block_hash") != digest) and self.session_id:
             state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
             tail = state.get("known_tail")
-        if not tail or tail.get("block_hash") != digest:
+        if not tail or tail.get("block_hash") != digest or "low" not in tail:
             return None
         self._known_tail = tail
-        return KnownTail(tuple(tail["store_ids"]), int(tail["after"]))
+        return KnownTail(tuple(tail["store_ids"]), int(tail["low"]))
 
     # ------------------------------------------------------------------ compaction
     def compress(self, messages: list, current_tokens: int | None = None,
@@ -517,7 +517,8 @@ class TroveEngine(ContextEngine):
         return self._finish(messages, result, before=before, final=final, trigger=trigger,
                             overhead=overhead, report=report, gave_way=gave_way,
                             omitted=omitted, started=started,
-                            tail_ids=[sid for _, sid in live])
+                            tail_ids=[sid for _, sid in live],
+                            shown_max=max((s for s in store_ids if s is not None), default=0))
 
     def _collect_transcript_garbage(self, store_ids: list[int]) -> int:
         """Transcript GC (opt-in): summarized tool rows whose exact text is already safe
@@ -577,7 +578,7 @@ class TroveEngine(ContextEngine):
 
     def _finish(self, messages: list, result: list, *, before: int, final: int, trigger: int,
                 overhead: int, report: PassReport, gave_way: bool, omitted: list,
-                started: float, tail_ids: list[int]) -> list:
+                started: float, tail_ids: list[int], shown_max: int) -> list:
         """Decide progress or no-op, record the outcome, update host-facing counters."""
         changed = result != [_clean(m) for m in messages]
         outcome = {
@@ -607,7 +608,7 @@ class TroveEngine(ContextEngine):
                           and m.get("role") == "user"), None)
             if block is not None:
                 known = {"block_hash": _block_hash(block["content"]), "store_ids": tail_ids,
-                         "after": self.store.last_store_id(self.canonical_id)}
+                         "low": min(tail_ids) if tail_ids else shown_max + 1}
                 self._known_tail = known
         self._record(outcome, known_tail=known)
         return result if changed else messages

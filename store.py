@@ -46,13 +46,15 @@ class IngestResult:
 @dataclass(frozen=True)
 class KnownTail:
     """What the engine returned last time: the raw messages after its summary block
-    were ``store_ids``, and every message stored then had a store_id <= ``after``.
+    were ``store_ids``; nothing it summarized has a store_id >= ``low``.
 
-    A list carrying that block starts with those messages; whatever follows them
-    is new unless it was stored after ``after`` (for example by a hook)."""
+    A list carrying that block starts with those messages. What follows them is
+    aligned against the session's other rows from ``low`` on: rows stored later
+    (by a hook), or newer turns the host keeps verbatim beside a manual
+    /compress of the older part; anything else is new."""
 
     store_ids: tuple[int, ...]
-    after: int
+    low: int
 
 
 def hex_tag(prefix: str, value: str) -> str:
@@ -256,12 +258,15 @@ class Store:
             alignment[pos] = store_id
         rest = real[len(ids):]
         if rest:
-            window = conn.execute(
-                "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
-                " AND store_id > ? ORDER BY store_id LIMIT ?",
-                (session_id, known.after, len(rest) + ALIGN_SLACK)).fetchall()
-            for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest],
-                                                          [(r[0], r[1]) for r in window])):
+            claimed = set(ids)
+            # Rows already summarized are never shown raw again: not candidates.
+            window = [(r[0], r[1]) for r in conn.execute(
+                "SELECT store_id, content_hash FROM messages AS m WHERE session_id = ?"
+                " AND store_id >= ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                " WHERE e.child_store_id = m.store_id) ORDER BY store_id LIMIT ?",
+                (session_id, known.low, len(ids) + len(rest) + ALIGN_SLACK))
+                if r[0] not in claimed]
+            for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest], window)):
                 alignment[pos] = store_id
         return alignment
 

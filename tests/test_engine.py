@@ -346,3 +346,19 @@ def test_ignored_messages_are_not_stored_and_counted(tmp_path):
     rows = engine.store.session_messages("sess")
     assert [r["content"] for r in rows] == ["real question", "real answer"]
     assert engine.get_status()["ingest_policy"]["message_filter"]["ignored_messages"] >= 1
+
+
+def test_manual_compress_of_the_head_with_a_verbatim_tail_stores_nothing_twice(tmp_path):
+    """The CLI's /compress compacts the older part and re-appends the newest turns verbatim."""
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [m for t in range(40) for m in coding_turn(t)]
+    engine.ingest(messages)  # persisted turn by turn by the post_llm_call hook
+    head, tail = messages[:-8], messages[-8:]
+    compressed = engine.compress(head, current_tokens=engine.threshold_tokens - 1, force=True)
+    assert assemble.is_trove_message(compressed[0])
+    resumed = compressed + tail + [{"role": "user", "content": "and now?"}]
+    engine.ingest(resumed)
+    assert engine.store.count_messages("sess") == len(messages) + 1
+    out = engine.compress(resumed, current_tokens=engine.threshold_tokens + 1, force=True)
+    engine.ingest(out)
+    assert engine.store.count_messages("sess") == len(messages) + 1
