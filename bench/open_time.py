@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
               f" {r['open_ms_max']:>7} {r['bytes_per_message']:>7} "
               f"{r['raw_json_bytes_per_message']:>9} {r['db_to_raw_ratio']:>6}")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "open_time.json").write_text(json.dumps(rows, indent=2))
+    (HERE / "results" / "open_time.json").write_text(json.dumps(
+        {"bench": "open_time", "machine": synth.machine(), "rows": rows}, indent=2))
     return 0
 
 

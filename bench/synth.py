@@ -106,6 +106,44 @@ def _compact_live(store: Store, dag: Dag, covered: int, leaf_size: int = 100,
                                       "deterministic", child_node_ids=g)) for g in groups]
 
 
+def machine() -> dict:
+    """What the figures were measured on (stored with every result)."""
+    import platform
+    import sqlite3
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import subprocess
+        revision = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent,
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        revision = ""
+    return {"nproc": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+            "git": revision,
+            "sqlite": sqlite3.sqlite_version, "load_avg_1m": round(os.getloadavg()[0], 2),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (Linux reports ru_maxrss in KiB)."""
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def percentile(sorted_values: list[float], share: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, int(round(share * len(sorted_values) + 0.4999)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
 if __name__ == "__main__":
     for n in [int(a) for a in sys.argv[1:]] or [1000]:
         print(build(n))

@@ -7,14 +7,17 @@ nothing needs compacting. The live session holds 90% of the rows, compacted
 into a DAG except its newest 60 messages, like a long-running agent.
 
     .venv/bin/python bench/turn_overhead.py 1000 100000      # sizes
-Prints a table and writes bench/results/turn_overhead.json.
+Each size runs in its own process (``--one N``), so the peak RSS reported is
+that size's alone. Prints a table and writes bench/results/turn_overhead.json.
 """
 
 from __future__ import annotations
 
 import json
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,7 +35,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def measure(n_messages: int) -> dict:
-    path = synth.build(n_messages, verbose=False)
+    # Work on a scratch copy: the turns below append rows and session state, and the
+    # cached database must stay as built so every run starts from the same history.
+    source = synth.build(n_messages, verbose=False)
+    path = source.with_name(f"scratch-turn-{n_messages}.db")
+    shutil.copyfile(source, path)
+    try:
+        return _measure(path, n_messages)
+    finally:
+        for leftover in (path, path.with_suffix(".db-wal"), path.with_suffix(".db-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _measure(path: Path, n_messages: int) -> dict:
     cfg = trove_config.load_config({"HERMES_HOME": str(path.parent),
                                     "TROVE_DATABASE_PATH": str(path),
                                     "TROVE_FRESH_TAIL_COUNT": "100000",
@@ -62,17 +77,32 @@ def measure(n_messages: int) -> dict:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def measure_in_subprocess(n_messages: int) -> dict:
+    """One size in a fresh interpreter: its own page cache warm-up and peak RSS."""
+    synth.build(n_messages)  # build (or reuse) outside the timed child
+    out = subprocess.run([sys.executable, __file__, "--one", str(n_messages)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--one"]:
+        print(json.dumps(measure(int(argv[1]))))
+        return 0
     sizes = [int(a) for a in argv] or [1000, 10_000, 100_000]
-    rows = [measure(n) for n in sizes]
+    rows = [measure_in_subprocess(n) for n in sizes]
     print(f"{'messages':>10} {'p50 ms':>8} {'p95 ms':>8} {'outcome':>8} {'rss MB':>7}")
     for r in rows:
         print(f"{r['messages']:>10,} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['outcome']:>8}"
               f" {r['peak_rss_mb']:>7}")
+    ratio = None
     if len(rows) > 1:
-        print(f"ratio largest/smallest p50: {rows[-1]['p50_ms'] / rows[0]['p50_ms']:.2f}")
+        ratio = round(rows[-1]["p50_ms"] / rows[0]["p50_ms"], 2)
+        print(f"ratio largest/smallest p50: {ratio:.2f}")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "turn_overhead.json").write_text(json.dumps(rows, indent=2))
+    (RESULTS / "turn_overhead.json").write_text(json.dumps(
+        {"bench": "turn_overhead", "machine": synth.machine(), "sizes": rows,
+         "p50_ratio_largest_smallest": ratio}, indent=2))
     return 0
 
 

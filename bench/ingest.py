@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Ingest throughput: messages per second into the store, against SQLite's own limit.
+
+The messages are ``synth.make_message``: user prose, assistant tool calls, tool
+results (code), assistant prose; 200 B to 20 KB, most 300-700 B, 1% large
+payloads. Every variant writes the same messages into a fresh database (a
+temporary folder, deleted afterwards) with the same durability (WAL,
+``synchronous=FULL``), in the same run; rounds are interleaved and the median
+of the rounds is reported.
+
+  per turn (one call and one transaction per turn of 4 messages, as the
+  engine persists a finished turn):
+    store      Store.ingest(session, turn)        encode + identity + insert (+ FTS)
+    engine     TroveEngine.ingest(turn)           + ingest policy, per-message memo,
+                                                  tiktoken counts
+    raw        executemany of the same rows into a minimal table (7 columns, no
+               index but the primary key) with an external-content FTS5 index
+               (unicode61) kept by an AFTER INSERT trigger: the limit
+    raw_schema executemany of the already encoded rows into trove's own schema
+               (its unique identity index, two more indexes, FTS with tags):
+               the limit for this schema, separating schema cost from code cost
+  bulk (one call and one transaction per 2,000 messages, like an import):
+    store, engine, raw, raw_schema as above
+
+Ratio = our throughput / raw throughput at the same batching (target >= 0.5).
+The per-message cost of the engine path over Store.ingest is reported, and its
+parts measured alone on the same messages (no database): ingest policy
+(``policy.prepare``, which encodes), tiktoken counting, bare ``codec.encode_message``.
+The tiktoken encoding is loaded before timing (a once-per-process start-up cost
+of ~0.25 s) and its count cache emptied before each engine run, so counts are cold.
+
+    .venv/bin/python bench/ingest.py [--messages 20000] [--rounds 3]
+Prints a table and writes bench/results/ingest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import synth  # noqa: E402  (loads the package)
+
+from hermes_trove import codec  # noqa: E402
+from hermes_trove import config as trove_config  # noqa: E402
+from hermes_trove import database  # noqa: E402
+from hermes_trove.engine import TroveEngine  # noqa: E402
+from hermes_trove.store import Store, normalize_source  # noqa: E402
+
+RESULTS = HERE / "results"
+TURN = 4
+BULK = 2000
+SESSION = "bench-ingest"
+TARGET_RATIO = 0.5
+
+RAW_SCHEMA = """
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT,
+    tool_calls TEXT,
+    tool_call_id TEXT,
+    tool_name TEXT,
+    created_at REAL NOT NULL
+);
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    body, content='messages', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, body)
+    VALUES (new.id, COALESCE(new.content, '') || ' ' || COALESCE(new.tool_calls, ''));
+END;
+"""
+RAW_INSERT = ("INSERT INTO messages(session_id, role, content, tool_calls, tool_call_id,"
+              " tool_name, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
+SCHEMA_INSERT = (
+    "INSERT INTO messages(session_id, conversation_id, source, role, content, content_format,"
+    " tool_calls, tool_call_id, tool_name, extra, search_text, content_hash, ordinal,"
+    " message_at, created_at, token_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def make_messages(n: int, seed: int = 21) -> list[dict]:
+    rng = random.Random(seed)
+    return [synth.make_message(rng, i) for i in range(n)]
+
+
+def fresh(messages: list[dict]) -> list[dict]:
+    """New message objects (the engine memoizes per object: each run starts cold)."""
+    return [json.loads(json.dumps(m)) for m in messages]
+
+
+def batches(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def cheap_tokens(message: dict) -> int:
+    return len(json.dumps(message)) // 4
+
+
+# ---------------------------------------------------------------- variants
+def run_store(folder: Path, messages: list[dict], size: int) -> float:
+    db = database.get_database(folder / "trove.db")
+    store = Store(db)
+    store.ensure_session(SESSION, source="cli")
+    started = time.perf_counter()
+    for batch in batches(messages, size):
+        store.ingest(SESSION, batch, count_tokens=cheap_tokens, source="cli")
+    seconds = time.perf_counter() - started
+    assert store.count_messages(SESSION) == len(messages)
+    database.forget_database(folder / "trove.db")
+    return seconds
+
+
+def run_engine(folder: Path, messages: list[dict], size: int) -> float:
+    cfg = trove_config.load_config({"HERMES_HOME": str(folder),
+                                    "TROVE_DATABASE_PATH": str(folder / "trove.db"),
+                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
+    engine = TroveEngine(cfg)
+    engine.use_llm(None)
+    engine.update_model("bench", 200_000)
+    engine.on_session_start(SESSION, platform="cli")
+    # The tiktoken encoding loads once per process (~0.25 s, a start-up cost) and the
+    # counter caches counts by text: load it now and empty the cache, so every run
+    # counts these messages cold, as a live agent counts new messages.
+    engine.counter.count_text("warm-up")
+    engine.counter._cache.clear()
+    started = time.perf_counter()
+    for batch in batches(messages, size):
+        engine.ingest(batch)
+    seconds = time.perf_counter() - started
+    assert engine.store.count_messages(SESSION) == len(messages)
+    database.forget_database(cfg.resolved_database_path)
+    return seconds
+
+
+def _raw_connection(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def run_raw(folder: Path, messages: list[dict], size: int) -> float:
+    conn = _raw_connection(folder / "raw.db")
+    conn.executescript(RAW_SCHEMA)
+    stamp = time.time()
+    rows = [(SESSION, m["role"], m.get("content"),
+             json.dumps(m["tool_calls"]) if "tool_calls" in m else None,
+             m.get("tool_call_id"), m.get("name"), stamp) for m in messages]
+    started = time.perf_counter()
+    for batch in batches(rows, size):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(RAW_INSERT, batch)
+        conn.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == len(messages)
+    conn.close()
+    return seconds
+
+
+def run_raw_schema(folder: Path, messages: list[dict], size: int) -> float:
+    path = folder / "schema.db"
+    database.get_database(path)  # creates trove's schema through its migrations
+    database.forget_database(path)
+    conn = _raw_connection(path)
+    conn.execute("INSERT INTO sessions(session_id, canonical_id, source, created_at, updated_at)"
+                 " VALUES (?, ?, 'cli', 0, 0)", (SESSION, SESSION))
+    stamp = time.time()
+    ordinals: dict[str, int] = {}
+    rows = []
+    for m in messages:
+        enc = codec.encode_message(codec.clean_message(m))
+        ordinal = ordinals.get(enc.content_hash, 0)
+        ordinals[enc.content_hash] = ordinal + 1
+        rows.append((SESSION, None, normalize_source("cli"), enc.role, enc.content,
+                     enc.content_format, enc.tool_calls, enc.tool_call_id, enc.tool_name,
+                     enc.extra, enc.search_text, enc.content_hash, ordinal, enc.message_at,
+                     stamp, cheap_tokens(m)))
+    started = time.perf_counter()
+    for batch in batches(rows, size):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(SCHEMA_INSERT, batch)
+        conn.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == len(messages)
+    conn.close()
+    return seconds
+
+
+VARIANTS = {"store": run_store, "engine": run_engine, "raw": run_raw, "raw_schema": run_raw_schema}
+
+
+def component_costs(messages: list[dict]) -> dict:
+    """Microseconds per message of the engine's per-message work, without a database."""
+    folder = Path(tempfile.mkdtemp(prefix="trove-bench-ingest-"))
+    try:
+        cfg = trove_config.load_config({"HERMES_HOME": str(folder),
+                                        "TROVE_DATABASE_PATH": str(folder / "trove.db")})
+        engine = TroveEngine(cfg)
+        policy, counter = engine.policy, engine.counter
+        counter.count_text("warm-up")
+        counter._cache.clear()  # cold counts, as for new messages
+        out = {}
+        for name, fn in (("policy_prepare_us", policy.prepare),
+                         ("tiktoken_count_us", counter.count_message),
+                         ("codec_encode_us", lambda m: codec.encode_message(codec.clean_message(m))),
+                         ("cheap_count_us", cheap_tokens)):
+            sample = fresh(messages)
+            started = time.perf_counter()
+            for m in sample:
+                fn(m)
+            out[name] = round((time.perf_counter() - started) * 1e6 / len(sample), 1)
+        database.forget_database(folder / "trove.db")
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    messages = make_messages(args.messages)
+    mean_bytes = sum(len(json.dumps(m)) for m in messages) / len(messages)
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for round_no in range(args.rounds):
+        for batching, size in (("turn", TURN), ("bulk", BULK)):
+            names = list(VARIANTS)
+            names = names[round_no % len(names):] + names[:round_no % len(names)]
+            for name in names:
+                folder = Path(tempfile.mkdtemp(prefix="trove-bench-ingest-"))
+                try:
+                    took = VARIANTS[name](folder, fresh(messages), size)
+                finally:
+                    shutil.rmtree(folder, ignore_errors=True)
+                seconds.setdefault((batching, name), []).append(took)
+                print(f"  round {round_no + 1} {batching:>4} {name:>10}: "
+                      f"{len(messages) / took:,.0f} msg/s", file=sys.stderr)
+    rows = []
+    for (batching, name), values in seconds.items():
+        median = statistics.median(values)
+        rows.append({"batching": batching, "variant": name, "seconds_median": round(median, 3),
+                     "msgs_per_s": round(len(messages) / median),
+                     "runs_msgs_per_s": [round(len(messages) / v) for v in values]})
+    by = {(r["batching"], r["variant"]): r for r in rows}
+    summary = {}
+    for batching in ("turn", "bulk"):
+        raw = by[(batching, "raw")]["msgs_per_s"]
+        for name in ("store", "engine", "raw_schema"):
+            by[(batching, name)]["ratio_to_raw"] = round(by[(batching, name)]["msgs_per_s"] / raw, 3)
+        engine_us = by[(batching, "engine")]["seconds_median"] * 1e6 / len(messages)
+        store_us = by[(batching, "store")]["seconds_median"] * 1e6 / len(messages)
+        summary[batching] = {"engine_over_store_us_per_msg": round(engine_us - store_us, 1),
+                             "store_us_per_msg": round(store_us, 1),
+                             "engine_us_per_msg": round(engine_us, 1)}
+    components = component_costs(make_messages(5000, seed=99))
+    print(f"{len(messages):,} messages, mean {mean_bytes:,.0f} B as JSON, {args.rounds} rounds"
+          f" (median); WAL, synchronous=FULL")
+    print(f"{'batching':>8} {'variant':>10} {'msg/s':>8} {'ratio to raw':>12}")
+    for batching in ("turn", "bulk"):
+        for name in VARIANTS:
+            r = by[(batching, name)]
+            ratio = r.get("ratio_to_raw")
+            print(f"{batching:>8} {name:>10} {r['msgs_per_s']:>8,} "
+                  f"{'' if ratio is None else f'{ratio:.2f}':>12}")
+    for batching, s in summary.items():
+        print(f"{batching}: engine path costs {s['engine_over_store_us_per_msg']} us/message more"
+              f" than Store.ingest ({s['engine_us_per_msg']} vs {s['store_us_per_msg']})")
+    print("per-message parts, no database (us): " + ", ".join(
+        f"{k[:-3]} {v}" for k, v in components.items()))
+    verdicts = {b: by[(b, "store")]["ratio_to_raw"] >= TARGET_RATIO for b in ("turn", "bulk")}
+    for b, met in verdicts.items():
+        print(f"target store/raw >= {TARGET_RATIO} ({b}): {'met' if met else 'MISSED'}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "ingest.json").write_text(json.dumps(
+        {"bench": "ingest", "machine": synth.machine(), "messages": len(messages),
+         "mean_json_bytes": round(mean_bytes), "rounds": args.rounds, "rows": rows,
+         "engine_overhead": summary, "components_us_per_message": components,
+         "target_ratio": TARGET_RATIO, "target_met": verdicts}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
