@@ -213,35 +213,50 @@ class Store:
             alignment = self._align_known(conn, canonical, hashes, known) if known else None
             if alignment is None:
                 alignment = self._align(conn, canonical, hashes)
-            inserted = 0
-            next_ordinal: dict[str, int] = {}
-            for i, enc in enumerate(encoded):
-                if enc is None or alignment[i] is not None:
-                    continue
-                ordinal = next_ordinal.get(enc.content_hash)
-                if ordinal is None:
-                    ordinal = conn.execute(
-                        "SELECT COALESCE(MAX(ordinal) + 1, 0) FROM messages"
-                        " WHERE session_id = ? AND content_hash = ?",
-                        (canonical, enc.content_hash)).fetchone()[0]
+            new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None]
+            next_ordinal = self._next_ordinals(conn, canonical,
+                                               {encoded[i].content_hash for i in new})
+            rows = []
+            for i in new:
+                enc = encoded[i]
+                ordinal = next_ordinal[enc.content_hash]
                 next_ordinal[enc.content_hash] = ordinal + 1
                 tokens = count_tokens(messages[i]) if count_tokens else 0
-                cur = conn.execute(
-                    "INSERT INTO messages(session_id, conversation_id, source, role, content,"
-                    " content_format, tool_calls, tool_call_id, tool_name, extra, search_text,"
-                    " content_hash, ordinal, message_at, created_at, token_count)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (canonical, conversation_id, normalize_source(source), enc.role, enc.content,
-                     enc.content_format, enc.tool_calls, enc.tool_call_id, enc.tool_name,
-                     enc.extra, enc.search_text, enc.content_hash, ordinal, enc.message_at,
-                     stamp, int(tokens)),
-                )
-                alignment[i] = cur.lastrowid
-                inserted += 1
+                rows.append((canonical, conversation_id, normalize_source(source), enc.role,
+                             enc.content, enc.content_format, enc.tool_calls, enc.tool_call_id,
+                             enc.tool_name, enc.extra, enc.search_text, enc.content_hash, ordinal,
+                             enc.message_at, stamp, int(tokens)))
+            conn.executemany(
+                "INSERT INTO messages(session_id, conversation_id, source, role, content,"
+                " content_format, tool_calls, tool_call_id, tool_name, extra, search_text,"
+                " content_hash, ordinal, message_at, created_at, token_count)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            inserted = len(rows)
+            if inserted:
+                # One writer holds the lock and store_id is AUTOINCREMENT: the batch got
+                # consecutive ids ending at the last one inserted.
+                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                for offset, i in enumerate(new):
+                    alignment[i] = last - inserted + 1 + offset
             if inserted:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
                              (stamp, session_id))
         return IngestResult(store_ids=alignment, inserted=inserted)
+
+    @staticmethod
+    def _next_ordinals(conn, session_id: str, digests: set[str]) -> dict[str, int]:
+        """The next free ordinal of each content hash in a session (one indexed query
+        per 500 hashes)."""
+        found = {digest: 0 for digest in digests}
+        ordered = sorted(digests)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            for digest, highest in conn.execute(
+                    f"SELECT content_hash, MAX(ordinal) FROM messages WHERE session_id = ?"
+                    f" AND content_hash IN ({','.join('?' * len(chunk))}) GROUP BY content_hash",
+                    (session_id, *chunk)):
+                found[digest] = highest + 1
+        return found
 
     def _align_known(self, conn, session_id: str, hashes: list[str | None],
                      known: KnownTail) -> list[int | None] | None:
