@@ -57,6 +57,11 @@ PAIR_CONCEPTS = 4             # the rarest this-many concepts are paired in stag
 SCORE_MAX_CHARS = 100_000     # a candidate's text is scored on its first this-many chars
 RESCORE_MIN = 40              # at least this many pre-ranked candidates are fully scored
 SUBSTRING_MAX_ROWS = 20_000   # rows the substring fallback may scan
+DENSE_SHARE = 0.5             # sessions holding this share of the newest rows: filter after matching
+SHARE_WINDOW = 5000           # newest store_ids the session share is measured on
+MAX_OTHER_SESSIONS = 200      # a dense scope is counted as "all minus the others" up to this many
+JOIN_COUNT_MAX = 400           # a dense scope's matches up to this many are counted row by row
+OTHER_COUNT_CAP = 100_000     # matches outside a dense scope counted before giving up on it
 SNIPPET_CHARS = 200
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -466,7 +471,7 @@ class Scorer:
             bm25 += 2.0 * found
         phrase = self.PHRASE_BONUS * sum(
             1 for first, second in self.pairs
-            if any(seen.has_phrase((a, b)) for a in first for b in second))
+            if _adjacent(seen, first, second))
         ident = self.IDENTIFIER_BONUS * sum(1 for i in self.plan.identifiers
                                             if _exact_identifier(seen.folded, fold(i.raw)))
         quoted = self.QUOTED_BONUS * sum(1 for p in self.plan.phrases if seen.has_phrase(p))
@@ -475,6 +480,17 @@ class Scorer:
                  "phrase_bonus": phrase, "identifier_bonus": ident, "quoted_bonus": quoted,
                  "matched": matched}
         return Hit(cand.key, cand.row, cand.text, total, parts)
+
+
+def _adjacent(seen: "_Tokens", first: Sequence[str], second: Sequence[str]) -> bool:
+    """True when some form of ``first`` is directly followed by some form of ``second``
+    (only forms present in the text are tried as phrases)."""
+    counts = seen.counts
+    lefts = [a for a in first if a in counts]
+    if not lefts:
+        return False
+    rights = [b for b in second if b in counts]
+    return any(seen.has_phrase((a, b)) for a in lefts for b in rights)
 
 
 def _exact_identifier(folded_text: str, ident: str) -> bool:
@@ -532,24 +548,77 @@ class MessageScope:
 
 
 class MessageCorpus:
-    """Raw messages of a scope, searched through ``Store`` (implements ``Corpus``)."""
+    """Raw messages of a scope, searched through ``Store`` (implements ``Corpus``).
+
+    A session scope is normally a tag inside every FTS expression. When the
+    sessions hold most of the store (the live session usually does), that tag's
+    posting list is nearly the whole index and intersecting it costs more than
+    the query itself; such a *dense* scope is applied after matching instead:
+    the newest matches are read with their ``messages.session_id`` and kept
+    only when in scope, falling back to the tagged expression when a bounded
+    scan does not find enough. Either way the rows are exactly the newest
+    in-scope matches.
+    """
 
     def __init__(self, store: Store, scope: MessageScope):
         self.store = store
         self.scope = scope
         only_current = scope.session_ids == (scope.current_session,)
         self.below = scope.current_turn_store_id if only_current else None
+        self.share = 1.0
+        self.dense = False
+        self.others: list[str] = []
+        if scope.session_ids:
+            self.share = store.recent_share(scope.session_ids, SHARE_WINDOW)
+            if self.share >= DENSE_SHARE:
+                others = store.other_session_ids(scope.session_ids, MAX_OTHER_SESSIONS)
+                self.dense = others is not None
+                self.others = others or []
 
     def scope_expr(self) -> str | None:
-        return tag_scope(self.scope.session_ids, role=self.scope.role, source=self.scope.source)
+        sessions = None if self.dense else self.scope.session_ids
+        return tag_scope(sessions, role=self.scope.role, source=self.scope.source)
+
+    def _tagged(self, expr: str) -> str:
+        """A dense-scope expression with the session tags put back in."""
+        return f"{tag_scope(self.scope.session_ids)} AND ({expr})"
 
     def count(self, expr, *, cap):
-        return self.store.count_message_matches(expr, cap=cap, below_store_id=self.below)
+        if not self.dense:
+            return self.store.count_message_matches(expr, cap=cap, below_store_id=self.below)
+        # exact either way: few matches are checked row by row; otherwise in scope =
+        # every match minus the matches of the other (small) sessions
+        wide = self.store.count_message_matches(expr, cap=cap, below_store_id=self.below)
+        if wide <= JOIN_COUNT_MAX:
+            return self.store.count_message_matches_in(
+                expr, self.scope.session_ids, cap=cap, below_store_id=self.below)
+        outside = 0
+        if self.others:
+            outside = self.store.count_message_matches(
+                f"{tag_scope(self.others)} AND ({expr})", cap=OTHER_COUNT_CAP,
+                below_store_id=self.below)
+        if outside >= OTHER_COUNT_CAP:
+            return self.store.count_message_matches(
+                self._tagged(expr), cap=cap, below_store_id=self.below)
+        if wide >= cap and outside:
+            wide = self.store.count_message_matches(expr, cap=cap + outside,
+                                                    below_store_id=self.below)
+        return max(0, min(cap, wide - outside))
 
     def match(self, expr, *, limit):
+        s = self.scope
+        if self.dense:
+            scan = math.ceil(limit / self.share) + 20
+            rows = self.store.match_message_sessions(
+                expr, limit=scan, below_store_id=self.below,
+                time_from=s.time_from, time_to=s.time_to)
+            keys = [k for k, session in rows if session in s.session_ids]
+            if len(keys) >= limit or len(rows) < scan:
+                return keys[:limit]
+            expr = self._tagged(expr)
         return [r[0] for r in self.store.match_message_ids(
             expr, limit=limit, ranked=False, below_store_id=self.below,
-            time_from=self.scope.time_from, time_to=self.scope.time_to)]
+            time_from=s.time_from, time_to=s.time_to)]
 
     def _visible(self, row: dict) -> bool:
         s = self.scope

@@ -512,6 +512,71 @@ class Store:
                 f"SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
                 f"{bound} LIMIT ?)", params).fetchone()[0]
 
+    def match_message_sessions(self, match: str, *, limit: int,
+                               below_store_id: int | None = None,
+                               time_from: float | None = None,
+                               time_to: float | None = None) -> list[tuple[int, str]]:
+        """``(store_id, session_id)`` of the newest ``limit`` rows matching an FTS5
+        expression built by ``search`` (unranked, newest first). The FTS index drives
+        the loop (``CROSS JOIN``), so the session costs one rowid lookup per row: the
+        caller can filter by session after the match instead of intersecting a big
+        session tag's posting list inside it."""
+        where = ["messages_fts MATCH ?"]
+        params: list = [match]
+        if below_store_id is not None:
+            where.append("f.rowid < ?")
+            params.append(below_store_id)
+        if time_from is not None:
+            where.append("COALESCE(m.message_at, m.created_at) >= ?")
+            params.append(time_from)
+        if time_to is not None:
+            where.append("COALESCE(m.message_at, m.created_at) < ?")
+            params.append(time_to)
+        sql = ("SELECT f.rowid, m.session_id FROM messages_fts f CROSS JOIN messages m"
+               f" ON m.store_id = f.rowid WHERE {' AND '.join(where)}"
+               " ORDER BY f.rowid DESC LIMIT ?")
+        with self.db.reading() as conn:
+            return [(r[0], r[1]) for r in conn.execute(sql, params + [limit])]
+
+    def count_message_matches_in(self, match: str, session_ids: Sequence[str], *, cap: int,
+                                 below_store_id: int | None = None) -> int:
+        """``count_message_matches`` limited to some (canonical) sessions by their
+        ``messages`` rows rather than by a tag inside the match: one rowid lookup per
+        matching row, so only for expressions known to match few rows."""
+        marks = ",".join("?" * len(session_ids))
+        bound = " AND f.rowid < ?" if below_store_id is not None else ""
+        params = ([match] + ([below_store_id] if below_store_id is not None else [])
+                  + list(session_ids) + [cap])
+        with self.db.reading() as conn:
+            return conn.execute(
+                "SELECT count(*) FROM (SELECT f.rowid FROM messages_fts f CROSS JOIN messages m"
+                f" ON m.store_id = f.rowid WHERE messages_fts MATCH ?{bound}"
+                f" AND m.session_id IN ({marks}) LIMIT ?)", params).fetchone()[0]
+
+    def other_session_ids(self, session_ids: Sequence[str], limit: int) -> list[str] | None:
+        """Every session id (and canonical id) not in ``session_ids``, or None when there
+        are more than ``limit`` of them."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT session_id FROM sessions UNION SELECT canonical_id FROM sessions"
+                " LIMIT ?", (limit + len(session_ids) + 1,)).fetchall()
+        others = sorted({r[0] for r in rows} - set(session_ids))
+        return None if len(rows) > limit + len(session_ids) else others
+
+    def recent_share(self, session_ids: Sequence[str], window: int) -> float:
+        """The share of the newest ``window`` store_ids that belong to these (canonical)
+        sessions (index range counts only; 0.0 on an empty store)."""
+        marks = ",".join("?" * len(session_ids))
+        with self.db.reading() as conn:
+            top = conn.execute("SELECT COALESCE(MAX(store_id), 0) FROM messages").fetchone()[0]
+            if not top or not session_ids:
+                return 0.0
+            low = max(0, top - window)
+            inside = conn.execute(
+                f"SELECT count(*) FROM messages WHERE session_id IN ({marks}) AND store_id > ?",
+                list(session_ids) + [low]).fetchone()[0]
+        return inside / max(1, top - low)
+
     def fts_row_counts(self) -> dict:
         """Rows in ``messages`` and documents in its FTS index (they should be equal)."""
         with self.db.reading() as conn:
