@@ -351,7 +351,8 @@ class TroveEngine(ContextEngine):
         return True
 
     def has_content_to_compress(self, messages: list) -> bool:
-        """Anything outside the protected tail that is not yet summarized."""
+        """More than the newest conversational message (the gateway's /compress
+        preflight): with only that, there is nothing a compaction could take."""
         body = [m for m in messages if m.get("role") != "system"
                 and not assemble.is_trove_message(m)]
         return len(body) > 1
