@@ -208,12 +208,19 @@ def check_config(config: TroveConfig, status: Mapping) -> list[dict]:
     return results
 
 
-def check_lifecycle(status: Mapping, session_nodes: int | None) -> list[dict]:
-    """Session binding and compaction progress, from the engine's status snapshot."""
+def check_lifecycle(status: Mapping, session_nodes: int | None,
+                    offline: bool = False) -> list[dict]:
+    """Session binding and compaction progress, from the engine's status snapshot.
+
+    ``offline``: no engine is running (the operator CLI reads the file only), so
+    there is no session to bind and the check is skipped rather than warned."""
     bound = status.get("session_id") or status.get("bound_session")
-    results = [check("session_bound", "ok" if bound else "warn",
-                     f"bound to {bound}" if bound else "the engine has no session bound: "
-                     "recall tools return nothing until a session starts")]
+    if offline:
+        results = [check("session_bound", "skipped", "no live engine: reading the database only")]
+    else:
+        results = [check("session_bound", "ok" if bound else "warn",
+                         f"bound to {bound}" if bound else "the engine has no session bound: "
+                         "recall tools return nothing until a session starts")]
     compactions = status.get("compaction_count") or status.get("compression_count") or 0
     if compactions and session_nodes == 0:
         results.append(check("compaction_output", "warn",
@@ -243,15 +250,17 @@ def check_pressure(status: Mapping, config: TroveConfig) -> list[dict]:
 
 def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | None = None, *,
                session_id: str | None = None, full: bool = False,
-               now: float | None = None) -> dict:
-    """Every check, in the order an operator reads them; ``overall`` is the worst status."""
+               now: float | None = None, offline: bool = False) -> dict:
+    """Every check, in the order an operator reads them; ``overall`` is the worst status.
+
+    ``offline`` when no engine runs (see ``check_lifecycle``)."""
     status = dict(status or {})
     session_nodes = dag.stats(session_id)["nodes"] if session_id else None
     checks: list[dict] = []
     for part in (lambda: check_database(store, full=full),
                  lambda: check_fts(store, dag, config, now),
                  lambda: check_config(config, status),
-                 lambda: check_lifecycle(status, session_nodes),
+                 lambda: check_lifecycle(status, session_nodes, offline),
                  lambda: check_pressure(status, config)):
         try:
             checks += part()

@@ -193,13 +193,8 @@ def doctor(target: Target, full: bool = False) -> dict:
     check is marked skipped, since an offline database has no session to bind."""
     status_snapshot = json_safe(target.engine.get_status()) if target.engine is not None else {}
     report = health.run_doctor(target.store, target.dag, target.config, status_snapshot,
-                               session_id=target.session_id, full=full)
-    if target.engine is None:
-        for item in report["checks"]:
-            if item["name"] == "session_bound":
-                item.update(status="skipped", detail="no live engine: reading the database only")
-        worst = max((health.SEVERITY.get(c["status"], 0) for c in report["checks"]), default=0)
-        report["overall"] = {0: "ok", 1: "warn", 2: "fail"}[worst]
+                               session_id=target.session_id, full=full,
+                               offline=target.engine is None)
     return {"database_path": str(target.db_path), **report}
 
 
