@@ -480,20 +480,9 @@ class Store:
 
         ``below_store_id`` hides the current turn; the time bounds apply to
         ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
-        where = ["messages_fts MATCH ?"]
-        params: list = [match]
-        if below_store_id is not None:
-            where.append("f.rowid < ?")
-            params.append(below_store_id)
-        join = ""
-        if time_from is not None or time_to is not None:
-            join = " JOIN messages m ON m.store_id = f.rowid"
-            if time_from is not None:
-                where.append("COALESCE(m.message_at, m.created_at) >= ?")
-                params.append(time_from)
-            if time_to is not None:
-                where.append("COALESCE(m.message_at, m.created_at) < ?")
-                params.append(time_to)
+        where, params = _match_filters(match, below_store_id, time_from, time_to)
+        join = ("" if time_from is None and time_to is None
+                else " JOIN messages m ON m.store_id = f.rowid")
         rank = "f.rank" if ranked else "NULL"
         order = "f.rank" if ranked else "f.rowid DESC"
         sql = (f"SELECT f.rowid, {rank} FROM messages_fts f{join} WHERE {' AND '.join(where)}"
@@ -521,17 +510,7 @@ class Store:
         the loop (``CROSS JOIN``), so the session costs one rowid lookup per row: the
         caller can filter by session after the match instead of intersecting a big
         session tag's posting list inside it."""
-        where = ["messages_fts MATCH ?"]
-        params: list = [match]
-        if below_store_id is not None:
-            where.append("f.rowid < ?")
-            params.append(below_store_id)
-        if time_from is not None:
-            where.append("COALESCE(m.message_at, m.created_at) >= ?")
-            params.append(time_from)
-        if time_to is not None:
-            where.append("COALESCE(m.message_at, m.created_at) < ?")
-            params.append(time_to)
+        where, params = _match_filters(match, below_store_id, time_from, time_to)
         sql = ("SELECT f.rowid, m.session_id FROM messages_fts f CROSS JOIN messages m"
                f" ON m.store_id = f.rowid WHERE {' AND '.join(where)}"
                " ORDER BY f.rowid DESC LIMIT ?")
@@ -685,6 +664,21 @@ class Store:
                 " sum(token_count) AS tokens, min(COALESCE(message_at, created_at)) AS first_at,"
                 " max(COALESCE(message_at, created_at)) AS last_at"
                 " FROM messages GROUP BY session_id ORDER BY chars DESC LIMIT ?", (limit,))]
+
+
+def _match_filters(match: str, below_store_id: int | None, time_from: float | None,
+                   time_to: float | None) -> tuple[list[str], list]:
+    """WHERE terms and parameters of a message match (FTS table ``f``, messages ``m``):
+    the expression, the current-turn bound and the time bounds on
+    ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
+    where, params = ["messages_fts MATCH ?"], [match]
+    for term, value in (("f.rowid < ?", below_store_id),
+                        ("COALESCE(m.message_at, m.created_at) >= ?", time_from),
+                        ("COALESCE(m.message_at, m.created_at) < ?", time_to)):
+        if value is not None:
+            where.append(term)
+            params.append(value)
+    return where, params
 
 
 def decode_row(row: dict) -> dict:

@@ -11,7 +11,6 @@ Prints a table and writes bench/results/compaction.json.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import statistics
@@ -86,9 +85,7 @@ def main(argv: list[str]) -> int:
     for r in rows:
         print(f"{r['summarizer']:>14} {r['source_tokens']:>8,} {r['seconds_median']:>8}"
               f" {r['llm_calls']:>9} {r['leaf_nodes']:>6} {r['nodes_written']:>6}")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "compaction.json").write_text(json.dumps(
-        {"bench": "compaction", "machine": synth.machine(), "rows": rows}, indent=2))
+    synth.save_results("compaction", rows=rows)
     return 0
 
 

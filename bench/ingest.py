@@ -56,7 +56,6 @@ from hermes_trove import database  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import Store, normalize_source  # noqa: E402
 
-RESULTS = HERE / "results"
 TURN = 4
 BULK = 2000
 SESSION = "bench-ingest"
@@ -282,12 +281,10 @@ def main(argv: list[str]) -> int:
     verdicts = {b: by[(b, "store")]["ratio_to_raw"] >= TARGET_RATIO for b in ("turn", "bulk")}
     for b, met in verdicts.items():
         print(f"target store/raw >= {TARGET_RATIO} ({b}): {'met' if met else 'MISSED'}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ingest.json").write_text(json.dumps(
-        {"bench": "ingest", "machine": synth.machine(), "messages": len(messages),
-         "mean_json_bytes": round(mean_bytes), "rounds": args.rounds, "rows": rows,
-         "engine_overhead": summary, "components_us_per_message": components,
-         "target_ratio": TARGET_RATIO, "target_met": verdicts}, indent=2))
+    synth.save_results("ingest", messages=len(messages), mean_json_bytes=round(mean_bytes),
+                       rounds=args.rounds, rows=rows, engine_overhead=summary,
+                       components_us_per_message=components, target_ratio=TARGET_RATIO,
+                       target_met=verdicts)
     return 0
 
 

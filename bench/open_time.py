@@ -82,9 +82,7 @@ def main(argv: list[str]) -> int:
         print(f"{r['messages']:>10,} {r['db_bytes'] / 1e6:>8.1f} {r['open_ms_median']:>17}"
               f" {r['open_ms_max']:>7} {r['bytes_per_message']:>7} "
               f"{r['raw_json_bytes_per_message']:>9} {r['db_to_raw_ratio']:>6}")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "open_time.json").write_text(json.dumps(
-        {"bench": "open_time", "machine": synth.machine(), "rows": rows}, indent=2))
+    synth.save_results("open_time", rows=rows)
     return 0
 
 

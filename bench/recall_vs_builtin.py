@@ -73,7 +73,6 @@ from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.replay import HOST_OVERHEAD_TOKENS, replay  # noqa: E402
 from hermes_trove.tokens import get_counter  # noqa: E402
 
-RESULTS = HERE / "results"
 TOOL_BUDGET_TOKENS = 4000
 MAX_CALLS = 3
 
@@ -574,9 +573,7 @@ def main(argv: list[str]) -> int:
           f"host overhead {first['host_overhead']:,}; {first['facts']} planted facts")
     for result in results:
         report(result)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "recall_vs_builtin.json").write_text(json.dumps(
-        {"bench": "recall_vs_builtin", "machine": synth.machine(), "runs": results}, indent=2))
+    synth.save_results("recall_vs_builtin", runs=results)
     return 0
 
 

@@ -35,9 +35,7 @@ Prints a table and writes bench/results/search.json.
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
-import os
 import random
 import re
 import sqlite3
@@ -58,7 +56,6 @@ from hermes_trove.dag import Dag, NewNode  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
-RESULTS = HERE / "results"
 LIVE = synth.LIVE_SESSION
 VOCAB_SIZE = 60_000
 ZIPF_S = 1.07
@@ -377,10 +374,7 @@ def main(argv: list[str]) -> int:
     for v in verdicts:
         print(f"target at 1M: {v['mode']} {v['kind']} p50 {v['p50_ms']} ms < {v['target_ms']} ms:"
               f" {'met' if v['met'] else 'MISSED'}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "search.json").write_text(json.dumps(
-        {"bench": "search", "machine": synth.machine(), "sizes": results,
-         "targets": verdicts}, indent=2))
+    synth.save_results("search", sizes=results, targets=verdicts)
     return 0
 
 

@@ -106,6 +106,15 @@ def _compact_live(store: Store, dag: Dag, covered: int, leaf_size: int = 100,
                                       "deterministic", child_node_ids=g)) for g in groups]
 
 
+def save_results(bench: str, **payload) -> Path:
+    """Write ``bench/results/<bench>.json`` with the machine facts beside the figures."""
+    folder = Path(__file__).resolve().parent / "results"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{bench}.json"
+    path.write_text(json.dumps({"bench": bench, "machine": machine(), **payload}, indent=2))
+    return path
+
+
 def machine() -> dict:
     """What the figures were measured on (stored with every result)."""
     import platform

@@ -31,7 +31,6 @@ from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import decode_row  # noqa: E402
 
 TURNS = 300
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def measure(n_messages: int) -> dict:
@@ -99,10 +98,7 @@ def main(argv: list[str]) -> int:
     if len(rows) > 1:
         ratio = round(rows[-1]["p50_ms"] / rows[0]["p50_ms"], 2)
         print(f"ratio largest/smallest p50: {ratio:.2f}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "turn_overhead.json").write_text(json.dumps(
-        {"bench": "turn_overhead", "machine": synth.machine(), "sizes": rows,
-         "p50_ratio_largest_smallest": ratio}, indent=2))
+    synth.save_results("turn_overhead", sizes=rows, p50_ratio_largest_smallest=ratio)
     return 0
 
 
