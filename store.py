@@ -517,31 +517,6 @@ class Store:
         with self.db.reading() as conn:
             return [(r[0], r[1]) for r in conn.execute(sql, params + [limit])]
 
-    def count_message_matches_in(self, match: str, session_ids: Sequence[str], *, cap: int,
-                                 below_store_id: int | None = None) -> int:
-        """``count_message_matches`` limited to some (canonical) sessions by their
-        ``messages`` rows rather than by a tag inside the match: one rowid lookup per
-        matching row, so only for expressions known to match few rows."""
-        marks = ",".join("?" * len(session_ids))
-        bound = " AND f.rowid < ?" if below_store_id is not None else ""
-        params = ([match] + ([below_store_id] if below_store_id is not None else [])
-                  + list(session_ids) + [cap])
-        with self.db.reading() as conn:
-            return conn.execute(
-                "SELECT count(*) FROM (SELECT f.rowid FROM messages_fts f CROSS JOIN messages m"
-                f" ON m.store_id = f.rowid WHERE messages_fts MATCH ?{bound}"
-                f" AND m.session_id IN ({marks}) LIMIT ?)", params).fetchone()[0]
-
-    def other_session_ids(self, session_ids: Sequence[str], limit: int) -> list[str] | None:
-        """Every session id (and canonical id) not in ``session_ids``, or None when there
-        are more than ``limit`` of them."""
-        with self.db.reading() as conn:
-            rows = conn.execute(
-                "SELECT session_id FROM sessions UNION SELECT canonical_id FROM sessions"
-                " LIMIT ?", (limit + len(session_ids) + 1,)).fetchall()
-        others = sorted({r[0] for r in rows} - set(session_ids))
-        return None if len(rows) > limit + len(session_ids) else others
-
     def recent_share(self, session_ids: Sequence[str], window: int) -> float:
         """The share of the newest ``window`` store_ids that belong to these (canonical)
         sessions (index range counts only; 0.0 on an empty store)."""

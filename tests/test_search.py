@@ -94,6 +94,13 @@ def test_hostile_text_is_cleaned_and_bounded():
         search.MAX_CONCEPTS
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x2FF), max_size=200))
+def test_fast_tokenizer_equals_the_fts_regex(text):
+    folded = search.fold(text)
+    assert search.fold_tokens(folded) == search._WORD.findall(folded)
+
+
 def test_quote_doubles_embedded_quotes():
     assert search.quote('say "hi"') == '"say ""hi"""'
     assert search.any_of(["a", ("b", "c")]) == '("a" OR "b c")'
@@ -173,6 +180,22 @@ def test_scope_role_source_and_time_filters(store):
     assert set(keys(find(store, "kiwi", source="unknown"))) == {a[0], user[0]}
     assert keys(find(store, "kiwi", time_from=1_700_000_100.0)) == tg
     assert tg[0] not in keys(find(store, "kiwi", time_to=1_700_000_100.0))
+
+
+def test_a_dense_session_is_filtered_after_matching_and_stays_exact(store):
+    """The live session usually holds most rows, so its tag is applied after
+    matching; the rows returned must still be exactly the session's matches."""
+    old = add(store, "A", "zebra crossing notes from long ago")
+    add(store, "B", *[f"zebra report {i} in B" for i in range(300)])
+    recent = add(store, "A", *[f"filler line {i}" for i in range(1500)], "zebra again in A")
+    corpus = search.MessageCorpus(store, search.MessageScope(("A",), current_session="A"))
+    assert corpus.dense and not search.MessageCorpus(
+        store, search.MessageScope(("B",), current_session="B")).dense
+    # the 300 newer matches of B fill every bounded scan; A's old row is still found
+    assert set(keys(find(store, "zebra"))) == {old[0], recent[-1]}
+    assert len(keys(find(store, "zebra", sessions=("B",), limit=50))) == 50
+    assert all(h.row["session_id"] == "B"
+               for h in find(store, "zebra report", sessions=("B",)).hits)
 
 
 def test_current_turn_is_hidden_in_its_session_only(store):
