@@ -74,6 +74,10 @@ class TroveConfig:
     context_threshold: float = _float(
         0.35, "Share of the model's context window at which compaction starts.",
         low=0.0, high=1.0, low_open=True)
+    min_trigger_tokens: int = _int(
+        32000, "Compaction never starts below this many tokens (capped at 75% of the "
+        "window), so a small window keeps room for summaries beside the host's own "
+        "system prompt and tool schemas (0 = TROVE_CONTEXT_THRESHOLD alone).", low=0)
     fresh_tail_count: int = _int(
         32, "Most recent messages always kept verbatim, never compacted.", low=1)
     fresh_tail_max_tokens: int = _int(
@@ -396,6 +400,22 @@ def load_config(environ: Mapping[str, str] | None = None,
                        sources=MappingProxyType(sources), warnings=tuple(warnings))
 
 
+TRIGGER_FLOOR_MAX_SHARE = 0.75   # TROVE_MIN_TRIGGER_TOKENS never pushes the trigger past this
+
+
+def trigger_tokens(cfg: TroveConfig, context_length: int) -> int:
+    """Where compaction starts for a window: ``context_threshold`` of it, raised to
+    ``min_trigger_tokens`` (at most 75% of the window).
+
+    The host's fixed overhead (system prompt and ~24 tool schemas, about 12.5K
+    tokens) does not shrink with the window: at 64K the default share of 0.35
+    leaves about 10K tokens for summaries and the tail, too few to keep the
+    older summaries in the prompt; the floor makes that 32K - 12.5K."""
+    share = int(context_length * cfg.context_threshold)
+    floor = min(cfg.min_trigger_tokens, int(context_length * TRIGGER_FLOOR_MAX_SHARE))
+    return max(share, floor)
+
+
 def check_reachability(cfg: TroveConfig, context_length: int,
                        fixed_overhead_tokens: int = 12500) -> list[str]:
     """Problems that make compaction unreachable or useless for a window of ``context_length`` tokens.
@@ -409,10 +429,11 @@ def check_reachability(cfg: TroveConfig, context_length: int,
     """
     if context_length <= 0:
         return [f"context length {context_length} is not a positive number of tokens"]
-    trigger = int(context_length * cfg.context_threshold)
+    trigger = trigger_tokens(cfg, context_length)
     room = trigger - fixed_overhead_tokens
     where = (f"the compaction trigger is {trigger} tokens "
-             f"(TROVE_CONTEXT_THRESHOLD={cfg.context_threshold} x {context_length})")
+             f"(TROVE_CONTEXT_THRESHOLD={cfg.context_threshold} x {context_length}, "
+             f"TROVE_MIN_TRIGGER_TOKENS={cfg.min_trigger_tokens})")
     if room <= 0:
         return [f"{where}, at or below the fixed overhead of {fixed_overhead_tokens} "
                 "tokens: compaction would run on every turn and could never free room; "
@@ -428,8 +449,8 @@ def check_reachability(cfg: TroveConfig, context_length: int,
                             f"under the trigger ({where}, minus {fixed_overhead_tokens} "
                             "fixed overhead)")
     ratio = cfg.critical_budget_pressure_ratio
-    if 0 < ratio <= cfg.context_threshold:
+    if 0 < ratio <= trigger / context_length:
         problems.append(f"TROVE_CRITICAL_BUDGET_PRESSURE_RATIO={ratio} is at or below "
-                        f"TROVE_CONTEXT_THRESHOLD={cfg.context_threshold}: every compaction "
+                        f"the trigger ({trigger / context_length:.2f} of the window): every compaction "
                         "would use the deterministic summarizer only")
     return problems

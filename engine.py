@@ -24,7 +24,7 @@ from typing import Any
 from . import assemble, codec, fallback, integrity, tokens
 from .backup import backup_database, backup_dir
 from .compactor import Compactor, PassReport
-from .config import TroveConfig, check_reachability, load_config
+from .config import TroveConfig, check_reachability, load_config, trigger_tokens
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
@@ -214,8 +214,9 @@ class TroveEngine(ContextEngine):
                      api_key: Any = "", provider: str = "", api_mode: str = "") -> None:
         """Record the window and runtime; recompute the trigger and check it is reachable."""
         self.context_length = int(context_length or 0)
-        self.threshold_percent = self.config.context_threshold
-        self.threshold_tokens = int(self.context_length * self.config.context_threshold)
+        self.threshold_tokens = trigger_tokens(self.config, self.context_length)
+        self.threshold_percent = (self.threshold_tokens / self.context_length
+                                  if self.context_length else self.config.context_threshold)
         self._runtime = {"model": model, "provider": provider, "base_url": base_url,
                          "api_key": api_key, "api_mode": api_mode}
         self.reachability = check_reachability(self.config, self.context_length)
@@ -454,8 +455,7 @@ class TroveEngine(ContextEngine):
         system = messages[0] if messages and messages[0].get("role") == "system" else None
         body = messages[1:] if system is not None else messages
         store_ids = self.ingest(body)
-        trigger = self.threshold_tokens or int((self.context_length or 128_000)
-                                               * cfg.context_threshold)
+        trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
         if not force and current_tokens is not None and 0 < current_tokens < trigger:
             self.last_compaction = {"at": time.time(), "outcome": "noop",
                                     "note": f"under the trigger ({current_tokens} < {trigger})"}
@@ -644,7 +644,7 @@ class TroveEngine(ContextEngine):
         """Ignored and stateless sessions: Hermes's own compressor, else a trim."""
         if self._builtin is None:
             self._builtin = fallback.builtin_compressor(self._runtime, self.context_length,
-                                                        self.config.context_threshold)
+                                                        self.threshold_percent)
         overhead = self.overhead_estimate(messages, current_tokens)
         budget = int(self.threshold_tokens * (1 - TARGET_MARGIN)) - overhead
         result, path = fallback.compress_unstored(

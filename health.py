@@ -242,9 +242,12 @@ def check_pressure(status: Mapping, config: TroveConfig) -> list[dict]:
         ratio = prompt / window
     if not isinstance(ratio, (int, float)):
         return [check("context_pressure", "skipped", "no prompt size reported yet")]
-    status_word = "fail" if ratio >= 1.0 else "warn" if ratio > config.context_threshold * 1.5 else "ok"
+    trigger, share = status.get("threshold_tokens"), config.context_threshold
+    if isinstance(trigger, int) and isinstance(window, int) and trigger > 0 and window > 0:
+        share = trigger / window  # the effective trigger (TROVE_MIN_TRIGGER_TOKENS may raise it)
+    status_word = "fail" if ratio >= 1.0 else "warn" if ratio > share * 1.5 else "ok"
     return [check("context_pressure", status_word,
-                  f"prompt at {ratio:.0%} of the window (trigger {config.context_threshold:.0%})",
+                  f"prompt at {ratio:.0%} of the window (trigger {share:.0%})",
                   ratio=round(float(ratio), 4))]
 
 

@@ -11,8 +11,11 @@ DEFAULT_OVERHEAD = 1_000
 
 
 def make_engine(tmp_path, *, window=16_000, llm=None, session="sess", **settings) -> TroveEngine:
-    """An engine on a fresh database under ``tmp_path``, deterministic summaries by default."""
+    """An engine on a fresh database under ``tmp_path``, deterministic summaries by default
+    (``TROVE_MIN_TRIGGER_TOKENS=0`` unless given: the trigger is the share of ``window``)."""
     env = {"HERMES_HOME": str(tmp_path)}
+    # Mechanics tests size their windows by the share alone; the floor has its own tests.
+    settings.setdefault("min_trigger_tokens", 0)
     env.update({f"TROVE_{k.upper()}": str(v) for k, v in settings.items()})
     engine = TroveEngine(trove_config.load_config(env))
     engine.use_llm(llm)

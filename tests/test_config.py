@@ -15,6 +15,7 @@ from hermes_trove.config import TroveConfig, check_reachability, load_config
 # Written out by hand from the specification so the code is checked against it.
 SETTINGS_TABLE = [
     ("TROVE_CONTEXT_THRESHOLD", 0.35, "1", 1.0, ["0", "1.01", "-0.1", "abc", "nan", ""]),
+    ("TROVE_MIN_TRIGGER_TOKENS", 32000, "0", 0, ["-1", "lots"]),
     ("TROVE_FRESH_TAIL_COUNT", 32, " 7 ", 7, ["0", "2.5", "many"]),
     ("TROVE_FRESH_TAIL_MAX_TOKENS", 0, "0", 0, ["-1", "x"]),
     ("TROVE_INCREMENTAL_MAX_DEPTH", 3, "8", 8, ["0", "9"]),
@@ -320,14 +321,26 @@ def test_reachability_fine_for_defaults_on_a_large_window():
 
 
 def test_reachability_trigger_below_overhead():
-    [problem] = check_reachability(TroveConfig(), 32_000)  # trigger 11200 < 12500
+    share_only = TroveConfig(min_trigger_tokens=0)
+    [problem] = check_reachability(share_only, 32_000)  # trigger 11200 < 12500
     assert "at or below the fixed overhead" in problem
-    assert check_reachability(TroveConfig(), 32_000, fixed_overhead_tokens=5000) == []
+    assert check_reachability(share_only, 32_000, fixed_overhead_tokens=5000) == []
+    assert check_reachability(TroveConfig(), 32_000) == []  # the floor: trigger 24000
+
+
+@pytest.mark.parametrize("window, share_only, floored", [
+    (16_000, 5_600, 12_000), (32_768, 11_468, 24_576), (65_536, 22_937, 32_000),
+    (91_428, 31_999, 32_000), (131_072, 45_875, 45_875), (1_000_000, 350_000, 350_000)])
+def test_trigger_is_the_share_raised_to_the_floor_within_three_quarters(window, share_only,
+                                                                        floored):
+    assert config.trigger_tokens(TroveConfig(min_trigger_tokens=0), window) == share_only
+    assert config.trigger_tokens(TroveConfig(), window) == floored
+    assert config.trigger_tokens(TroveConfig(context_threshold=0.9), window) == int(window * 0.9)
 
 
 def test_reachability_budgets_larger_than_room():
     cfg = TroveConfig(leaf_summary_tokens=5000, condensed_summary_tokens=6000,
-                      fresh_tail_max_tokens=8000)
+                      fresh_tail_max_tokens=8000, min_trigger_tokens=0)
     problems = check_reachability(cfg, 50_000)  # trigger 17500, room 5000
     assert len(problems) == 2  # the leaf budget of 5000 fits exactly
     assert "TROVE_CONDENSED_SUMMARY_TOKENS=6000" in problems[0]

@@ -25,6 +25,16 @@ def test_name_and_threshold(tmp_path):
     assert not engine.should_compress(-1)
 
 
+def test_small_windows_compact_at_the_floor_and_report_it(tmp_path):
+    engine = make_engine(tmp_path, window=65_536, min_trigger_tokens=32_000)
+    assert engine.threshold_tokens == 32_000
+    assert abs(engine.threshold_percent - 32_000 / 65_536) < 1e-9
+    assert not engine.should_compress(int(65_536 * 0.35)) and engine.should_compress(32_000)
+    assert engine.get_status()["threshold_tokens"] == 32_000
+    engine.update_model("bigger", 200_000)  # the share decides from ~92K up
+    assert engine.threshold_tokens == 70_000 and engine.threshold_percent == 0.35
+
+
 def test_compaction_keeps_prompt_under_trigger_and_valid(tmp_path):
     engine = make_engine(tmp_path)
     final, originals, outputs = drive(engine, 80)
