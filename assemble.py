@@ -156,6 +156,16 @@ def choose_tail(messages: Sequence[dict], units: Sequence[Unit], *, max_count: i
     return keep, gave_way
 
 
+BLOCK_HEADER = (f"{BLOCK_MARKER}\nEarlier parts of this conversation were compacted into the "
+                "summaries below (highest level first). They are cues, not proof: for exact "
+                "wording, numbers or code use trove_expand(node_id=...) or trove_grep.\n")
+
+
+def node_section(node: dict) -> str:
+    """How one summary node is written in the block."""
+    return f"\n## node {node['node_id']} (depth {node['depth']})\n{node['text']}\n"
+
+
 def render_context_block(nodes: Sequence[dict], *, budget_tokens: int,
                          count_text: Callable[[str], int]) -> tuple[str, list[int], list[int]]:
     """The single user message holding the frontier summaries, highest depth first.
@@ -166,12 +176,8 @@ def render_context_block(nodes: Sequence[dict], *, budget_tokens: int,
     """
     ordered = sorted(nodes, key=lambda n: (-n["depth"], n.get("first_store_id") or 0,
                                            n["node_id"]))
-    header = (f"{BLOCK_MARKER}\nEarlier parts of this conversation were compacted into the "
-              "summaries below (highest level first). They are cues, not proof: for exact "
-              "wording, numbers or code use trove_expand(node_id=...) or trove_grep.\n")
-    sections = {n["node_id"]: f"\n## node {n['node_id']} (depth {n['depth']})\n{n['text']}\n"
-                for n in ordered}
-    used = count_text(header)
+    sections = {n["node_id"]: node_section(n) for n in ordered}
+    used = count_text(BLOCK_HEADER)
     included: list[int] = []
     # Newest coverage is most useful: admit nodes newest-first, then print in order.
     for node in sorted(ordered, key=lambda n: -(n.get("last_store_id") or 0)):
@@ -185,7 +191,7 @@ def render_context_block(nodes: Sequence[dict], *, budget_tokens: int,
     if omitted:
         note = (f"\n({len(omitted)} older summaries are not shown to save space: "
                 "trove_recent or trove_grep finds them.)\n")
-    return header + body + note, included, omitted
+    return BLOCK_HEADER + body + note, included, omitted
 
 
 def build_prompt(system: dict | None, block_text: str | None,

@@ -17,6 +17,7 @@ from .dag import Dag, NewNode
 from .summarize import SourceItem, Summarizer, extract_topics
 
 FOOTER_MARK = "\n\n[expand: trove_expand(node_id="
+MIN_FOLD_TOKENS = 200   # an overview smaller than this says too little to be worth a fold
 
 
 @dataclass
@@ -94,18 +95,11 @@ class Compactor:
         for chunk in chunk_by_tokens([r[3] for r in rows], chunk_tokens):
             part = [rows[i] for i in chunk]
             items = [message_item(sid, msg, when) for sid, msg, when, _ in part]
-            source_tokens = sum(r[3] for r in part)
-            result = self.summarizer.summarize(items, budget_tokens=self.leaf_budget, depth=0,
-                                               focus=focus, deterministic_only=deterministic_only)
-            report.summarizer_calls += sum(1 for a in result.attempts if a[0] in (1, 2)
-                                           and not str(a[2]).startswith("skipped"))
-            report.levels.append(result.level)
-            topics = extract_topics([i.text for i in items], limit=6)
-            node_id = self.dag.add_node(NewNode(
-                session_id=session_id, depth=0, text=result.text or "(no text)",
-                token_count=result.tokens, source_token_count=source_tokens, level=result.level,
-                model=result.model, child_store_ids=[r[0] for r in part], topics=topics),
-                footer=footer_text)
+            node_id = self._summarize_into_node(
+                session_id, items, depth=0, budget=self.leaf_budget,
+                source_tokens=sum(r[3] for r in part), focus=focus,
+                deterministic_only=deterministic_only, report=report,
+                child_store_ids=[r[0] for r in part])
             report.leaf_ids.append(node_id)
         report.seconds += time.perf_counter() - started
 
@@ -115,27 +109,71 @@ class Compactor:
         up, level by level, while some depth below ``max_depth`` has that many."""
         started = time.perf_counter()
         while True:
-            frontier = self.dag.frontier(session_id)
-            group = _oldest_full_group(frontier, fanout, max_depth)
+            group = _oldest_full_group(self.dag.frontier(session_id), fanout, max_depth)
             if group is None:
                 break
-            depth = group[0]["depth"] + 1
-            items = [node_item(n) for n in group]
-            source_tokens = sum(self.count_text(i.text) for i in items)
-            result = self.summarizer.summarize(items, budget_tokens=self.condensed_budget,
-                                               depth=depth, focus=focus,
-                                               deterministic_only=deterministic_only)
-            report.summarizer_calls += sum(1 for a in result.attempts if a[0] in (1, 2)
-                                           and not str(a[2]).startswith("skipped"))
-            report.levels.append(result.level)
-            topics = extract_topics([i.text for i in items], limit=6)
-            node_id = self.dag.add_node(NewNode(
-                session_id=session_id, depth=depth, text=result.text or "(no text)",
-                token_count=result.tokens, source_token_count=source_tokens, level=result.level,
-                model=result.model, child_node_ids=[n["node_id"] for n in group], topics=topics),
-                footer=footer_text)
-            report.condensed_ids.append(node_id)
+            self._merge(session_id, group, budget=self.condensed_budget, focus=focus,
+                        deterministic_only=deterministic_only, report=report)
         report.seconds += time.perf_counter() - started
+
+    def fold_to_fit(self, session_id: str, *, budget_tokens: int, cost: Callable[[dict], int],
+                    focus: str | None, deterministic_only: bool,
+                    report: PassReport) -> int | None:
+        """Keep the whole frontier inside the summary block: when its nodes cost more
+        than ``budget_tokens``, merge the oldest ones (any depths) into one overview.
+
+        Condensation stops at ``TROVE_INCREMENTAL_MAX_DEPTH``, so over a long session
+        the frontier keeps growing and the block would have to leave its oldest nodes
+        out of the prompt. Folding them instead keeps every part of the conversation
+        in the prompt, the oldest at the coarsest level, and reachable by lineage. The
+        newest nodes kept beside the overview use at most half of the room left, so
+        the next fold (a change at the start of the prompt) waits for several
+        compactions. Returns the new node's id, or None when nothing was folded.
+        """
+        frontier = self.dag.frontier(session_id)
+        costs = [cost(n) for n in frontier]
+        overview = min(self.condensed_budget, budget_tokens // 2)
+        if sum(costs) <= budget_tokens or len(frontier) < 2 or overview < MIN_FOLD_TOKENS:
+            return None
+        room, kept = (budget_tokens - overview) // 2, 0
+        while kept < len(frontier) and sum(costs[len(frontier) - kept - 1:]) <= room:
+            kept += 1
+        group = frontier[:max(2, len(frontier) - kept)]
+        started = time.perf_counter()
+        node_id = self._merge(session_id, group, budget=overview, focus=focus,
+                              deterministic_only=deterministic_only, report=report)
+        report.seconds += time.perf_counter() - started
+        return node_id
+
+    def _merge(self, session_id: str, group: Sequence[dict], *, budget: int, focus: str | None,
+               deterministic_only: bool, report: PassReport) -> int:
+        """One condensed node over ``group`` (oldest first), one level above its deepest."""
+        items = [node_item(n) for n in group]
+        node_id = self._summarize_into_node(
+            session_id, items, depth=max(n["depth"] for n in group) + 1, budget=budget,
+            source_tokens=sum(self.count_text(i.text) for i in items), focus=focus,
+            deterministic_only=deterministic_only, report=report,
+            child_node_ids=[n["node_id"] for n in group])
+        report.condensed_ids.append(node_id)
+        return node_id
+
+    def _summarize_into_node(self, session_id: str, items: list[SourceItem], *, depth: int,
+                             budget: int, source_tokens: int, focus: str | None,
+                             deterministic_only: bool, report: PassReport,
+                             child_store_ids: Sequence[int] = (),
+                             child_node_ids: Sequence[int] = ()) -> int:
+        """Summarize ``items`` and write the node with its children; return its id."""
+        result = self.summarizer.summarize(items, budget_tokens=budget, depth=depth,
+                                           focus=focus, deterministic_only=deterministic_only)
+        report.summarizer_calls += sum(1 for a in result.attempts if a[0] in (1, 2)
+                                       and not str(a[2]).startswith("skipped"))
+        report.levels.append(result.level)
+        return self.dag.add_node(NewNode(
+            session_id=session_id, depth=depth, text=result.text or "(no text)",
+            token_count=result.tokens, source_token_count=source_tokens, level=result.level,
+            model=result.model, child_store_ids=list(child_store_ids),
+            child_node_ids=list(child_node_ids),
+            topics=extract_topics([i.text for i in items], limit=6)), footer=footer_text)
 
 
 def _oldest_full_group(frontier: list[dict], fanout: int, max_depth: int) -> list[dict] | None:

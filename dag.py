@@ -1,7 +1,9 @@
 """Summary nodes and their exact lineage.
 
-A node summarizes either raw messages (depth 0, a leaf) or nodes one level
-down (depth d+1, condensed). Lineage lives in ``node_edges`` (parent -> child
+A node summarizes either raw messages (depth 0, a leaf) or nodes below it
+(condensed: its depth is one more than its deepest child's). Ordinary
+condensation merges nodes of one depth; the fold that keeps a long session's
+frontier inside the summary block merges the oldest nodes of mixed depths. Lineage lives in ``node_edges`` (parent -> child
 message or child node, with an ordinal), indexed both ways, so every lineage
 question is one indexed query: a node's children in order, every raw message
 under a node, which node covers a message, and the frontier (nodes with no
@@ -66,8 +68,8 @@ class Dag:
                  footer: Callable[[int, dict], str] | None = None) -> int:
         """Write a node and its ordered edges in one transaction; return its id.
 
-        A node has either raw-message children (depth 0) or node children one
-        level down; its coverage (message count, store_id and time range) is
+        A node has either raw-message children (depth 0) or node children, the
+        deepest of them exactly one level down; its coverage (message count, store_id and time range) is
         computed from the children so it can never disagree with the lineage.
         """
         if bool(node.child_store_ids) == bool(node.child_node_ids):
@@ -86,11 +88,14 @@ class Dag:
                     raise ValueError("a child message does not exist")
             else:
                 marks = ",".join("?" * len(node.child_node_ids))
-                depths = {r[0] for r in conn.execute(
-                    f"SELECT depth FROM nodes WHERE node_id IN ({marks})", list(node.child_node_ids))}
-                if depths != {node.depth - 1}:
-                    raise ValueError(f"children of a depth-{node.depth} node must be depth "
-                                     f"{node.depth - 1}, found {sorted(depths)}")
+                found, deepest = conn.execute(
+                    f"SELECT count(*), max(depth) FROM nodes WHERE node_id IN ({marks})",
+                    list(node.child_node_ids)).fetchone()
+                if found != len(set(node.child_node_ids)):
+                    raise ValueError("a child node does not exist")
+                if deepest != node.depth - 1:
+                    raise ValueError(f"the deepest child of a depth-{node.depth} node must be "
+                                     f"depth {node.depth - 1}, found {deepest}")
                 cover = conn.execute(
                     f"SELECT sum(message_count), min(first_store_id), max(last_store_id),"
                     f" min(time_from), max(time_to) FROM nodes WHERE node_id IN ({marks})",
@@ -160,6 +165,18 @@ class Dag:
         with self.db.reading() as conn:
             return conn.execute("SELECT count(*) FROM node_edges WHERE parent_id = ?",
                                 (node_id,)).fetchone()[0]
+
+    def parents_among(self, node_ids: Iterable[int]) -> set[int]:
+        """Which of these nodes have another of them as an immediate child (so a search
+        can show the more specific node and drop its broader parent)."""
+        ids = list(dict.fromkeys(int(i) for i in node_ids))[:500]
+        if len(ids) < 2:
+            return set()
+        marks = ",".join("?" * len(ids))
+        with self.db.reading() as conn:
+            return {r[0] for r in conn.execute(
+                f"SELECT DISTINCT parent_id FROM node_edges WHERE parent_id IN ({marks})"
+                f" AND child_node_id IN ({marks})", ids + ids)}
 
     def descendant_store_ids(self, node_id: int) -> list[int]:
         """Every raw message under a node, in lineage order (one recursive query)."""

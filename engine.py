@@ -446,8 +446,9 @@ class TroveEngine(ContextEngine):
         1. count-protected tail (within a share of the budget), compact the rest;
         2. still over the trigger: the tail shrinks to the newest user message and
            the newest tool group, the rest is compacted;
-        3. still over: condense harder (pairs), then leave the oldest summaries
-           out of the block (they stay in the DAG).
+        3. still over: condense harder (pairs).
+        In every pass, a frontier too big for the summary block has its oldest nodes
+        folded into one overview (``Compactor.fold_to_fit``) rather than left out.
         Whatever remains over the trigger is recorded as the precise reason.
         """
         started = time.perf_counter()
@@ -501,8 +502,13 @@ class TroveEngine(ContextEngine):
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
             units = assemble.group_units(live_msgs)
             tail_tokens = sum(count(m) for m in tail)
-            frontier = self.dag.frontier(session)
             block_budget = max(budget - tail_tokens, min(2_000, budget))
+            count_text = self.counter.count_text
+            compactor.fold_to_fit(
+                session, budget_tokens=block_budget - count_text(assemble.BLOCK_HEADER),
+                cost=lambda node: count_text(assemble.node_section(node)), focus=focus,
+                deterministic_only=deterministic, report=report)
+            frontier = self.dag.frontier(session)
             needs_block = bool(frontier) or (tail and tail[0].get("role") != "user")
             if shown_block is not None and not (report.leaf_ids or report.condensed_ids):
                 block, omitted = shown_block, []  # nothing changed: keep the cached prefix

@@ -60,6 +60,7 @@ SUBSTRING_MAX_ROWS = 20_000   # rows the substring fallback may scan
 DENSE_SHARE = 0.5             # sessions holding this share of the newest rows: filter after matching
 SHARE_WINDOW = 5000           # newest store_ids the session share is measured on
 SNIPPET_CHARS = 200
+SNIPPET_MARKS = 200           # matches of one query word looked at when placing a snippet
 BM25_K1 = 1.2
 BM25_B = 0.75
 RRF_K = 60
@@ -822,14 +823,15 @@ def snippet(plan: QueryPlan, text: str, width: int = SNIPPET_CHARS) -> str:
     """About ``width`` characters of ``text`` centred on the best match of the query."""
     if len(text) <= width:
         return text
-    at = _match_position(plan, text)
+    at = _match_position(plan, text, width)
     start = max(0, min(at - width // 2, len(text) - width))
     piece = text[start:start + width]
     return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
 
 
-def _match_position(plan: QueryPlan, text: str) -> int:
-    """Where the most telling match starts: an identifier, a phrase, then the rarest word."""
+def _match_position(plan: QueryPlan, text: str, width: int = SNIPPET_CHARS) -> int:
+    """Where the most telling match is: an identifier or a phrase as written, else the
+    middle of the ``width``-character window holding the most of the query's words."""
     window = text[:SCORE_MAX_CHARS]
     folded = fold(window)
     haystack = folded if len(folded) == len(window) else window.lower()
@@ -837,16 +839,34 @@ def _match_position(plan: QueryPlan, text: str) -> int:
                 for i in plan.identifiers]
     patterns += [_phrase_pattern(p) for p in plan.phrases]
     patterns += [_phrase_pattern(i.parts) for i in plan.identifiers]
-    patterns += [_term_pattern(c.variants) for c in plan.concepts]
     for pattern in patterns:
         found = pattern.search(haystack)
         if found:
             return found.start()
+    marks = sorted((m.start(), concept.key, concept.weight) for concept in plan.concepts
+                   for _, m in zip(range(SNIPPET_MARKS), _term_pattern(concept.variants)
+                                   .finditer(haystack)))
+    if marks:
+        return _densest_window(marks, width * 3 // 4)
     for needle in plan.needles:
         at = haystack.find(needle.lower())
         if at >= 0:
             return at
     return 0
+
+
+def _densest_window(marks: Sequence[tuple[int, str, float]], span: int) -> int:
+    """The middle of the run of ``(position, concept, weight)`` marks, at most ``span``
+    characters long, whose distinct concepts weigh most (the earliest such run)."""
+    best, best_at, start = -1.0, marks[0][0], 0
+    for end in range(len(marks)):
+        while marks[end][0] - marks[start][0] > span:
+            start += 1
+        run = marks[start:end + 1]
+        weight = sum({key: w for _, key, w in run}.values())
+        if weight > best:
+            best, best_at = weight, (run[0][0] + run[-1][0]) // 2
+    return best_at
 
 
 # ---------------------------------------------------------------- fusion

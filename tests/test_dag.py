@@ -71,6 +71,22 @@ def test_invalid_lineage_is_refused(parts):
         dag.add_node(NewNode("s", 2, "skip a level", 1, 1, 3, "d", child_node_ids=[a]))
     with pytest.raises(ValueError):
         dag.add_node(NewNode("s", 1, "both", 1, 1, 3, "d", child_node_ids=[a], child_store_ids=[1]))
+    with pytest.raises(ValueError):
+        dag.add_node(NewNode("s", 1, "ghost child", 1, 1, 3, "d", child_node_ids=[a, 999]))
+
+
+def test_a_fold_may_merge_nodes_of_mixed_depths(parts):
+    """The deepest child sets the depth; shallower siblings are allowed (a fold of the
+    oldest frontier nodes), and coverage still comes from the lineage."""
+    store, dag = parts
+    store.ingest("s", [{"role": "user", "content": f"m{i}"} for i in range(4)])
+    leaves = [dag.add_node(leaf("s", [i])) for i in (1, 2, 3)]
+    mid = dag.add_node(NewNode("s", 1, "mid", 1, 1, 3, "d", child_node_ids=leaves[:2]))
+    fold = dag.add_node(NewNode("s", 2, "fold", 1, 1, 3, "d", child_node_ids=[mid, leaves[2]]))
+    assert dag.descendant_store_ids(fold) == [1, 2, 3]
+    assert dag.get_nodes([fold])[fold]["message_count"] == 3
+    with pytest.raises(ValueError):
+        dag.add_node(NewNode("s", 3, "skips", 1, 1, 3, "d", child_node_ids=[fold - 1]))
 
 
 def test_carried_nodes_join_the_new_sessions_frontier_with_lineage_intact(parts):

@@ -46,6 +46,28 @@ def test_compaction_keeps_prompt_under_trigger_and_valid(tmp_path):
     assert engine.dag.stats("sess")["by_depth"].get(1, {}).get("nodes", 0) >= 1  # condensed
 
 
+def test_a_long_session_folds_old_summaries_instead_of_leaving_them_out(tmp_path):
+    """Condensation stops at the max depth, so the frontier grows with the session;
+    the oldest nodes are folded into an overview and the block keeps covering
+    everything from the first compacted message on, with exact lineage."""
+    engine = make_engine(tmp_path, incremental_max_depth=1, leaf_chunk_tokens=1500)
+    final, originals, outputs = drive(engine, 160)
+    dag = engine.dag
+    depths = [n["depth"] for n in dag.session_nodes("sess")]
+    assert max(depths) >= 3, "expected folds above the incremental max depth"
+    assert engine.last_compaction["omitted_nodes"] == 0
+    frontier = dag.frontier("sess")
+    block = next(m["content"] for m in outputs[-1] if assemble.is_trove_message(m))
+    assert all(f"## node {n['node_id']} " in block for n in frontier)
+    first = engine.store.session_messages("sess", limit=1)[0]["store_id"]
+    assert frontier[0]["first_store_id"] == first
+    covered = [sid for n in frontier for sid in dag.descendant_store_ids(n["node_id"])]
+    assert covered == list(range(first, first + len(covered)))  # contiguous, once each
+    for out in outputs:
+        assert prompt_tokens(engine, out) < engine.threshold_tokens
+        assert assemble.sequence_problems(out) == []
+
+
 def test_every_message_stored_once_and_lineage_is_exact(tmp_path):
     engine = make_engine(tmp_path)
     final, originals, _ = drive(engine, 60)

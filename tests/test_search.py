@@ -245,6 +245,14 @@ def test_snippet_is_centred_on_the_match():
     assert search.snippet(plan, "short text") == "short text"
 
 
+def test_snippet_shows_the_window_holding_most_of_the_query():
+    text = ("the nightly job ran. " + "filler words here. " * 40
+            + "BACKUP_CRON=\"17 3 * * *\"  # nightly backup schedule, UTC. "
+            + "more filler. " * 40 + "the cron table was edited.")
+    piece = search.snippet(search.parse_query("when does the nightly backup cron run?"), text)
+    assert "17 3 * * *" in piece and "nightly backup schedule" in piece
+
+
 def test_fuse_is_reciprocal_rank_fusion():
     fused = search.fuse({"a": ["x", "y"], "b": ["y", "z"]})
     scores = {f.key: f.score for f in fused}

@@ -107,6 +107,20 @@ def test_grep_finds_fact_and_summary_with_expand_handles(env, planted):
     assert "6543" in top["snippet"]
 
 
+def test_grep_shows_the_most_specific_of_nested_matching_summaries(env, planted):
+    # folded overviews nest (each holds the previous one); a chain of them all
+    # matching must not crowd the raw hits out of the results
+    chain = [planted["leaf"]]
+    for depth in range(1, 6):
+        chain.append(env.node("A", f"Overview {depth}: staging database port 6543 chosen.",
+                              node_ids=[chain[-1]], depth=depth))
+    out = call(env.ctx(), "trove_grep", query="staging database port", limit=3)
+    summaries = [r["node_id"] for r in out["results"] if r["kind"] == "summary"]
+    assert summaries == [planted["leaf"]]
+    assert ("message", planted["a"][1]) in {(r["kind"], r.get("store_id")) for r in out["results"]}
+    assert env.dag.parents_among(chain) == set(chain[1:])
+
+
 def test_grep_explain_adds_score_parts(env, planted):
     out = call(env.ctx(), "trove_grep", query="staging port", explain=True)
     parts = out["results"][0]["score_parts"]
