@@ -166,17 +166,17 @@ class Dag:
             return conn.execute("SELECT count(*) FROM node_edges WHERE parent_id = ?",
                                 (node_id,)).fetchone()[0]
 
-    def parents_among(self, node_ids: Iterable[int]) -> set[int]:
-        """Which of these nodes have another of them as an immediate child (so a search
-        can show the more specific node and drop its broader parent)."""
+    def edges_among(self, node_ids: Iterable[int]) -> list[tuple[int, int]]:
+        """``(parent, child)`` edges between nodes of this set (so a search can tell a
+        node from its broader parent); at most 500 ids are looked at."""
         ids = list(dict.fromkeys(int(i) for i in node_ids))[:500]
         if len(ids) < 2:
-            return set()
+            return []
         marks = ",".join("?" * len(ids))
         with self.db.reading() as conn:
-            return {r[0] for r in conn.execute(
-                f"SELECT DISTINCT parent_id FROM node_edges WHERE parent_id IN ({marks})"
-                f" AND child_node_id IN ({marks})", ids + ids)}
+            return [(r[0], r[1]) for r in conn.execute(
+                f"SELECT parent_id, child_node_id FROM node_edges WHERE parent_id IN ({marks})"
+                f" AND child_node_id IN ({marks})", ids + ids)]
 
     def descendant_store_ids(self, node_id: int) -> list[int]:
         """Every raw message under a node, in lineage order (one recursive query)."""

@@ -283,11 +283,14 @@ def _search_arms(ctx: ToolContext, access: Access, plan: search.QueryPlan, limit
     hits = {("m", h.key): h for h in messages.hits}
     notes, stages = list(messages.notes), {"messages": messages.stages}
     if summaries is not None:
-        found = search.ranked_search(summaries, plan, limit * 2)
-        # a summary and its own child both matching: the child says it more precisely
-        # (folded overviews nest, so a chain of them would otherwise fill every slot)
-        broader = ctx.dag.parents_among(h.key for h in found.hits)
-        kept = [h for h in found.hits if h.key not in broader][:limit]
+        found = search.ranked_search(summaries, plan, limit)
+        # a summary and its own child both matching say much the same: list the better
+        # scored of the two (the child on a tie: it is more precise). Folded overviews
+        # nest, so a chain of them would otherwise fill every slot.
+        score = {h.key: h.score for h in found.hits}
+        weaker = {child if score[parent] > score[child] else parent
+                  for parent, child in ctx.dag.edges_among(score)}
+        kept = [h for h in found.hits if h.key not in weaker]
         arms["summaries"] = [("n", h.key) for h in kept]
         hits.update({("n", h.key): h for h in kept})
         notes += [n for n in found.notes if n not in notes]
