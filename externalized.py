@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import payloads as payload_files
-from . import search
+from . import query_plan, search
 
 MAX_REFERRING_ROWS = 200     # newest rows with placeholders looked at per search
 MAX_PAYLOADS_SCANNED = 50    # payload files read per search
@@ -39,7 +39,7 @@ def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None
     sha = _sha(ref)
     if store_payloads is None or not store_payloads.exists(ref):
         return False
-    match = search.scoped(search.quote(sha), search.tag_scope(sessions))
+    match = query_plan.scoped(query_plan.quote(sha), query_plan.tag_scope(sessions))
     if store.match_message_ids(match, limit=1, ranked=False):
         return True
     return bool(dag.match_node_ids(match, limit=1, ranked=False))
@@ -87,14 +87,14 @@ class PayloadHit:
     store_id: int
 
 
-def search_payloads(store, store_payloads, plan: search.QueryPlan, sessions: Sequence[str] | None,
+def search_payloads(store, store_payloads, plan: query_plan.QueryPlan, sessions: Sequence[str] | None,
                     limit: int) -> list[PayloadHit]:
     """Textual payloads referred to by rows of ``sessions`` that contain query terms.
 
     Score = share of the query's concepts (and needles) found in the payload."""
     if store_payloads is None or plan.empty:
         return []
-    match = search.scoped(search.quote(("trove", "externalized")), search.tag_scope(sessions))
+    match = query_plan.scoped(query_plan.quote(("trove", "externalized")), query_plan.tag_scope(sessions))
     rows = store.get_messages(i for i, _ in store.match_message_ids(
         match, limit=MAX_REFERRING_ROWS, ranked=False))
     hits: list[PayloadHit] = []
@@ -111,7 +111,7 @@ def search_payloads(store, store_payloads, plan: search.QueryPlan, sessions: Seq
     return hits[:limit]
 
 
-def _score_payload(store_payloads, ref: str, plan: search.QueryPlan,
+def _score_payload(store_payloads, ref: str, plan: query_plan.QueryPlan,
                    store_id: int) -> PayloadHit | None:
     try:
         info = store_payloads.describe(ref)
@@ -120,9 +120,9 @@ def _score_payload(store_payloads, ref: str, plan: search.QueryPlan,
         text = store_payloads.get_text(ref)
     except payload_files.PayloadError:
         return None
-    folded = search.fold(text)
+    folded = query_plan.fold(text)
     wanted = [c.variants for c in plan.concepts] + [(n,) for n in plan.needles]
-    found = sum(1 for variants in wanted if any(search.fold(v) in folded for v in variants))
+    found = sum(1 for variants in wanted if any(query_plan.fold(v) in folded for v in variants))
     if not found:
         return None
     return PayloadHit(ref=ref, score=found / len(wanted), snippet=search.snippet(plan, text),

@@ -1,23 +1,19 @@
-"""Search: natural-language queries to safe FTS5, staged retrieval, ranking, fusion.
+"""Search: staged retrieval over FTS5, ranking, snippets and fusion.
 
 Agents ask questions ("what did we decide about the retry backoff?"), not
 keyword lists. A strict AND of those words finds nothing and a ranked OR of
 all of them is slow on a big store, so a query is handled like a search
 engine would:
 
-1. ``parse_query`` turns the text into *concepts* (one per content word; a
-   plural and its singular are one concept), identifiers (``retry_backoff_ms``,
-   ``retryBackoffMs``, ``my-proxy``: kept whole as an FTS phrase of their
-   parts), quoted phrases, ``-excluded`` terms and substring needles for text
-   FTS5 cannot tokenize (CJK runs, emoji). Every FTS term is emitted as a
-   quoted string built from word characters only, so nothing the model writes
-   is ever FTS syntax.
+1. ``query_plan.parse_query`` turns the text into concepts, identifiers,
+   phrases, exclusions and substring needles, each already safe FTS5.
 2. ``ranked_search`` narrows before it ranks: exact identifier/phrase queries
    and the AND of all strong concepts first; only when those give too few
    hits does it collect capped, newest-first candidates per concept and the
    ANDs of the rarest concept pairs. The scope (session, role, source tags)
    is part of every FTS expression, so FTS5 intersects posting lists instead
-   of filtering afterwards. Every FTS5 query is *unranked* (``ORDER BY rowid
+   of filtering afterwards (except for a session holding most of the store:
+   see ``MessageCorpus``). Every FTS5 query is *unranked* (``ORDER BY rowid
    DESC LIMIT n``, under a millisecond at 1M rows): FTS5's own bm25 first
    counts the documents of every phrase in the query, which for a session
    tag or a common word means reading its whole posting list on every query.
@@ -37,18 +33,16 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Protocol, Sequence
 
 from . import codec
 from .dag import Dag
-from .store import Store, decode_row, role_tag, session_tag, source_tag
+from .query_plan import (Concept, QueryPlan, concept_expr, fold, fold_tokens, identifier_expr, quote,
+                         scoped, tag_scope)
+from .store import Store, decode_row
 
-MAX_QUERY_CHARS = 1000        # longer queries are cut (reported by the caller)
-MAX_CONCEPTS = 12             # more words add cost, not precision
-FILLER_WEIGHT = 0.3           # weight of question words like "decide", "use"
 STAGE_CAP = 100               # newest matches kept from each precise stage
 CONCEPT_CAP = 200             # newest-first candidates collected per concept
 DF_CAP = 5000                 # document frequencies are counted up to this many
@@ -60,316 +54,10 @@ SUBSTRING_MAX_ROWS = 20_000   # rows the substring fallback may scan
 DENSE_SHARE = 0.5             # sessions holding this share of the newest rows: filter after matching
 SHARE_WINDOW = 5000           # newest store_ids the session share is measured on
 SNIPPET_CHARS = 200
-SNIPPET_MARKS = 200           # matches of one query word looked at when placing a snippet
+SNIPPET_MARKS = 100           # places of one query word looked at when placing a snippet
 BM25_K1 = 1.2
 BM25_B = 0.75
 RRF_K = 60
-
-STOP_WORDS = frozenset("""
-a about above after again against all am an and any are aren't as at be because been before
-being below between both but by can can't cannot could couldn't did didn't do does doesn't doing
-don't down during each few for from further had hadn't has hasn't have haven't having he he'd
-he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if in into
-is isn't it it's its itself let's me more most mustn't my myself no nor not of off on once only or
-other ought our ours ourselves out over own same shan't she she'd she'll she's should shouldn't so
-some such than that that's the their theirs them themselves then there there's these they they'd
-they'll they're they've this those through to too under until up very was wasn't we we'd we'll
-we're we've were weren't what what's when when's where where's which while who who's whom why
-why's with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves
-also just any anything something please hey hi ok okay yes yeah us got get gets
-""".split())
-
-# Words typical of a question about earlier work but rare in the answer itself:
-# kept (a hit containing them is a little better) but weighted down.
-FILLER_WORDS = frozenset("""
-decide decided decision decisions remember recall mention mentioned said say says tell told
-talk talked discuss discussed earlier before previously ago last again use used uses using
-set value thing things know find found show look looked kind sort way happened happen
-""".split())
-
-_WORD = re.compile(r"[^\W_]+")
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_CJK = re.compile("[\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
-                  "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003ffff]+")
-_QUOTED = re.compile(r'"([^"]*)"')
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_EDGE_PUNCT = "\"'`.,;:!?()[]{}<>"
-_CONTRACTION = re.compile(r"([^\W\d_]+)['\u2019]([^\W\d_]{1,2})")
-
-
-# ---------------------------------------------------------------- query parsing
-@dataclass(frozen=True)
-class Concept:
-    """One idea of the query: a folded key and the FTS tokens that count as it."""
-
-    key: str
-    variants: tuple[str, ...]
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class Identifier:
-    """A code-like token of the query, kept whole for phrase matching and an exact bonus."""
-
-    raw: str
-    parts: tuple[str, ...]
-    joined: str
-
-
-@dataclass(frozen=True)
-class QueryPlan:
-    """Everything search needs from one query string, already made safe."""
-
-    text: str
-    concepts: tuple[Concept, ...] = ()
-    identifiers: tuple[Identifier, ...] = ()
-    phrases: tuple[tuple[str, ...], ...] = ()
-    excluded: tuple[tuple[str, ...], ...] = ()
-    needles: tuple[str, ...] = ()
-    truncated: bool = False
-
-    @property
-    def empty(self) -> bool:
-        """True when nothing in the query can be searched for."""
-        return not (self.concepts or self.phrases or self.needles)
-
-
-def fold(text: str) -> str:
-    """Lower-case and strip diacritics the way the index (unicode61, remove_diacritics 2) does."""
-    text = text.lower()
-    if text.isascii():
-        return text
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
-def fts_tokens(text: str) -> list[str]:
-    """The tokens FTS5 makes of ``text``: folded runs of letters and digits."""
-    return fold_tokens(fold(text))
-
-
-def singular(word: str) -> str:
-    """Fold a simple English plural to its singular ("ports" -> "port", "retries" -> "retry")."""
-    if len(word) <= 3 or not word.isalpha():
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("sses", "shes", "ches", "xes", "zes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def plural(word: str) -> str:
-    """The regular plural of a singular word (the inverse of ``singular`` for common cases)."""
-    if len(word) < 3 or not word.isalpha():
-        return word
-    if word.endswith("y") and word[-2] not in "aeiou":
-        return word[:-1] + "ies"
-    if word.endswith(("s", "x", "z", "ch", "sh")):
-        return word + "es"
-    return word + "s"
-
-
-def verb_base(word: str) -> str:
-    """Undo a regular -ing/-ed ending ("formatting" -> "format", "deployed" -> "deploy");
-    short words are left alone so "string" and "need" stay themselves."""
-    if not word.isalpha():
-        return word
-    if word.endswith("ing") and len(word) >= 7:
-        stem = word[:-3]
-    elif word.endswith("ied") and len(word) >= 6:
-        return word[:-3] + "y"
-    elif word.endswith("ed") and len(word) >= 6:
-        stem = word[:-2]
-    else:
-        return word
-    if len(stem) > 3 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
-        stem = stem[:-1]
-    return stem
-
-
-def word_variants(word: str) -> tuple[str, ...]:
-    """The surface forms that count as one word: singular and plural, and for a verb
-    its base, -s, -ed and -ing forms (with and without a final e or doubled consonant).
-    Forms that do not exist cost nothing: FTS5 finds no documents for them."""
-    verb = verb_base(word)
-    if verb != word:
-        swapped = word[:-3] + "ed" if word.endswith("ing") else word[:-2] + "ing"
-        forms = [word, swapped]
-        for stem in ([verb] if verb.endswith("e") else [verb, verb + "e"]):
-            forms += [stem, plural(stem), stem + ("d" if stem.endswith("e") else "ed"),
-                      (stem[:-1] if stem.endswith("e") else stem) + "ing"]
-        return tuple(dict.fromkeys(forms))
-    base = singular(word)
-    forms = [word, base, plural(base)]
-    if base.isalpha() and len(base) >= 4 and not base.endswith(("ed", "ing")):
-        root = base[:-1] if base.endswith("e") else base
-        forms += [root + "ed" if root == base else base + "d", root + "ing"]
-        if base[-1] not in "aeiouwxy" and base[-2] in "aeiou" and base[-3] not in "aeiou":
-            forms += [base + base[-1] + "ed", base + base[-1] + "ing"]
-    return tuple(dict.fromkeys(forms))
-
-
-def clean_query(text: object) -> tuple[str, bool]:
-    """Make any query value safe to process: text, valid UTF-8, no NUL/control chars, bounded."""
-    text = "" if text is None else str(text)
-    text = _CONTROL.sub(" ", codec.safe_text(text))
-    truncated = len(text) > MAX_QUERY_CHARS
-    return (text[:MAX_QUERY_CHARS] if truncated else text), truncated
-
-
-def _camel_parts(token: str) -> list[str]:
-    """Split one alphanumeric run at camelCase boundaries ("retryBackoffMs" -> 3 parts)."""
-    return [p for p in _CAMEL_BOUNDARY.split(token) if p]
-
-
-def _needles_of(chunk: str) -> list[str]:
-    """Substring needles for text FTS5 cannot match as words: CJK runs and symbol-only chunks."""
-    found = [m.group(0) for m in _CJK.finditer(chunk)]
-    if not found and not _WORD.search(chunk) and not chunk.isascii():
-        found.append(chunk)
-    return found
-
-
-class _PlanBuilder:
-    """Accumulates concepts and identifiers while the query's chunks are read."""
-
-    def __init__(self) -> None:
-        self.concepts: dict[str, Concept] = {}
-        self.stop_only: dict[str, Concept] = {}
-        self.identifiers: dict[str, Identifier] = {}
-        self.needles: list[str] = []
-
-    def add_word(self, word: str, extra_variant: str | None = None) -> None:
-        """Add one folded word as a concept (stop words are kept aside as a last resort)."""
-        if word in STOP_WORDS or len(word) < 2:
-            self.stop_only.setdefault(word, Concept(word, (word,)))
-            return
-        variants = word_variants(word)
-        if extra_variant and extra_variant not in variants:
-            variants += (extra_variant,)
-        key = singular(word)
-        weight = FILLER_WEIGHT if key in FILLER_WORDS or word in FILLER_WORDS else 1.0
-        key = next((k for k, c in self.concepts.items() if word in c.variants), key)
-        old = self.concepts.get(key)
-        if old is not None:
-            variants = tuple(dict.fromkeys(old.variants + variants))
-            weight = max(weight, old.weight)
-        self.concepts[key] = Concept(key, variants, weight)
-
-    def add_chunk(self, chunk: str) -> None:
-        """Read one whitespace-separated chunk of the query."""
-        chunk = chunk.strip(_EDGE_PUNCT)
-        self.needles += _needles_of(chunk)
-        contraction = _CONTRACTION.fullmatch(chunk)
-        if contraction:  # "don't" is a stop word, "user's" is "user"
-            word = fold(chunk.replace("’", "'"))
-            if word in STOP_WORDS:
-                self.stop_only.setdefault(word, Concept(word, (fold(contraction.group(1)),)))
-                return
-            chunk = contraction.group(1)
-        runs = _WORD.findall(chunk)
-        parts: list[str] = []
-        for run in runs:
-            parts += [fold(p) for p in _camel_parts(run)]
-        parts = [p for p in parts if p and not _CJK.fullmatch(p)]
-        if len(parts) >= 2 and (len(runs) >= 2 or len(parts) > len(runs)):
-            joined = "".join(parts)
-            ident = Identifier(raw=chunk, parts=tuple(parts), joined=joined)
-            self.identifiers.setdefault(ident.raw.lower(), ident)
-            for part in parts:
-                self.add_word(part, extra_variant=joined)
-        else:
-            for part in parts:
-                self.add_word(part)
-
-    def concepts_in_order(self) -> tuple[Concept, ...]:
-        """Strong concepts first, then fillers; stop words only when nothing else is left."""
-        chosen = list(self.concepts.values()) or list(self.stop_only.values())
-        chosen.sort(key=lambda c: -c.weight)
-        return tuple(chosen[:MAX_CONCEPTS])
-
-
-def parse_query(text: object) -> QueryPlan:
-    """Turn a query as the model wrote it into a safe ``QueryPlan`` (never raises)."""
-    cleaned, truncated = clean_query(text)
-    phrases: list[tuple[str, ...]] = []
-    builder = _PlanBuilder()
-
-    def take_phrase(match: re.Match) -> str:
-        tokens = tuple(fts_tokens(match.group(1)))
-        if len(tokens) >= 2:
-            phrases.append(tokens)
-        builder.needles.extend(_needles_of(match.group(1)))
-        return " " + match.group(1) + " "
-
-    rest = _QUOTED.sub(take_phrase, cleaned).replace('"', " ")
-    excluded: list[tuple[str, ...]] = []
-    for chunk in rest.split():
-        if chunk.startswith("-") and len(chunk) > 1 and _WORD.match(chunk[1:]):
-            tokens = tuple(fts_tokens(chunk[1:]))
-            if tokens:
-                excluded.append(tokens)
-            continue
-        builder.add_chunk(chunk)
-    excluded_keys = {singular(t[0]) for t in excluded if len(t) == 1}
-    concepts = tuple(c for c in builder.concepts_in_order() if c.key not in excluded_keys)
-    return QueryPlan(text=cleaned, concepts=concepts,
-                     identifiers=tuple(builder.identifiers.values()),
-                     phrases=tuple(dict.fromkeys(phrases)), excluded=tuple(excluded),
-                     needles=tuple(dict.fromkeys(n for n in builder.needles if n.strip())),
-                     truncated=truncated)
-
-
-# ---------------------------------------------------------------- FTS expressions
-def quote(tokens: Sequence[str] | str) -> str:
-    """One FTS5 string (a word or a phrase); embedded quotes are doubled, so it is always data."""
-    text = tokens if isinstance(tokens, str) else " ".join(tokens)
-    return '"' + text.replace('"', '""') + '"'
-
-
-def any_of(terms: Iterable[Sequence[str] | str]) -> str:
-    """``("a" OR "b c")``: matches when any of the terms (words or phrases) is present."""
-    return "(" + " OR ".join(quote(t) for t in terms) + ")"
-
-
-def concept_expr(concept: Concept) -> str:
-    """The FTS expression matching any surface form of a concept."""
-    return any_of(concept.variants)
-
-
-def identifier_expr(ident: Identifier) -> str:
-    """An identifier as a phrase of its parts, or as the single token camelCase makes."""
-    return any_of([ident.parts, ident.joined])
-
-
-def scoped(body: str, scope_expr: str | None, excluded: Sequence[tuple[str, ...]] = ()) -> str:
-    """Put a body expression under the scope tags, minus excluded terms.
-
-    The scope goes *inside* the FTS query so FTS5 intersects the posting lists.
-    """
-    expr = f"body : {body}" if body.startswith("(") else f"body : ({body})"
-    if scope_expr:
-        expr = f"{scope_expr} AND {expr}"
-    if excluded:
-        expr = f"{expr} NOT body : {any_of(excluded)}"
-    return expr
-
-
-def tag_scope(session_ids: Sequence[str] | None, *, role: str | None = None,
-              source: str | None = None) -> str | None:
-    """The ``tags`` part of an FTS expression: sessions, role and source tokens."""
-    parts = []
-    if session_ids is not None:
-        parts.append("tags : " + any_of([session_tag(s) for s in session_ids]))
-    if role:
-        parts.append("tags : " + quote(role_tag(role)))
-    if source:
-        parts.append("tags : " + quote(source_tag(source)))
-    return " AND ".join(parts) or None
-
 
 # ---------------------------------------------------------------- scoring
 @dataclass
@@ -407,18 +95,6 @@ def _phrase_pattern(positions: Sequence[str | Sequence[str]]) -> re.Pattern:
         return "(?:" + "|".join(re.escape(o) for o in sorted(options, key=len, reverse=True)) + ")"
     body = r"[\W_]+".join(alternatives(p) for p in positions)
     return re.compile(rf"(?<![^\W_]){body}(?![^\W_])")
-
-
-# every byte that is not an ASCII letter or digit becomes a space (text is folded first)
-_ASCII_SEPARATORS = bytes(b if chr(b).isalnum() and b < 128 else 32 for b in range(256))
-
-
-def fold_tokens(folded: str) -> list[str]:
-    """The FTS5 tokens of already folded text. ASCII text (most of it) is split by a
-    byte translation, about four times faster than the regex it equals there."""
-    if folded.isascii():
-        return folded.encode("ascii").translate(_ASCII_SEPARATORS).decode("ascii").split()
-    return _WORD.findall(folded)
 
 
 class _Tokens:
@@ -843,11 +519,10 @@ def _match_position(plan: QueryPlan, text: str, width: int = SNIPPET_CHARS) -> i
         found = pattern.search(haystack)
         if found:
             return found.start()
-    marks = sorted((m.start(), concept.key, concept.weight) for concept in plan.concepts
-                   for _, m in zip(range(SNIPPET_MARKS), _term_pattern(concept.variants)
-                                   .finditer(haystack)))
-    if marks:
-        return _densest_window(marks, width * 3 // 4)
+    if plan.concepts:
+        at = _densest_window(plan.concepts, haystack, width * 3 // 4)
+        if at is not None:
+            return at
     for needle in plan.needles:
         at = haystack.find(needle.lower())
         if at >= 0:
@@ -855,18 +530,47 @@ def _match_position(plan: QueryPlan, text: str, width: int = SNIPPET_CHARS) -> i
     return 0
 
 
-def _densest_window(marks: Sequence[tuple[int, str, float]], span: int) -> int:
-    """The middle of the run of ``(position, concept, weight)`` marks, at most ``span``
-    characters long, whose distinct concepts weigh most (the earliest such run)."""
-    best, best_at, start = -1.0, marks[0][0], 0
-    for end in range(len(marks)):
-        while marks[end][0] - marks[start][0] > span:
+def _densest_window(concepts: Sequence[Concept], haystack: str, span: int) -> int | None:
+    """The middle of the earliest run of at most ``span`` characters whose distinct query
+    words weigh most (the first ``SNIPPET_MARKS`` places of each word form are looked
+    at). None when no word occurs."""
+    concept_of: dict[str, Concept] = {}
+    for concept in concepts:
+        for variant in concept.variants:
+            concept_of.setdefault(variant, concept)
+    marks = sorted((at, concept) for variant, concept in concept_of.items()
+                   for at in _word_positions(haystack, variant, SNIPPET_MARKS))
+    if not marks:
+        return None
+    inside: Counter = Counter()
+    weight, best, best_at, start = 0.0, -1.0, marks[0][0], 0
+    for position, concept in marks:
+        if not inside[concept.key]:
+            weight += concept.weight
+        inside[concept.key] += 1
+        while position - marks[start][0] > span:
+            gone = marks[start][1]
+            inside[gone.key] -= 1
+            if not inside[gone.key]:
+                weight -= gone.weight
             start += 1
-        run = marks[start:end + 1]
-        weight = sum({key: w for _, key, w in run}.values())
-        if weight > best:
-            best, best_at = weight, (run[0][0] + run[-1][0]) // 2
+        if weight > best + 1e-9:
+            best, best_at = weight, (marks[start][0] + position) // 2
     return best_at
+
+
+def _word_positions(haystack: str, word: str, cap: int) -> list[int]:
+    """Where ``word`` occurs as a whole word, at most ``cap`` places. ``str.find`` runs in
+    C and is several times faster here than a regex with look-arounds."""
+    found: list[int] = []
+    at, tries = haystack.find(word), 0
+    while at >= 0 and len(found) < cap and tries < cap * 10:
+        end = at + len(word)
+        if not (at and haystack[at - 1].isalnum()) and not (
+                end < len(haystack) and haystack[end].isalnum()):
+            found.append(at)
+        at, tries = haystack.find(word, at + 1), tries + 1
+    return found
 
 
 # ---------------------------------------------------------------- fusion

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import codec, externalized, health, search
+from . import codec, externalized, health, query_plan, search
 from .payloads import refs_in
 from .config import TroveConfig
 from .dag import Dag
@@ -275,7 +275,7 @@ def _node_summary(node: dict, access: Access, text_chars: int) -> dict:
 
 
 # ---------------------------------------------------------------- search tools
-def _search_arms(ctx: ToolContext, access: Access, plan: search.QueryPlan, limit: int, *,
+def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, limit: int, *,
                  message_scope: search.MessageScope, summaries: search.SummaryCorpus | None):
     """Ranked raw-message hits and summary hits, fused; with the stage notes."""
     messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, limit)
@@ -299,7 +299,7 @@ def _search_arms(ctx: ToolContext, access: Access, plan: search.QueryPlan, limit
     return search.fuse(arms, quality=quality), hits, notes, stages
 
 
-def _hit_item(fused: search.Fused, hit: search.Hit, plan: search.QueryPlan, access: Access,
+def _hit_item(fused: search.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
               explain: bool, score: float) -> dict:
     kind, key = fused.key
     row = hit.row
@@ -340,7 +340,7 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     if not current:
         return _unbound("trove_grep", "results")
     access = Access(ctx, params, current)
-    plan = search.parse_query(params["query"])
+    plan = query_plan.parse_query(params["query"])
     payload: dict = {"query": plan.text[:200], "session_scope": params.get(
         "session_scope", "session" if access.named else "current")}
     limit = clamp("trove_grep", "limit", params, payload)
@@ -387,7 +387,7 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     if not current:
         return _unbound("trove_recall", "results")
     access = Access(ctx, {"session_scope": "all"}, current)
-    plan = search.parse_query(params["query"])
+    plan = query_plan.parse_query(params["query"])
     payload: dict = {"query": plan.text[:200]}
     limit = clamp("trove_recall", "limit", params, payload)
     scope = search.MessageScope(None, current_session=current,
@@ -429,7 +429,7 @@ def _check_ref(ref: str) -> None:
                             "never a path")
 
 
-def _payload_hits(ctx: ToolContext, access: "Access", plan: search.QueryPlan,
+def _payload_hits(ctx: ToolContext, access: "Access", plan: query_plan.QueryPlan,
                   limit: int) -> list[dict]:
     """Externalized payloads of the searched sessions whose text matches (bounded)."""
     found = externalized.search_payloads(ctx.store, ctx.payloads, plan,
@@ -701,7 +701,7 @@ def _evidence_sources(ctx: ToolContext, access: Access, params: dict, max_result
                       current: str) -> list[tuple[str, dict]]:
     if "node_ids" in params:
         return [("n", _load_node(ctx, access, nid)) for nid in params["node_ids"][:max_results]]
-    plan = search.parse_query(params["query"])
+    plan = query_plan.parse_query(params["query"])
     scope = search.MessageScope((current,), current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
     fused, hits, _, _ = _search_arms(ctx, access, plan, max_results, message_scope=scope,

@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 
 from hermes_trove import config as trove_config  # noqa: E402
-from hermes_trove import database, search, tools  # noqa: E402
+from hermes_trove import database, query_plan, tools  # noqa: E402
 from hermes_trove.dag import Dag, NewNode  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
@@ -72,7 +72,7 @@ def _vocabulary(rng: random.Random) -> list[str]:
     onsets = "b c d f g h j k l m n p r s t v w z br cl dr fl gr pl pr sk st tr ch sh th".split()
     vowels = "a e i o u ai ea io ou".split()
     codas = ["", "", "n", "r", "s", "t", "l", "m", "x", "nd", "rk", "st"]
-    banned = search.STOP_WORDS | search.FILLER_WORDS
+    banned = query_plan.STOP_WORDS | query_plan.FILLER_WORDS
     words: list[str] = []
     seen: set[str] = set()
     while len(words) < VOCAB_SIZE:
@@ -259,7 +259,7 @@ def bare_terms(kind: str, query: str) -> list[str]:
         parts = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", query).replace("_", " ").lower().split()
         return [" ".join(parts)]
     words = re.findall(r"[a-z]+", query.lower())
-    return [w for w in words if w not in search.STOP_WORDS and w not in ("decide",)]
+    return [w for w in words if w not in query_plan.STOP_WORDS and w not in ("decide",)]
 
 
 def bare_expr(terms: list[str], op: str) -> str:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_trove import search
+from hermes_trove import query_plan, search
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.database import Database
 from hermes_trove.store import Store
@@ -28,7 +28,7 @@ def add(store, session, *texts, role="assistant", source=None, now=1_700_000_000
 def find(store, query, sessions=("A",), limit=10, **scope):
     corpus = search.MessageCorpus(store, search.MessageScope(
         sessions, current_session=sessions[0] if sessions else None, **scope))
-    return search.ranked_search(corpus, search.parse_query(query), limit)
+    return search.ranked_search(corpus, query_plan.parse_query(query), limit)
 
 
 def keys(outcome):
@@ -37,13 +37,13 @@ def keys(outcome):
 
 # ---------------------------------------------------------------- parsing
 def concept_keys(query):
-    return [c.key for c in search.parse_query(query).concepts]
+    return [c.key for c in query_plan.parse_query(query).concepts]
 
 
 def test_stop_words_go_and_question_words_are_weighted_down():
-    plan = search.parse_query("What did we decide about the retry backoff?")
+    plan = query_plan.parse_query("What did we decide about the retry backoff?")
     weights = {c.key: c.weight for c in plan.concepts}
-    assert weights == {"retry": 1.0, "backoff": 1.0, "decide": search.FILLER_WEIGHT}
+    assert weights == {"retry": 1.0, "backoff": 1.0, "decide": query_plan.FILLER_WEIGHT}
 
 
 def test_a_query_of_only_stop_words_still_searches_them():
@@ -51,7 +51,7 @@ def test_a_query_of_only_stop_words_still_searches_them():
 
 
 def test_plurals_and_verb_forms_are_one_concept():
-    plan = search.parse_query("ports retries deployed formatting")
+    plan = query_plan.parse_query("ports retries deployed formatting")
     variants = {c.key: set(c.variants) for c in plan.concepts}
     assert {"port", "ports"} <= variants["port"] and {"retry", "retries"} <= variants["retry"]
     assert {"deploy", "deploys", "deploying"} <= variants["deployed"]
@@ -67,13 +67,13 @@ def test_plurals_and_verb_forms_are_one_concept():
     ("settings/base.py", ("settings", "base", "py"), "settingsbasepy"),
 ])
 def test_identifiers_are_kept_whole_as_phrases(query, parts, joined):
-    [ident] = search.parse_query(query).identifiers
+    [ident] = query_plan.parse_query(query).identifiers
     assert ident.parts == parts and ident.joined == joined
-    assert search.identifier_expr(ident) == f'("{" ".join(parts)}" OR "{joined}")'
+    assert query_plan.identifier_expr(ident) == f'("{" ".join(parts)}" OR "{joined}")'
 
 
 def test_quoted_phrases_exclusions_contractions_and_needles():
-    plan = search.parse_query('"cache TTL" -docker don\'t user\'s 数据库 🦀')
+    plan = query_plan.parse_query('"cache TTL" -docker don\'t user\'s 数据库 🦀')
     assert plan.phrases == (("cache", "ttl"),)
     assert plan.excluded == (("docker",),)
     assert "user" in concept_keys("user's") and "docker" not in [c.key for c in plan.concepts]
@@ -82,28 +82,28 @@ def test_quoted_phrases_exclusions_contractions_and_needles():
 
 @pytest.mark.parametrize("query", ["", "   ", '""', "-", "***", "\x00", "()"])
 def test_queries_without_words_are_empty(query):
-    assert search.parse_query(query).empty
+    assert query_plan.parse_query(query).empty
 
 
 def test_hostile_text_is_cleaned_and_bounded():
     lone = json.loads('"a\\ud800b"')
-    plan = search.parse_query(lone + "\x00 staging " * 500)
-    assert plan.truncated and len(plan.text) == search.MAX_QUERY_CHARS
+    plan = query_plan.parse_query(lone + "\x00 staging " * 500)
+    assert plan.truncated and len(plan.text) == query_plan.MAX_QUERY_CHARS
     assert "\x00" not in plan.text and "\ud800" not in plan.text
-    assert len(search.parse_query(" ".join(f"word{i}" for i in range(50))).concepts) == \
-        search.MAX_CONCEPTS
+    assert len(query_plan.parse_query(" ".join(f"word{i}" for i in range(50))).concepts) == \
+        query_plan.MAX_CONCEPTS
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(max_codepoint=0x2FF), max_size=200))
 def test_fast_tokenizer_equals_the_fts_regex(text):
-    folded = search.fold(text)
-    assert search.fold_tokens(folded) == search._WORD.findall(folded)
+    folded = query_plan.fold(text)
+    assert query_plan.fold_tokens(folded) == query_plan._WORD.findall(folded)
 
 
 def test_quote_doubles_embedded_quotes():
-    assert search.quote('say "hi"') == '"say ""hi"""'
-    assert search.any_of(["a", ("b", "c")]) == '("a" OR "b c")'
+    assert query_plan.quote('say "hi"') == '"say ""hi"""'
+    assert query_plan.any_of(["a", ("b", "c")]) == '("a" OR "b c")'
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,14 +113,14 @@ def test_every_generated_expression_is_valid_fts5(text):
     conn.execute("CREATE VIRTUAL TABLE f USING fts5(body, tags, "
                   "tokenize='unicode61 remove_diacritics 2')")
     conn.execute("INSERT INTO f VALUES ('some body text', 's41')")
-    plan = search.parse_query(text)
-    bodies = [search.concept_expr(c) for c in plan.concepts]
-    bodies += [search.identifier_expr(i) for i in plan.identifiers]
-    bodies += [search.quote(p) for p in plan.phrases]
-    scope = search.tag_scope(["A", text[:20] or "x"], role="user", source=text[:10])
+    plan = query_plan.parse_query(text)
+    bodies = [query_plan.concept_expr(c) for c in plan.concepts]
+    bodies += [query_plan.identifier_expr(i) for i in plan.identifiers]
+    bodies += [query_plan.quote(p) for p in plan.phrases]
+    scope = query_plan.tag_scope(["A", text[:20] or "x"], role="user", source=text[:10])
     for body in bodies:
         conn.execute("SELECT rowid FROM f WHERE f MATCH ?",
-                     (search.scoped(body, scope, plan.excluded),)).fetchall()
+                     (query_plan.scoped(body, scope, plan.excluded),)).fetchall()
 
 
 # ---------------------------------------------------------------- retrieval and ranking
@@ -206,7 +206,7 @@ def test_current_turn_is_hidden_in_its_session_only(store):
     assert keys(out) == old
     corpus = search.MessageCorpus(store, search.MessageScope(
         None, current_session="A", current_turn_store_id=asking[0]))
-    everywhere = search.ranked_search(corpus, search.parse_query("mango rollout"), 10)
+    everywhere = search.ranked_search(corpus, query_plan.parse_query("mango rollout"), 10)
     assert set(keys(everywhere)) == {old[0], other[0]}
 
 
@@ -225,7 +225,7 @@ def test_summaries_are_searched_with_the_same_pipeline(store):
     dag.add_node(NewNode("B", 0, "zeppelin in another session", 5, 10, 3, "deterministic",
                          child_store_ids=ids))
     corpus = search.SummaryCorpus(dag, ["A"])
-    assert keys(search.ranked_search(corpus, search.parse_query("zeppelin budget"), 5)) == [node]
+    assert keys(search.ranked_search(corpus, query_plan.parse_query("zeppelin budget"), 5)) == [node]
 
 
 def test_explain_parts_are_reported(store):
@@ -238,7 +238,7 @@ def test_explain_parts_are_reported(store):
 # ---------------------------------------------------------------- snippets and fusion
 def test_snippet_is_centred_on_the_match():
     text = "x" * 1000 + " the retry_backoff_ms value " + "y" * 1000
-    plan = search.parse_query("retry_backoff_ms")
+    plan = query_plan.parse_query("retry_backoff_ms")
     piece = search.snippet(plan, text)
     assert "retry_backoff_ms" in piece and piece.startswith("…") and piece.endswith("…")
     assert len(piece) <= search.SNIPPET_CHARS + 2
@@ -249,7 +249,7 @@ def test_snippet_shows_the_window_holding_most_of_the_query():
     text = ("the nightly job ran. " + "filler words here. " * 40
             + "BACKUP_CRON=\"17 3 * * *\"  # nightly backup schedule, UTC. "
             + "more filler. " * 40 + "the cron table was edited.")
-    piece = search.snippet(search.parse_query("when does the nightly backup cron run?"), text)
+    piece = search.snippet(query_plan.parse_query("when does the nightly backup cron run?"), text)
     assert "17 3 * * *" in piece and "nightly backup schedule" in piece
 
 
