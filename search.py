@@ -31,6 +31,7 @@ database through ``Store``/``Dag`` methods.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections import Counter
@@ -477,9 +478,15 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
     """Pre-rank candidates by what FTS proved, load the best ones' text and score them
     (best first, newest first on ties)."""
     scorer = Scorer(plan, doc_freq, corpus.total_docs())
-    keep = max(limit * 4, RESCORE_MIN)
-    order = sorted(found.known, key=lambda k: (-scorer.prescore(found.known[k]), -k))
-    loaded = corpus.load(order[:keep])
+    mass: dict[frozenset, float] = {}   # candidates share few distinct proved sets
+
+    def rank(key: int) -> tuple[float, int]:
+        proved = frozenset(found.known[key])
+        if proved not in mass:
+            mass[proved] = scorer.prescore(proved)
+        return -mass[proved], -key
+
+    loaded = corpus.load(heapq.nsmallest(max(limit * 4, RESCORE_MIN), found.known, key=rank))
     if not loaded:
         return []
     tokenized = {key: _Tokens(text, scorer.wanted) for key, (_, text) in loaded.items()}
