@@ -135,9 +135,11 @@ class Compactor:
         overview = min(self.condensed_budget, budget_tokens // 2)
         if sum(costs) <= budget_tokens or len(frontier) < 2 or overview < MIN_FOLD_TOKENS:
             return None
-        room, kept = (budget_tokens - overview) // 2, 0
-        while kept < len(frontier) and sum(costs[len(frontier) - kept - 1:]) <= room:
-            kept += 1
+        room, kept, used = (budget_tokens - overview) // 2, 0, 0
+        for node_cost in reversed(costs):  # newest first
+            if used + node_cost > room:
+                break
+            used, kept = used + node_cost, kept + 1
         group = frontier[:max(2, len(frontier) - kept)]
         started = time.perf_counter()
         node_id = self._merge(session_id, group, budget=overview, focus=focus,

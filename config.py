@@ -451,6 +451,6 @@ def check_reachability(cfg: TroveConfig, context_length: int,
     ratio = cfg.critical_budget_pressure_ratio
     if 0 < ratio <= trigger / context_length:
         problems.append(f"TROVE_CRITICAL_BUDGET_PRESSURE_RATIO={ratio} is at or below "
-                        f"the trigger ({trigger / context_length:.2f} of the window): every compaction "
-                        "would use the deterministic summarizer only")
+                        f"the trigger ({trigger / context_length:.2f} of the window): every "
+                        "compaction would use the deterministic summarizer only")
     return problems

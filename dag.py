@@ -3,11 +3,12 @@
 A node summarizes either raw messages (depth 0, a leaf) or nodes below it
 (condensed: its depth is one more than its deepest child's). Ordinary
 condensation merges nodes of one depth; the fold that keeps a long session's
-frontier inside the summary block merges the oldest nodes of mixed depths. Lineage lives in ``node_edges`` (parent -> child
-message or child node, with an ordinal), indexed both ways, so every lineage
-question is one indexed query: a node's children in order, every raw message
-under a node, which node covers a message, and the frontier (nodes with no
-parent yet in a session, the ones that stand in the prompt).
+frontier inside the summary block merges the oldest nodes of mixed depths.
+Lineage lives in ``node_edges`` (parent -> child message or child node, with an
+ordinal), indexed both ways, so every lineage question is one indexed query: a
+node's children in order, every raw message under a node, which node covers a
+message, and the frontier (nodes with no parent yet in a session, the ones that
+stand in the prompt).
 
 A new session (after /new) may carry nodes of an older one: ``session_carry``
 puts them in the new session's frontier without copying them, so expanding a
@@ -69,8 +70,9 @@ class Dag:
         """Write a node and its ordered edges in one transaction; return its id.
 
         A node has either raw-message children (depth 0) or node children, the
-        deepest of them exactly one level down; its coverage (message count, store_id and time range) is
-        computed from the children so it can never disagree with the lineage.
+        deepest of them exactly one level down; its coverage (message count,
+        store_id and time range) is computed from the children so it can never
+        disagree with the lineage.
         """
         if bool(node.child_store_ids) == bool(node.child_node_ids):
             raise ValueError("a node needs either message children or node children")

@@ -87,14 +87,15 @@ class PayloadHit:
     store_id: int
 
 
-def search_payloads(store, store_payloads, plan: query_plan.QueryPlan, sessions: Sequence[str] | None,
-                    limit: int) -> list[PayloadHit]:
+def search_payloads(store, store_payloads, plan: query_plan.QueryPlan,
+                    sessions: Sequence[str] | None, limit: int) -> list[PayloadHit]:
     """Textual payloads referred to by rows of ``sessions`` that contain query terms.
 
     Score = share of the query's concepts (and needles) found in the payload."""
     if store_payloads is None or plan.empty:
         return []
-    match = query_plan.scoped(query_plan.quote(("trove", "externalized")), query_plan.tag_scope(sessions))
+    match = query_plan.scoped(query_plan.quote(("trove", "externalized")),
+                              query_plan.tag_scope(sessions))
     rows = store.get_messages(i for i, _ in store.match_message_ids(
         match, limit=MAX_REFERRING_ROWS, ranked=False))
     hits: list[PayloadHit] = []
