@@ -39,8 +39,7 @@ def test_plugin_loads_through_the_real_plugin_manager(trove_host):
     assert skill["path"].name == "SKILL.md" and skill["path"].exists()
 
 
-def test_real_agent_uses_trove_and_compacts_losslessly(trove_host, monkeypatch):
-    monkeypatch.setenv("TROVE_CONDENSE_FANOUT", "3")
+def test_real_agent_uses_trove_and_compacts_losslessly(trove_host):
     server = trove_host.server
     server.responder = long_answer
     agent = hk.make_agent()
@@ -135,3 +134,47 @@ def test_model_recovers_a_compacted_fact_with_grep_then_expand(trove_host):
     assert names == ["trove_grep", "trove_expand"]
     assert "6543" in tool_results[-1]["content"] and "pgbouncer-east" in tool_results[-1]["content"]
     assert final["final_response"] == "Found it in the archive."
+
+
+def test_real_agent_folds_old_summaries_and_keeps_them_in_the_prompt(tmp_path, fake_llm):
+    """A long session in the real host: condensation stops at depth 1 here, so the
+    frontier outgrows the summary block and the oldest summaries must be folded into
+    an overview (depth 2 or more) that stays in the prompt, lineage exact."""
+    settings = {"incremental_max_depth": 1, "condense_fanout": 2, "leaf_chunk_tokens": 1500}
+    home = hk.make_hermes_home(tmp_path, fake_llm.port, extra_config={"trove": settings})
+    calls = Counter()
+
+    def responder(body):
+        if hk.is_main_request(body):
+            return long_answer(body)
+        calls["summary"] += 1  # long enough that the summaries fill the block
+        return hk.Reply(text=f"- summary {calls['summary']}: " + "the user asked about "
+                        "modules and retry settings; answers gave each key. " * 14)
+
+    with hk.host_env(home) as env:
+        fake_llm.responder = responder
+        agent = hk.make_agent()
+        engine = hk.live_engine(agent)
+        assert engine.config.incremental_max_depth == 1
+        texts = [f"Question {i}: tell me about module_{i} and its retry setting."
+                 for i in range(TURNS_TO_FOLD)]
+        hk.run_turns(agent, texts)
+        for body in fake_llm.main_bodies:
+            assert hk.estimate_prompt_tokens(body) < WINDOW
+        db = sqlite3.connect(home / "trove.db")
+        users = Counter(r[0] for r in db.execute("SELECT content FROM messages WHERE role = 'user'"))
+        assert all(users[text] == 1 for text in texts)
+        assert db.execute("SELECT count(*) FROM nodes WHERE depth >= 2").fetchone()[0], \
+            "expected a fold above TROVE_INCREMENTAL_MAX_DEPTH"
+        frontier = engine.dag.frontier(engine.canonical_id)
+        sent = json.dumps(fake_llm.main_bodies[-1]["messages"])
+        assert all(f"## node {n['node_id']} " in sent for n in frontier)
+        first = db.execute("SELECT min(store_id) FROM messages").fetchone()[0]
+        assert frontier[0]["first_store_id"] == first and frontier[0]["depth"] >= 2
+        covered = [s for n in frontier for s in engine.dag.descendant_store_ids(n["node_id"])]
+        assert covered == list(range(first, first + len(covered)))
+        db.close()
+    assert not env.blocked
+
+
+TURNS_TO_FOLD = 48
