@@ -168,7 +168,8 @@ def _engine_line(engine: dict | None) -> str:
     return (f"engine: {engine.get('binding')} binding, mode {engine.get('session_mode')}; "
             f"prompt {_count(engine.get('last_prompt_tokens'))} / {_count(window)} tokens "
             f"({engine.get('usage_percent', 0)}%), "
-            f"trigger {_count(engine.get('threshold_tokens'))}; "
+            f"trigger {_count(engine.get('threshold_tokens'))}"
+            + (f" ({engine['trigger_rule']})" if engine.get("trigger_rule") else "") + "; "
             f"{engine.get('compression_count', 0)} compactions this session")
 
 

@@ -404,8 +404,14 @@ TRIGGER_FLOOR_MAX_SHARE = 0.75   # TROVE_MIN_TRIGGER_TOKENS never pushes the tri
 
 
 def trigger_tokens(cfg: TroveConfig, context_length: int) -> int:
-    """Where compaction starts for a window: ``context_threshold`` of it, raised to
-    ``min_trigger_tokens`` (at most 75% of the window).
+    """Where compaction starts for a window (see ``trigger_and_rule``)."""
+    return trigger_and_rule(cfg, context_length)[0]
+
+
+def trigger_and_rule(cfg: TroveConfig, context_length: int) -> tuple[int, str]:
+    """Where compaction starts for a window, and which setting decided it:
+    ``context_threshold`` of the window, raised to ``min_trigger_tokens`` (at most
+    75% of the window).
 
     The host's fixed overhead (system prompt and ~24 tool schemas, about 12.5K
     tokens) does not shrink with the window: at 64K the default share of 0.35
@@ -413,7 +419,10 @@ def trigger_tokens(cfg: TroveConfig, context_length: int) -> int:
     older summaries in the prompt; the floor makes that 32K - 12.5K."""
     share = int(context_length * cfg.context_threshold)
     floor = min(cfg.min_trigger_tokens, int(context_length * TRIGGER_FLOOR_MAX_SHARE))
-    return max(share, floor)
+    if floor > share:
+        return floor, (f"TROVE_MIN_TRIGGER_TOKENS floor; TROVE_CONTEXT_THRESHOLD="
+                       f"{cfg.context_threshold} alone: {share:,}")
+    return share, f"TROVE_CONTEXT_THRESHOLD={cfg.context_threshold} of the window"
 
 
 def check_reachability(cfg: TroveConfig, context_length: int,

@@ -24,7 +24,8 @@ from typing import Any
 from . import assemble, codec, fallback, integrity, tokens
 from .backup import backup_database, backup_dir
 from .compactor import Compactor, PassReport
-from .config import TroveConfig, check_reachability, load_config, trigger_tokens
+from .config import (TroveConfig, check_reachability, load_config, trigger_and_rule,
+                     trigger_tokens)
 from .dag import Dag
 from .database import get_database
 from .host_llm import make_llm_call
@@ -112,6 +113,7 @@ class TroveEngine(ContextEngine):
         self.conversation_id: str | None = None
         self.context_length = 0
         self.threshold_tokens = 0
+        self.trigger_rule = ""
         self.last_prompt_tokens = 0
         self.last_completion_tokens = 0
         self.last_total_tokens = 0
@@ -214,7 +216,8 @@ class TroveEngine(ContextEngine):
                      api_key: Any = "", provider: str = "", api_mode: str = "") -> None:
         """Record the window and runtime; recompute the trigger and check it is reachable."""
         self.context_length = int(context_length or 0)
-        self.threshold_tokens = trigger_tokens(self.config, self.context_length)
+        self.threshold_tokens, self.trigger_rule = trigger_and_rule(self.config,
+                                                                    self.context_length)
         self.threshold_percent = (self.threshold_tokens / self.context_length
                                   if self.context_length else self.config.context_threshold)
         self._runtime = {"model": model, "provider": provider, "base_url": base_url,
@@ -792,6 +795,7 @@ class TroveEngine(ContextEngine):
             "conversation_id": self.conversation_id,
             "context_length": self.context_length,
             "threshold_tokens": self.threshold_tokens,
+            "trigger_rule": self.trigger_rule,
             "last_prompt_tokens": self.last_prompt_tokens,
             "usage_percent": round(100 * max(self.last_prompt_tokens, 0)
                                    / self.context_length, 1) if self.context_length else 0,

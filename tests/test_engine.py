@@ -31,8 +31,10 @@ def test_small_windows_compact_at_the_floor_and_report_it(tmp_path):
     assert abs(engine.threshold_percent - 32_000 / 65_536) < 1e-9
     assert not engine.should_compress(int(65_536 * 0.35)) and engine.should_compress(32_000)
     assert engine.get_status()["threshold_tokens"] == 32_000
+    assert engine.get_status()["trigger_rule"].startswith("TROVE_MIN_TRIGGER_TOKENS floor")
     engine.update_model("bigger", 200_000)  # the share decides from ~92K up
     assert engine.threshold_tokens == 70_000 and engine.threshold_percent == 0.35
+    assert engine.trigger_rule.startswith("TROVE_CONTEXT_THRESHOLD=0.35")
 
 
 def test_compaction_keeps_prompt_under_trigger_and_valid(tmp_path):
