@@ -117,7 +117,7 @@ class Compactor:
         report.seconds += time.perf_counter() - started
 
     def fold_to_fit(self, session_id: str, *, budget_tokens: int, cost: Callable[[dict], int],
-                    focus: str | None, deterministic_only: bool,
+                    max_source_tokens: int, focus: str | None, deterministic_only: bool,
                     report: PassReport) -> int | None:
         """Keep the whole frontier inside the summary block: when its nodes cost more
         than ``budget_tokens``, merge the oldest ones (any depths) into one overview.
@@ -128,7 +128,10 @@ class Compactor:
         in the prompt, the oldest at the coarsest level, and reachable by lineage. The
         newest nodes kept beside the overview use at most half of the room left, so
         the next fold (a change at the start of the prompt) waits for several
-        compactions. Returns the new node's id, or None when nothing was folded.
+        compactions. One fold reads at most ``max_source_tokens`` (but at least two
+        nodes), like a leaf reads its chunk: a long frontier (an upgraded database, a
+        small window) is folded over several passes, never in one huge call.
+        Returns the new node's id, or None when nothing was folded.
         """
         frontier = self.dag.frontier(session_id)
         costs = [cost(n) for n in frontier]
@@ -140,7 +143,11 @@ class Compactor:
             if used + node_cost > room:
                 break
             used, kept = used + node_cost, kept + 1
-        group = frontier[:max(2, len(frontier) - kept)]
+        take, source = 0, 0
+        while take < max(2, len(frontier) - kept) and (
+                take < 2 or source + costs[take] <= max_source_tokens):
+            source, take = source + costs[take], take + 1
+        group = frontier[:take]
         started = time.perf_counter()
         node_id = self._merge(session_id, group, budget=overview, focus=focus,
                               deterministic_only=deterministic_only, report=report)

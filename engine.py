@@ -509,7 +509,8 @@ class TroveEngine(ContextEngine):
             count_text = self.counter.count_text
             compactor.fold_to_fit(
                 session, budget_tokens=block_budget - count_text(assemble.BLOCK_HEADER),
-                cost=lambda node: count_text(assemble.node_section(node)), focus=focus,
+                cost=lambda node: count_text(assemble.node_section(node)),
+                max_source_tokens=cfg.leaf_chunk_tokens, focus=focus,
                 deterministic_only=deterministic, report=report)
             frontier = self.dag.frontier(session)
             needs_block = bool(frontier) or (tail and tail[0].get("role") != "user")

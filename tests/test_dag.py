@@ -109,3 +109,37 @@ def test_footer_is_written_with_the_node_id_and_summary_fts_finds_it(parts):
                            footer=lambda nid, cov: f" [node {nid}, {cov['message_count']} msgs]")
     assert dag.get_node(node_id)["text"] == f"retry backoff decided [node {node_id}, 1 msgs]"
     assert [r[0] for r in dag.fts_candidates('"backoff"', limit=5)] == [node_id]
+
+
+def test_fold_reads_a_bounded_source_and_repeats_until_the_frontier_fits(parts):
+    """A long frontier (an upgraded database, a small window) is folded oldest-first in
+    bounded steps, never in one huge summarizer call, until it fits its budget."""
+    from hermes_trove.compactor import Compactor, PassReport
+    from hermes_trove.summarize import CircuitBreaker, Summarizer
+
+    store, dag = parts
+    store.ingest("s", [{"role": "user", "content": f"fact {i}: port {6000 + i}"} for i in range(24)])
+    for i in range(1, 25, 2):
+        dag.add_node(leaf("s", [i, i + 1], text=f"leaf about ports {6000 + i} " * 12))
+    seen = []
+    summarizer = Summarizer(llm_call=None, count_tokens=lambda t: len(t) // 4, models=[],
+                            breaker=CircuitBreaker(2, 60), timeout_s=1.0)
+    real = summarizer.summarize
+
+    def recording(items, **kw):
+        seen.append(sum(len(i.text) // 4 for i in items))
+        return real(items, **kw)
+
+    summarizer.summarize = recording
+    compactor = Compactor(dag, summarizer, lambda t: len(t) // 4, leaf_budget=200,
+                          condensed_budget=250)
+    cost = lambda n: len(n["text"]) // 4 + 8  # noqa: E731
+    folds = 0
+    while compactor.fold_to_fit("s", budget_tokens=400, cost=cost, max_source_tokens=300,
+                                focus=None, deterministic_only=True, report=PassReport()):
+        folds += 1
+        assert folds < 20
+    frontier = dag.frontier("s")
+    assert folds >= 2 and sum(cost(n) for n in frontier) <= 400
+    assert max(seen) <= 300 + max(cost(n) for n in frontier)  # bounded, two nodes at least
+    assert [s for n in frontier for s in dag.descendant_store_ids(n["node_id"])] == list(range(1, 25))
