@@ -372,6 +372,16 @@ def _doc_default(value):
     return f"`{','.join(value) if isinstance(value, tuple) else value}`"
 
 
+def test_readme_lists_every_setting_with_its_default():
+    text = (Path(config.__file__).parent / "README.md").read_text()
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| `TROVE_")]
+    specs = config.setting_fields()
+    assert [row[0] for row in rows] == [f"`{config.env_name(f.name)}`" for f in specs]
+    for row, f in zip(rows, specs):
+        assert row[1] == _doc_default(f.default), row[0]
+
+
 def test_docs_table_matches_code():
     rows = _doc_rows()
     specs = config.setting_fields()
