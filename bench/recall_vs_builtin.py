@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -406,6 +407,33 @@ class BuiltinAdapter:
         return None
 
 
+class PrefixTracker:
+    """Counts, at each compaction, how many tokens at the start of the prompt are the
+    same as after the previous one: what a provider's prompt cache can still reuse
+    (field lesson 9). Wraps the engine's ``compress``."""
+
+    def __init__(self, engine) -> None:
+        self.previous: str | None = None
+        self.kept: list[int] = []
+        inner = engine.compress
+
+        def compress(messages: list, **kwargs) -> list:
+            out = inner(messages, **kwargs)
+            text = prompt_text(out)
+            if self.previous is not None:
+                self.kept.append(_counter.count_text(os.path.commonprefix([self.previous, text])))
+            self.previous = text
+            return out
+
+        engine.compress = compress
+
+    def summary(self) -> dict:
+        """Median and 10th percentile of the reused prefix, in tokens."""
+        kept = sorted(self.kept) or [0]
+        return {"prefix_kept_median_tokens": kept[len(kept) // 2],
+                "prefix_kept_p10_tokens": kept[len(kept) // 10]}
+
+
 def recover(fact: Fact, ctx, count) -> dict:
     """Drive the tools like an agent would (see the module docstring); count calls and tokens."""
     used, calls, trail = 0, 0, []
@@ -466,6 +494,7 @@ def run(turns: int, window: int, mode: str) -> dict:
         engine = _trove_variant(folder, window, {})
         cfg = engine.config
         started = time.perf_counter()
+        trove_prefix = PrefixTracker(engine)
         trove_report = replay(engine, [dict(m) for m in messages], overhead=HOST_OVERHEAD_TOKENS)
         trove_seconds = time.perf_counter() - started
 
@@ -484,6 +513,7 @@ def run(turns: int, window: int, mode: str) -> dict:
 
         builtin = BuiltinAdapter(window)
         started = time.perf_counter()
+        builtin_prefix = PrefixTracker(builtin)
         builtin_report = replay(builtin, [dict(m) for m in messages], overhead=HOST_OVERHEAD_TOKENS)
         builtin_seconds = time.perf_counter() - started
 
@@ -515,7 +545,8 @@ def run(turns: int, window: int, mode: str) -> dict:
                   + _counter.count_messages(trove_report.final_messages),
                   "max_prompt_tokens": trove_report.max_prompt_tokens,
                   "threshold_tokens": engine.threshold_tokens, "summarizer_calls": stub_calls["trove"],
-                  "stored_messages": stored, "nodes": nodes, "seconds": round(trove_seconds, 1)},
+                  "stored_messages": stored, "nodes": nodes, "seconds": round(trove_seconds, 1),
+                  **trove_prefix.summary()},
         "trove_threshold_0.75": alt_summary,
         "builtin": {"compress_calls": builtin_report.compactions,
                     "compactions": builtin.inner.compression_count,
@@ -524,7 +555,8 @@ def run(turns: int, window: int, mode: str) -> dict:
                     + _counter.count_messages(builtin_report.final_messages),
                     "max_prompt_tokens": builtin_report.max_prompt_tokens,
                     "threshold_tokens": builtin.inner.threshold_tokens,
-                    "summarizer_calls": stub_calls["builtin"], "seconds": round(builtin_seconds, 1)},
+                    "summarizer_calls": stub_calls["builtin"], "seconds": round(builtin_seconds, 1),
+                    **builtin_prefix.summary()},
     }
     return {"stub": mode, "turns": turns, "messages": len(messages),
             "conversation_tokens": total_tokens,
@@ -554,6 +586,9 @@ def report(result: dict) -> None:
           f"<= {TOOL_BUDGET_TOKENS:,} tokens, {t['in_prompt_or_tools']}/{n} either; "
           f"{t['compactions']} compactions ({t['compress_calls']} compress calls), "
           f"trigger {t['threshold_tokens']:,}, final prompt {t['final_prompt_tokens']:,} tokens")
+    print(f"prompt start reused from one compaction to the next (median / p10 tokens): "
+          f"built-in {b['prefix_kept_median_tokens']:,} / {b['prefix_kept_p10_tokens']:,}; "
+          f"trove {t['prefix_kept_median_tokens']:,} / {t['prefix_kept_p10_tokens']:,}")
     print(f"trove with TROVE_CONTEXT_THRESHOLD=0.75: {a['in_prompt']}/{n} in the final prompt; "
           f"{a['compactions']} compactions, trigger {a['threshold_tokens']:,}, "
           f"final prompt {a['final_prompt_tokens']:,} tokens")
