@@ -72,7 +72,8 @@ class TroveConfig:
     """
 
     context_threshold: float = _float(
-        0.35, "Share of the model's context window at which compaction starts.",
+        0.35, "Share of the model's context window at which compaction starts (raised on "
+        "small windows by TROVE_MIN_TRIGGER_TOKENS).",
         low=0.0, high=1.0, low_open=True)
     min_trigger_tokens: int = _int(
         32000, "Compaction never starts below this many tokens (capped at 75% of the "
