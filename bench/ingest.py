@@ -102,6 +102,20 @@ def batches(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+def _timed_raw_inserts(conn, sql: str, rows: list[tuple], size: int) -> float:
+    """Insert ``rows`` with one ``executemany`` transaction per batch; seconds taken.
+    Checks every row landed, then closes the connection."""
+    started = time.perf_counter()
+    for batch in batches(rows, size):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(sql, batch)
+        conn.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == len(rows)
+    conn.close()
+    return seconds
+
+
 def cheap_tokens(message: dict) -> int:
     return len(json.dumps(message)) // 4
 
@@ -156,15 +170,7 @@ def run_raw(folder: Path, messages: list[dict], size: int) -> float:
     rows = [(SESSION, m["role"], m.get("content"),
              json.dumps(m["tool_calls"]) if "tool_calls" in m else None,
              m.get("tool_call_id"), m.get("name"), stamp) for m in messages]
-    started = time.perf_counter()
-    for batch in batches(rows, size):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(RAW_INSERT, batch)
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - started
-    assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == len(messages)
-    conn.close()
-    return seconds
+    return _timed_raw_inserts(conn, RAW_INSERT, rows, size)
 
 
 def run_raw_schema(folder: Path, messages: list[dict], size: int) -> float:
@@ -185,15 +191,7 @@ def run_raw_schema(folder: Path, messages: list[dict], size: int) -> float:
                      enc.content_format, enc.tool_calls, enc.tool_call_id, enc.tool_name,
                      enc.extra, enc.search_text, enc.content_hash, ordinal, enc.message_at,
                      stamp, cheap_tokens(m)))
-    started = time.perf_counter()
-    for batch in batches(rows, size):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(SCHEMA_INSERT, batch)
-        conn.execute("COMMIT")
-    seconds = time.perf_counter() - started
-    assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == len(messages)
-    conn.close()
-    return seconds
+    return _timed_raw_inserts(conn, SCHEMA_INSERT, rows, size)
 
 
 VARIANTS = {"store": run_store, "engine": run_engine, "raw": run_raw, "raw_schema": run_raw_schema}
