@@ -1,15 +1,84 @@
 """hermes-trove: a lossless context engine plugin for Hermes Agent.
 
 The host imports this folder as a package and calls ``register(ctx)`` once per
-process. Everything here only wires parts together; the logic lives in the
-modules next to this file.
+process: it wires the engine, the hooks, the skill and ``/trove`` into the host.
+Importing the package does no work (the engine and its modules load inside
+``register`` and the hooks), and the hooks are plain functions a test can call.
+
+Where each concern lives (see docs/architecture.md):
+``engine.py`` the orchestrator; ``store.py`` messages and their FTS; ``dag.py``
+summary nodes and lineage; ``tools.py``/``schemas.py`` the agent tools;
+``command.py`` ``/trove``; and the packages ``storage``, ``ingest``,
+``compaction``, ``recall``, ``diagnostics``, ``operators`` and ``openclaw``.
 """
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
 
 __version__ = "0.1.0"
 
+log = logging.getLogger(__name__)
 
-def register(ctx):
-    """Register the trove engine, its hooks, skill and slash command with the host."""
-    from .plugin_wiring import register_plugin
+PLUGIN_ROOT = Path(__file__).resolve().parent
+SKILL_DIR = PLUGIN_ROOT / "skills" / "hermes-trove"
+RECALL_POLICY_PATH = SKILL_DIR / "references" / "recall-policy.md"
+_policy_cache: dict[str, str] = {}
 
-    register_plugin(ctx)
+
+def recall_policy() -> str:
+    """The canonical recall policy: exactly the bytes of the skill's reference file."""
+    if "text" not in _policy_cache:
+        try:
+            _policy_cache["text"] = RECALL_POLICY_PATH.read_text(encoding="utf-8").rstrip("\n")
+        except OSError:
+            _policy_cache["text"] = ""
+    return _policy_cache["text"]
+
+
+def on_pre_llm_call(session_id: str = "", **_kwargs):
+    """Append the recall policy to the user turn, only where trove serves the session."""
+    from .engine import find_engine
+    engine = find_engine(session_id)
+    if engine is None or not engine.config.recall_policy_enabled:
+        return None
+    text = recall_policy()
+    return {"context": text} if text else None
+
+
+def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
+    """Persist the whole turn as soon as it ends, so a crash loses nothing."""
+    from .engine import find_engine
+    engine = find_engine(session_id)
+    if engine is None or not conversation_history:
+        return None
+    try:
+        engine.ingest(list(conversation_history))
+    except Exception as exc:  # a hook must never break the turn
+        log.warning("hermes-trove: could not persist the turn: %s", exc)
+        engine.errors.append(f"post_llm_call ingest: {exc}")
+    return None
+
+
+def register(ctx) -> None:
+    """Register one engine template (the host deep-copies it per agent) and the rest."""
+    from .config import load_config
+    from .engine import TroveEngine
+
+    cfg = load_config()
+    ctx.register_context_engine(TroveEngine(cfg))
+    ctx.register_hook("pre_llm_call", on_pre_llm_call)
+    ctx.register_hook("post_llm_call", on_post_llm_call)
+    register_skill = getattr(ctx, "register_skill", None)
+    if callable(register_skill) and (SKILL_DIR / "SKILL.md").exists():
+        try:
+            register_skill("hermes-trove", SKILL_DIR / "SKILL.md",
+                           description="Recall exact earlier context with trove_* tools")
+        except Exception as exc:  # an older host or a name clash must not stop the plugin
+            log.info("hermes-trove: skill not registered: %s", exc)
+    if cfg.enable_slash_command:
+        from .command import register_command
+        register_command(ctx)
+    for warning in cfg.warnings:
+        log.warning("hermes-trove config: %s", warning)

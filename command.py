@@ -1,6 +1,6 @@
 """The ``/trove`` slash command: chat text over ``operator_actions``.
 
-Registered only when ``TROVE_ENABLE_SLASH_COMMAND`` is true (``plugin_wiring``).
+Registered only when ``TROVE_ENABLE_SLASH_COMMAND`` is true (``register`` in ``__init__``).
 The handler resolves the live engine of the calling session
 (``HERMES_SESSION_ID``, read the way the gateway scopes it per conversation);
 without one it still answers from the configured database. Each subcommand is
@@ -17,10 +17,10 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from . import operator_actions as ops
+from .operators import actions as ops
 from .config import load_config
 from .engine import find_engine
-from .payloads import human_size
+from .storage.payloads import human_size
 from .tools import iso
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Action:
 
 
 def register_command(ctx) -> None:
-    """Register ``/trove`` with the host (called by ``plugin_wiring`` when enabled)."""
+    """Register ``/trove`` with the host (called by ``register`` when enabled)."""
     ctx.register_command(COMMAND_NAME, handle, description=DESCRIPTION, args_hint=ARGS_HINT)
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .database import Database
+from .storage.database import Database
 from .store import row_to_dict
 
 NODE_COLUMNS = (

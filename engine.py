@@ -21,19 +21,19 @@ import uuid
 import weakref
 from typing import Any
 
-from . import assemble, codec, fallback, integrity, tokens
-from .backup import backup_database, backup_dir
-from .compactor import Compactor, PassReport
-from .config import (TroveConfig, check_reachability, load_config, trigger_and_rule,
-                     trigger_tokens)
+from .compaction import assemble, fallback, tokens
+from .storage import codec, integrity
+from .storage.backup import backup_database, backup_dir
+from .compaction.compactor import Compactor, PassReport
+from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
 from .dag import Dag
-from .database import get_database
-from .host_llm import make_llm_call
-from .ingest_policy import NEVER_STUBBED, IngestPolicy, policy_for
-from .message_memo import MessageMemo
-from .payloads import encode_text, ref_for, tool_output_placeholder
+from .storage.database import get_database
+from .compaction.host_llm import make_llm_call
+from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
+from .compaction.message_memo import MessageMemo
+from .storage.payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
-from .summarize import CircuitBreaker, Summarizer
+from .compaction.summarize import CircuitBreaker, Summarizer
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
     from agent.context_engine import ContextEngine

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import codec
+from .storage import codec
 
 _SCOPE = {
     "type": "string",

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from . import codec, identity
-from .database import Database
+from .storage import codec, identity
+from .storage.database import Database
 
 UNKNOWN_SOURCE = "unknown"
 # At most this many stored copies of the first shown message are tried as anchors.

@@ -25,13 +25,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import codec, externalized, health, query_plan, search
-from .payloads import refs_in
+from .storage import codec
+from .recall import externalized, query_plan, search
+from .diagnostics import health
+from .storage.payloads import refs_in
 from .config import TroveConfig
 from .dag import Dag
-from .schemas import (SCHEMAS_BY_NAME, TIME_ARGUMENTS, ArgumentError, Shape, budget_chars,
-                      clamp, continuation, count_safely, error_json, offset_arg, parse_period,
-                      parse_time, render, validate)
+from .schemas import (
+    SCHEMAS_BY_NAME,
+    TIME_ARGUMENTS,
+    ArgumentError,
+    Shape,
+    budget_chars,
+    clamp,
+    continuation,
+    count_safely,
+    error_json,
+    offset_arg,
+    parse_period,
+    parse_time,
+    render,
+    validate,
+)
 from .store import Store
 
 TOOL_NAMES: tuple[str, ...] = tuple(SCHEMAS_BY_NAME)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import synth  # noqa: E402
 
 from hermes_trove import config as trove_config  # noqa: E402
-from hermes_trove import database  # noqa: E402
+from hermes_trove.storage import database  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 
 RUNS = 3

@@ -50,9 +50,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 
-from hermes_trove import codec  # noqa: E402
+from hermes_trove.storage import codec  # noqa: E402
 from hermes_trove import config as trove_config  # noqa: E402
-from hermes_trove import database  # noqa: E402
+from hermes_trove.storage import database  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import Store, normalize_source  # noqa: E402
 

@@ -69,10 +69,11 @@ sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 
 from hermes_trove import config as trove_config  # noqa: E402
-from hermes_trove import database, tools  # noqa: E402
+from hermes_trove.storage import database
+from hermes_trove import tools  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
-from hermes_trove.replay import HOST_OVERHEAD_TOKENS, replay  # noqa: E402
-from hermes_trove.tokens import get_counter  # noqa: E402
+from hermes_trove.operators.replay import HOST_OVERHEAD_TOKENS, replay  # noqa: E402
+from hermes_trove.compaction.tokens import get_counter  # noqa: E402
 
 TOOL_BUDGET_TOKENS = 4000
 MAX_CALLS = 3

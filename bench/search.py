@@ -51,7 +51,9 @@ sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 
 from hermes_trove import config as trove_config  # noqa: E402
-from hermes_trove import database, query_plan, tools  # noqa: E402
+from hermes_trove.storage import database
+from hermes_trove.recall import query_plan
+from hermes_trove import tools  # noqa: E402
 from hermes_trove.dag import Dag, NewNode  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402

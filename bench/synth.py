@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from _bootstrap import load_package  # noqa: E402
 
 load_package()
-from hermes_trove import database  # noqa: E402
+from hermes_trove.storage import database  # noqa: E402
 from hermes_trove.dag import Dag, NewNode  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 

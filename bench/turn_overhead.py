@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import synth  # noqa: E402
 
 from hermes_trove import config as trove_config  # noqa: E402
-from hermes_trove import database  # noqa: E402
+from hermes_trove.storage import database  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
 from hermes_trove.store import decode_row  # noqa: E402
 

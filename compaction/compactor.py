@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import codec
-from .dag import Dag, NewNode
+from ..storage import codec
+from ..dag import Dag, NewNode
 from .summarize import SourceItem, Summarizer, extract_topics
 
 FOOTER_MARK = "\n\n[expand: trove_expand(node_id="

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import codec
+from ..storage import codec
 
 MEMO_LIMIT = 8192
 

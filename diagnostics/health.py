@@ -17,11 +17,11 @@ import os
 import time
 from typing import Any, Mapping
 
-from . import migrations
-from .config import TroveConfig, check_reachability
-from .dag import Dag
-from .database import Database
-from .store import Store
+from ..storage import migrations
+from ..config import TroveConfig, check_reachability
+from ..dag import Dag
+from ..storage.database import Database
+from ..store import Store
 
 QUICK_CHECK_MAX_BYTES = 256 * 1024 * 1024
 LARGE_ROW_WARN_CHARS = 200_000

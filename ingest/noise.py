@@ -20,7 +20,7 @@ import logging
 import re
 from typing import Iterable, Iterator, NamedTuple
 
-from . import codec
+from ..storage import codec
 
 log = logging.getLogger(__name__)
 

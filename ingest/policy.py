@@ -19,10 +19,10 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from . import codec
-from .config import TroveConfig
+from ..storage import codec
+from ..config import TroveConfig
 from .noise import MessageFilter, SessionFilter
-from .payloads import PayloadError, PayloadStore, guard_message, refs_in, restore_text
+from ..storage.payloads import PayloadError, PayloadStore, guard_message, refs_in, restore_text
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)

@@ -21,13 +21,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from . import migrations, tokens
-from .dag import Dag, NewNode
-from .database import Database, DatabaseError, structural_check
-from .openclaw_sources import (KIND_LCM_MESSAGE, ImportFailure, InvalidRow, Source,
-                               SourceSession, open_readonly, parse_timestamp,
-                               read_jsonl_sources, read_lcm_database)
-from .store import Store
+from ..storage import migrations
+from ..compaction import tokens
+from ..dag import Dag, NewNode
+from ..storage.database import Database, DatabaseError, structural_check
+from .sources import (
+    KIND_LCM_MESSAGE,
+    ImportFailure,
+    InvalidRow,
+    Source,
+    SourceSession,
+    open_readonly,
+    parse_timestamp,
+    read_jsonl_sources,
+    read_lcm_database,
+)
+from ..store import Store
 
 SQLITE_NAMESPACE = "openclaw-trove"
 JSONL_NAMESPACE = "openclaw-jsonl"

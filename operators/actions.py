@@ -21,16 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import codec, health, integrity, tokens, tools
-from .backup import backup_database
-from .config import TroveConfig, load_config
-from .dag import Dag
-from .database import DatabaseError, get_database
-from .engine import live_engines
-from .migrations import SchemaTooNewError
-from .ingest_policy import policy_for
-from .noise import IGNORED, MessageFilter, SessionFilter
-from .store import UNKNOWN_SOURCE, Store, decode_row
+from ..storage import codec, integrity
+from ..diagnostics import health
+from ..compaction import tokens
+from .. import tools
+from ..storage.backup import backup_database
+from ..config import TroveConfig, load_config
+from ..dag import Dag
+from ..storage.database import DatabaseError, get_database
+from ..engine import live_engines
+from ..storage.migrations import SchemaTooNewError
+from ..ingest.policy import policy_for
+from ..ingest.noise import IGNORED, MessageFilter, SessionFilter
+from ..store import UNKNOWN_SOURCE, Store, decode_row
 
 LAST_BACKUP_KEY = "last_backup_path"
 LAST_BACKUP_AT_KEY = "last_backup_at"
@@ -567,7 +570,7 @@ def replay_transcript(transcript: str | Path, db_path: str | Path, *, window: in
                       on_turn: Callable | None = None) -> dict:
     """Replay a transcript through a TroveEngine into ``db_path`` (new, or an existing
     database backed up first), offline with the deterministic summarizer."""
-    from .engine import TroveEngine
+    from ..engine import TroveEngine
     from .replay import HOST_OVERHEAD_TOKENS, load_transcript, replay
     messages = load_transcript(transcript)
     db_path = Path(db_path).expanduser().resolve()

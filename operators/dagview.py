@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from . import codec
-from .dag import Dag
-from .store import Store, decode_row
+from ..storage import codec
+from ..dag import Dag
+from ..store import Store, decode_row
 
 PREVIEW_CHARS = 600
 MAX_SOURCES_SHOWN = 60

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from . import payloads as payload_files
+from ..storage import payloads as payload_files
 from . import query_plan, search
 
 MAX_REFERRING_ROWS = 200     # newest rows with placeholders looked at per search

@@ -21,8 +21,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from . import codec
-from .store import role_tag, session_tag, source_tag
+from ..storage import codec
+from ..store import role_tag, session_tag, source_tag
 
 MAX_QUERY_CHARS = 1000        # longer queries are cut (reported by the caller)
 MAX_CONCEPTS = 12             # more words add cost, not precision

@@ -38,11 +38,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Protocol, Sequence
 
-from . import codec
-from .dag import Dag
-from .query_plan import (Concept, QueryPlan, concept_expr, fold, fold_tokens, identifier_expr, quote,
-                         scoped, tag_scope)
-from .store import Store, decode_row
+from ..storage import codec
+from ..dag import Dag
+from .query_plan import (
+    Concept,
+    QueryPlan,
+    concept_expr,
+    fold,
+    fold_tokens,
+    identifier_expr,
+    quote,
+    scoped,
+    tag_scope,
+)
+from ..store import Store, decode_row
 
 STAGE_CAP = 100               # newest matches kept from each precise stage
 CONCEPT_CAP = 200             # newest-first candidates collected per concept

@@ -27,7 +27,7 @@ from pathlib import Path
 import _bootstrap
 
 _bootstrap.load_package()
-from hermes_trove import codec, payloads  # noqa: E402
+from hermes_trove.storage import codec, payloads  # noqa: E402
 from hermes_trove.config import load_config  # noqa: E402
 
 DEFAULT_THRESHOLD = 12000

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bootstrap import ROOT, load_package  # noqa: E402
 
 load_package()
-from hermes_trove import operator_actions as ops  # noqa: E402
-from hermes_trove.dagview import write_dag_html  # noqa: E402
-from hermes_trove.replay import HOST_OVERHEAD_TOKENS  # noqa: E402
+from hermes_trove.operators import actions as ops  # noqa: E402
+from hermes_trove.operators.dagview import write_dag_html  # noqa: E402
+from hermes_trove.operators.replay import HOST_OVERHEAD_TOKENS  # noqa: E402
 
 SAMPLE = ROOT / "samples" / "coding-session.jsonl"
 SAMPLE_QUESTION = "which port does the staging database listen on"

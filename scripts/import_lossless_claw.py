@@ -16,7 +16,7 @@ import time
 import _bootstrap
 
 _bootstrap.load_package()
-from hermes_trove import openclaw_import as oc  # noqa: E402
+from hermes_trove.openclaw import importer as oc  # noqa: E402
 
 WARNINGS_SHOWN = 10
 PROGRESS_EVERY_S = 1.0

@@ -25,8 +25,8 @@ import _bootstrap
 
 _bootstrap.load_package()
 from hermes_trove import command  # noqa: E402
-from hermes_trove import operator_actions as ops  # noqa: E402
-from hermes_trove.replay import TranscriptError  # noqa: E402
+from hermes_trove.operators import actions as ops  # noqa: E402
+from hermes_trove.operators.replay import TranscriptError  # noqa: E402
 from hermes_trove.tools import iso  # noqa: E402
 
 SNIPPET_CHARS = 100

@@ -6,7 +6,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_trove import assemble, database
+from hermes_trove.compaction import assemble
+from hermes_trove.storage import database
 
 from enginekit import make_engine
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_trove import database, payloads
-from hermes_trove.payloads import PayloadStore, guard_message
+from hermes_trove.storage import database, payloads
+from hermes_trove.storage.payloads import PayloadStore, guard_message
 from hermes_trove.store import Store
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"

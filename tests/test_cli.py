@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from enginekit import drive, make_engine
-from hermes_trove import database, payloads
-from hermes_trove.database import Database
+from hermes_trove.storage import database, payloads
+from hermes_trove.storage.database import Database
 from hermes_trove.store import Store, decode_row
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "trove.py"

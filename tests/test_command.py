@@ -8,10 +8,12 @@ import pytest
 
 import hostkit as hk
 from enginekit import drive, make_engine
-from hermes_trove import command, database, plugin_wiring
-from hermes_trove import operator_actions as ops
+import hermes_trove
+from hermes_trove import command
+from hermes_trove.storage import database
+from hermes_trove.operators import actions as ops
 from hermes_trove.dag import NewNode
-from hermes_trove.database import Database
+from hermes_trove.storage.database import Database
 from hostkit import trove_host  # noqa: F401 (fixture; fake_llm is overridden below)
 
 ISSUE_COMMANDS = ["status", "doctor", "doctor clean", "doctor clean apply", "doctor repair",
@@ -83,7 +85,7 @@ def test_registered_only_when_the_setting_is_on(monkeypatch, enabled):
     if enabled:
         monkeypatch.setenv("TROVE_ENABLE_SLASH_COMMAND", "true")
     ctx = FakeCtx()
-    plugin_wiring.register_plugin(ctx)
+    hermes_trove.register(ctx)
     assert ("trove" in ctx.commands) is enabled
     if enabled:
         handler, description, hint = ctx.commands["trove"]

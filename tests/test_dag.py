@@ -2,7 +2,7 @@
 
 import pytest
 
-from hermes_trove import database
+from hermes_trove.storage import database
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.store import Store
 
@@ -114,8 +114,8 @@ def test_footer_is_written_with_the_node_id_and_summary_fts_finds_it(parts):
 def test_fold_reads_a_bounded_source_and_repeats_until_the_frontier_fits(parts):
     """A long frontier (an upgraded database, a small window) is folded oldest-first in
     bounded steps, never in one huge summarizer call, until it fits its budget."""
-    from hermes_trove.compactor import Compactor, PassReport
-    from hermes_trove.summarize import CircuitBreaker, Summarizer
+    from hermes_trove.compaction.compactor import Compactor, PassReport
+    from hermes_trove.compaction.summarize import CircuitBreaker, Summarizer
 
     store, dag = parts
     store.ingest("s", [{"role": "user", "content": f"fact {i}: port {6000 + i}"} for i in range(24)])

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from hermes_trove import assemble, database
+from hermes_trove.compaction import assemble
+from hermes_trove.storage import database
 from hermes_trove.store import decode_row
 
 from enginekit import DEFAULT_OVERHEAD, coding_turn, drive, make_engine
@@ -298,7 +299,7 @@ def test_status_reports_counter_and_pressure(tmp_path):
 def test_fts_check_runs_in_background_and_is_recorded(tmp_path):
     engine = make_engine(tmp_path)
     import time
-    from hermes_trove import integrity
+    from hermes_trove.storage import integrity
     deadline = time.time() + 10
     while engine.store.get_meta(integrity.CHECKED_AT_KEY) is None and time.time() < deadline:
         time.sleep(0.05)
@@ -365,7 +366,7 @@ def test_filtered_sessions_store_nothing_and_stay_bounded(tmp_path, mode, settin
 
 
 def test_trim_fallback_keeps_a_valid_bounded_sequence():
-    from hermes_trove import fallback
+    from hermes_trove.compaction import fallback
     messages = [m for t in range(30) for m in coding_turn(t)]
     out = fallback.trim_to_budget(messages, 2_000, count=lambda m: len(str(m)) // 4)
     assert assemble.sequence_problems(out) == []

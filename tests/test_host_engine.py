@@ -86,7 +86,7 @@ def test_recall_policy_is_appended_only_by_trove(trove_host):
     agent = hk.make_agent()
     hk.run_turns(agent, ["hello there"])
     user = [m for m in trove_host.server.main_bodies[-1]["messages"] if m["role"] == "user"][-1]
-    policy = (hk.plugin_module("hermes-trove").plugin_wiring.recall_policy())
+    policy = (hk.plugin_module("hermes-trove").recall_policy())
     assert policy and policy in json.dumps(user["content"])
 
 

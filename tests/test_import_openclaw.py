@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_trove import openclaw_import as oc
-from hermes_trove import openclaw_sources as sources
+from hermes_trove.openclaw import importer as oc
+from hermes_trove.openclaw import sources as sources
 from hermes_trove.dag import Dag
-from hermes_trove.database import Database
+from hermes_trove.storage.database import Database
 from hermes_trove.store import Store, decode_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -755,7 +755,8 @@ def test_script_human_output_and_errors(sample, tmp_path):
 def test_imported_session_reads_through_the_engine_tools(sample):
     """trove_load_session of an imported session through a real TroveEngine, exact content."""
     from hermes_trove import config as trove_config
-    from hermes_trove import database, tools
+    from hermes_trove.storage import database
+    from hermes_trove import tools
     from hermes_trove.engine import TroveEngine
     source, _, target = sample
     run(source, target, apply=True)

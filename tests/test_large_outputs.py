@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_trove import assemble, database, payloads
+from hermes_trove.compaction import assemble
+from hermes_trove.storage import database, payloads
 from hermes_trove.store import decode_row
 
 from enginekit import coding_turn, make_engine

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from hermes_trove import noise
-from hermes_trove.noise import MessageFilter, SessionFilter
+from hermes_trove.ingest import noise
+from hermes_trove.ingest.noise import MessageFilter, SessionFilter
 
 
 # ---------------------------------------------------------------- session globs

@@ -13,10 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from hermes_trove import codec, payloads
-from hermes_trove.payloads import (
-    PayloadCorruptError, PayloadMissingError, PayloadRefError, PayloadStore, guard_message,
-    parse_ref, refs_in, restore_text)
+from hermes_trove.storage import codec, payloads
+from hermes_trove.storage.payloads import (
+    PayloadCorruptError,
+    PayloadMissingError,
+    PayloadRefError,
+    PayloadStore,
+    guard_message,
+    parse_ref,
+    refs_in,
+    restore_text,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n" + random.Random(1).randbytes(6000)
@@ -166,7 +173,7 @@ import os, sys
 sys.path.insert(0, {scripts!r})
 import _bootstrap
 _bootstrap.load_package()
-from hermes_trove.payloads import PayloadStore
+from hermes_trove.storage.payloads import PayloadStore
 store = PayloadStore({root!r})
 print("ready", flush=True)
 i = 0

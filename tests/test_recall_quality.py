@@ -19,12 +19,13 @@ import random
 
 import pytest
 
-from hermes_trove import tokens, tools
+from hermes_trove.compaction import tokens
+from hermes_trove import tools
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
-from hermes_trove.database import Database
+from hermes_trove.storage.database import Database
 from hermes_trove.store import Store
-from hermes_trove.summarize import CircuitBreaker, SourceItem, Summarizer
+from hermes_trove.compaction.summarize import CircuitBreaker, SourceItem, Summarizer
 
 COUNTER = tokens.get_counter()
 START = 1_790_000_000.0

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hermes_trove import config
-from hermes_trove.redaction import KNOWN_NAMES, PASSWORD_PLACEHOLDER, Redactor
+from hermes_trove.ingest.redaction import KNOWN_NAMES, PASSWORD_PLACEHOLDER, Redactor
 
 ALL = Redactor(list(KNOWN_NAMES))
 PLACEHOLDER = re.compile(r"\[REDACTED:[a-z_]+(?::sha256=[0-9a-f]{8})?\]")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_trove import query_plan, search
+from hermes_trove.recall import query_plan, search
 from hermes_trove.dag import Dag, NewNode
-from hermes_trove.database import Database
+from hermes_trove.storage.database import Database
 from hermes_trove.store import Store
 
 

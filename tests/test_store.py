@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from hermes_trove import codec, database, migrations
+from hermes_trove.storage import codec, database, migrations
 from hermes_trove.store import Store, decode_row, session_tag
 
 

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_trove import summarize as sm
-from hermes_trove.summarize import (
+from hermes_trove.compaction import summarize as sm
+from hermes_trove.compaction.summarize import (
     CircuitBreaker,
     SourceItem,
     Summarizer,

@@ -11,8 +11,8 @@ import pytest
 import tiktoken
 import tiktoken.registry
 
-from hermes_trove import tokens
-from hermes_trove.tokens import TokenCounter, estimate_tokens, get_counter
+from hermes_trove.compaction import tokens
+from hermes_trove.compaction.tokens import TokenCounter, estimate_tokens, get_counter
 
 OFFLINE_RANKS = Path(tiktoken.__file__).parent.parent / "tiktoken_ext" / "data" / "cl100k_base.tiktoken"
 

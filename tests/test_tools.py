@@ -5,10 +5,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_trove import health, schemas, tokens, tools
+from hermes_trove.diagnostics import health
+from hermes_trove import schemas, tools
+from hermes_trove.compaction import tokens
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
-from hermes_trove.database import Database
+from hermes_trove.storage.database import Database
 from hermes_trove.store import Store
 
 DAY = 86400.0

@@ -1,0 +1,2 @@
+"""Importing OpenClaw / lossless-claw history: the source readers and the importer.
+"""
