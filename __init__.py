@@ -37,9 +37,17 @@ def recall_policy() -> str:
     return _policy_cache["text"]
 
 
-def on_pre_llm_call(session_id: str = "", **_kwargs):
-    """Append the recall policy to the user turn, only where trove serves the session."""
+def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
+    """Append the recall policy to the user turn, only where trove serves the session.
+
+    A background review fork's turn (the host's harness prompt) gets nothing; its
+    thread remembers which user session it reviews (its tool calls read it)."""
+    from .binding import forks
     from .engine import find_engine
+    is_fork = forks.review_start(conversation_history or ()) is not None
+    forks.note_review_session(session_id if is_fork else None)
+    if is_fork:
+        return None
     engine = find_engine(session_id)
     if engine is None or not engine.config.recall_policy_enabled:
         return None
@@ -48,10 +56,16 @@ def on_pre_llm_call(session_id: str = "", **_kwargs):
 
 
 def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
-    """Persist the whole turn as soon as it ends, so a crash loses nothing."""
+    """Persist the whole turn as soon as it ends, so a crash loses nothing.
+
+    A background review fork shares the user's session id: its turn is not the
+    user's conversation and is not stored (the part it replays is stored already)."""
+    from .binding import forks
     from .engine import find_engine
     engine = find_engine(session_id)
     if engine is None or not conversation_history:
+        return None
+    if forks.review_start(conversation_history) is not None:
         return None
     try:
         engine.ingest(list(conversation_history))

@@ -14,13 +14,13 @@ import copy
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 import uuid
 import weakref
 from typing import Any
 
+from .binding import forks, switches
 from .compaction import assemble, fallback, tokens
 from .storage import codec, integrity
 from .storage.backup import backup_database, backup_dir
@@ -63,13 +63,19 @@ ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
 _live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
 _breakers: dict[tuple, CircuitBreaker] = {}
+# Session ids some engine of this process was bound to by a host call: the lazy
+# HERMES_SESSION_ID check never moves an engine onto a session another agent owns.
+_claimed_ids: set[str] = set()
 
 
 def find_engine(session_id: str | None = None) -> "TroveEngine | None":
-    """The live engine bound to a session (default: ``HERMES_SESSION_ID``)."""
-    key = session_id or os.environ.get("HERMES_SESSION_ID") or ""
+    """The live engine bound to a session now (default: the host's
+    ``HERMES_SESSION_ID``); None when the engine registered under that id has
+    since switched to another session."""
+    key = session_id or forks.host_session_hint() or ""
     with _live_lock:
-        return _live_engines.get(key)
+        engine = _live_engines.get(key)
+    return engine if engine is not None and engine.session_id == key else None
 
 
 def live_engines() -> list["TroveEngine"]:
@@ -139,6 +145,9 @@ class TroveEngine(ContextEngine):
         self.last_compaction: dict = {}
         self.errors: list[str] = []
         self._llm_override: tuple | None = None
+        self.review_fork = False                 # a host review fork: never writes
+        self.last_switch: dict = {}
+        self._hint_at_bind: str | None = None
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -290,11 +299,78 @@ class TroveEngine(ContextEngine):
         """Whether this session's messages are written (not ignored, not stateless)."""
         return self.session_mode == "normal"
 
+    @property
+    def _session_id(self) -> str | None:
+        """What the host compares with ``agent.session_id`` after a reset to decide
+        whether to call ``bind_session_state`` (run_agent.reset_session_state)."""
+        return self.session_id
+
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
+        previous = self.session_id
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
         self._known_tail = None
+        self._hint_at_bind = forks.host_session_hint()
         with _live_lock:
+            if previous and previous != session_id and _live_engines.get(previous) is self:
+                del _live_engines[previous]
             _live_engines[session_id] = self
+            if how == "host":
+                _claimed_ids.add(session_id)
+
+    def bind_session_state(self, session_db, session_id: str) -> None:
+        """The CLI's /new, /resume and /branch: the host set ``agent.session_id`` and
+        reset, without ``on_session_start``. Follow it (see ``binding.switches``)."""
+        if not session_id or session_id == self.session_id:
+            return
+        self._switch_session(session_id, switches.host_session_row(session_db, session_id))
+
+    def _switch_session(self, session_id: str, host_row: dict | None) -> None:
+        """Bind to the session the host switched to: resume its own store, or start
+        it with the carry-over a /new or /branch gets; per-session memory restarts."""
+        old, old_canonical = self.session_id, self.canonical_id
+        self._forget_session_memory()
+        if self._classify(session_id) != "normal":
+            self._bind(session_id, session_id, "host")
+            return
+        store = self.store
+        switch = switches.classify(store, old_session_id=old, new_session_id=session_id,
+                                   host_row=host_row)
+        canonical = store.ensure_session(
+            session_id, conversation_id=self.conversation_id, source=self.platform,
+            parent_session_id=old if switch.kind != switches.RESUME else None)
+        carried = switches.carry_into(self.dag, switch, old_canonical=old_canonical,
+                                      new_canonical=canonical,
+                                      retain_depth=self.config.new_session_retain_depth)
+        self._bind(session_id, canonical, "host")
+        self.last_switch = {"kind": switch.kind, "from": old, "to": session_id,
+                            "carried_nodes": len(carried), "at": time.time()}
+
+    def _forget_session_memory(self) -> None:
+        """What one session's compactions taught this copy; wrong for any other."""
+        self._known_tail = None
+        self._noop_at_tokens = None
+        self._rotate_pending = False
+        self.current_turn_store_id = None
+        self.last_compaction = {}
+
+    def _follow_host(self, messages: list | None = None) -> None:
+        """The lazy check before a compaction or tool call.
+
+        Precedence: ``on_session_start`` and ``bind_session_state`` bind at once
+        and always win; a review fork (its harness prompt in ``messages``) never
+        writes; last, when ``HERMES_SESSION_ID`` changed since the last bind to an
+        id no engine of this process was given by a host call, the host switched
+        without telling and the engine follows."""
+        if messages and forks.review_start(messages) is not None:
+            self.review_fork = True
+        if self.review_fork or self.binding != "host":
+            return
+        hint = forks.host_session_hint()
+        if hint and hint != self.session_id and hint != self._hint_at_bind:
+            with _live_lock:
+                claimed = hint in _claimed_ids
+            if not claimed:
+                self._switch_session(hint, None)
 
     def _unbind(self) -> None:
         self.session_id = self.canonical_id = None
@@ -308,7 +384,7 @@ class TroveEngine(ContextEngine):
         """
         if self.canonical_id:
             return self.canonical_id
-        env_id = os.environ.get("HERMES_SESSION_ID", "").strip()
+        env_id = forks.host_session_hint()
         session_id = env_id or f"trove-ephemeral-{uuid.uuid4().hex[:12]}"
         if self._classify(session_id) != "normal":
             self._bind(session_id, session_id, "env" if env_id else "ephemeral")
@@ -363,10 +439,15 @@ class TroveEngine(ContextEngine):
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, messages: list) -> list[int | None]:
-        """Store every shown message once; return store_ids aligned with ``messages``."""
+        """Store every shown message once; return store_ids aligned with ``messages``.
+
+        A review fork's turns (from its harness prompt on) are never stored."""
         canonical = self._ensure_bound()
-        if not self.stores:
-            return [None] * len(messages)  # ignored or stateless: nothing is written
+        if not self.stores or self.review_fork:
+            return [None] * len(messages)  # ignored, stateless or a fork: nothing is written
+        user_part = forks.user_part(messages)
+        if user_part is not messages:
+            return self.ingest(user_part) + [None] * (len(messages) - len(user_part))
         skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
                 for i, m in enumerate(messages)]
         prepare = self.policy.prepare
@@ -429,6 +510,9 @@ class TroveEngine(ContextEngine):
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
         try:
+            self._follow_host(messages)
+            if self.review_fork:
+                return messages  # the host never lets a fork compress; be safe anyway
             if self._rotate_pending:
                 self._rotate_pending, force = False, True
             self._ensure_bound()
@@ -758,6 +842,7 @@ class TroveEngine(ContextEngine):
         from . import tools
         try:
             live = kwargs.get("messages")
+            self._follow_host(live)
             if live:
                 self.ingest(live)
         except Exception as exc:  # the tool still answers from what is stored
@@ -770,11 +855,18 @@ class TroveEngine(ContextEngine):
         cfg = self.config
         return ToolContext(
             store=self.store, dag=self.dag, config=cfg, count_tokens=self.counter.count_text,
-            session_id=None if self.session_mode == "ignored" else self.canonical_id,
+            session_id=None if self.session_mode == "ignored" else self._tool_session(),
             conversation_id=self.conversation_id,
             current_turn_store_id=self.current_turn_store_id, status=self.get_status,
             llm_call=self.llm_call("compression"),
             data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads)
+
+    def _tool_session(self) -> str | None:
+        """The session a tool call reads: a review fork reads (never writes) the user
+        session its hooks named on this thread; everyone else its own."""
+        if self.review_fork and forks.review_session():
+            return self.store.canonical_session(forks.review_session())
+        return self.canonical_id
 
     # ------------------------------------------------------------------ status
     def get_status(self) -> dict:
@@ -808,6 +900,8 @@ class TroveEngine(ContextEngine):
                               "reason": counter.reason},
             "database_path": str(self.config.resolved_database_path),
             "session_mode": self.session_mode,
+            "review_fork": self.review_fork,
+            "last_switch": self.last_switch,
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),
             "errors": self.errors[-5:],

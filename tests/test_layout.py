@@ -6,7 +6,7 @@ a higher layer or a sibling concern of the same layer):
     config, storage/          settings; the database file and what is in it
     store.py                  messages and their FTS
     dag.py                    summary nodes and lineage
-    ingest/ compaction/ recall/ diagnostics/
+    ingest/ compaction/ recall/ diagnostics/ binding/
     schemas.py, tools.py      the agent tools
     engine.py                 the orchestrator the host calls
     operators/ openclaw/      what operators run
@@ -24,7 +24,7 @@ LAYERS = {
     "config": 0, "storage": 0,
     "store": 1,
     "dag": 2,
-    "ingest": 3, "compaction": 3, "recall": 3, "diagnostics": 3,
+    "ingest": 3, "compaction": 3, "recall": 3, "diagnostics": 3, "binding": 3,
     "schemas": 4, "tools": 5,
     "engine": 6,
     "operators": 7, "openclaw": 7,

@@ -1,0 +1,180 @@
+"""Session switches inside the real hermes-agent 0.19.0 host (fake model on 127.0.0.1).
+
+The CLI's /new, /resume and /branch are reset-only switches (cli.py new_session,
+hermes_cli/cli_commands_mixin.py resume ~797 and branch ~991): each is replayed
+here step by step with the host's own objects (``agent.reset_session_state()``,
+the agent's SessionDB, ``gateway.session_context.set_current_session_id``), then
+the real ``AIAgent`` keeps talking. After each switch every turn must be stored
+exactly once under the session the host is in, and nowhere else.
+"""
+
+import json
+import sqlite3
+import uuid
+from collections import Counter
+
+import pytest
+
+import hostkit as hk
+from hostkit import trove_host  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.host
+
+SAME_REPLY = "Sure, noted."  # every main reply is identical: identity is per session
+
+
+@pytest.fixture
+def fake_llm(monkeypatch):
+    """hostkit's fake model, with /trove switched on before the host loads the plugin."""
+    monkeypatch.setenv("TROVE_ENABLE_SLASH_COMMAND", "true")
+    with hk.FakeOpenAIServer() as server:
+        yield server
+
+
+def rows(home, session=None):
+    """(session_id, role, content) of every stored message, in store order."""
+    db = sqlite3.connect(home / "trove.db")
+    try:
+        sql = "SELECT session_id, role, content FROM messages"
+        args = ()
+        if session is not None:
+            sql, args = sql + " WHERE session_id = ?", (session,)
+        return db.execute(sql + " ORDER BY store_id", args).fetchall()
+    finally:
+        db.close()
+
+
+def user_texts(home, session):
+    return [c for s, r, c in rows(home, session) if r == "user"]
+
+
+def sync_process_session(session_id):
+    """cli.py ``_sync_process_session_id``: the ContextVar and os.environ move together."""
+    from gateway.session_context import set_current_session_id
+    set_current_session_id(session_id)
+
+
+def new_session_id():
+    return f"20261202_000000_{uuid.uuid4().hex[:6]}"
+
+
+def cli_new(agent, history):
+    """cli.py ``new_session``: on_session_end(old, history) at the boundary, flush,
+    end the old row, switch the id, reset, then create the new row."""
+    old = agent.session_id
+    engine = hk.live_engine(agent)
+    if history:
+        engine.on_session_end(old, list(history))  # _launch_session_boundary_memory_flush
+        agent._flush_messages_to_session_db(history)
+    agent._session_db.end_session(old, "new_session")
+    new = new_session_id()
+    sync_process_session(new)
+    agent.session_id = new
+    agent.reset_session_state()
+    agent._last_flushed_db_idx = 0
+    agent._session_db_created = False
+    agent._session_db.create_session(session_id=new, source="cli", model=agent.model)
+    agent._session_db_created = True
+    return new
+
+
+def cli_resume(agent, history, target):
+    """cli_commands_mixin ``resume``: flush, end the current row, restore the target's
+    history from state.db, switch the id, reset. No engine hook before the switch."""
+    db = agent._session_db
+    agent._flush_messages_to_session_db(history)
+    db.end_session(agent.session_id, "resumed_other")
+    sync_process_session(target)
+    restored = db.get_messages_as_conversation(target, repair_alternation=True)
+    restored = [m for m in (restored or []) if m.get("role") != "session_meta"]
+    db.reopen_session(target)
+    agent.session_id = target
+    agent.reset_session_state()
+    agent._last_flushed_db_idx = len(restored)
+    return restored
+
+
+def cli_branch(agent, history):
+    """cli_commands_mixin ``branch``: flush, end the parent, create the branch row with
+    the parent link, copy the history, switch the id, reset; the history is kept."""
+    db = agent._session_db
+    parent = agent.session_id
+    agent._flush_messages_to_session_db(history)
+    db.end_session(parent, "branched")
+    new = new_session_id()
+    db.create_session(session_id=new, source="cli", model=agent.model,
+                      parent_session_id=parent)
+    for m in history:
+        db.append_message(session_id=new, role=m.get("role", "user"), content=m.get("content"),
+                          tool_name=m.get("tool_name") or m.get("name"),
+                          tool_calls=m.get("tool_calls"), tool_call_id=m.get("tool_call_id"))
+    sync_process_session(new)
+    agent.session_id = new
+    agent.reset_session_state()
+    agent._last_flushed_db_idx = len(history)
+    return new
+
+
+def status_session(agent):
+    """trove_status as the model gets it, and /trove status as the user types it."""
+    engine = hk.live_engine(agent)
+    answer = json.loads(engine.handle_tool_call("trove_status", {}, messages=[]))
+    text = hk.run_slash_command("trove", "status")
+    return answer["engine"]["session_id"], text
+
+
+def assert_once_each(home, session, texts):
+    stored = Counter((r, c) for s, r, c in rows(home) if s == session)
+    for text in texts:
+        assert stored[("user", text)] == 1, (text, stored)
+    elsewhere = [c for s, r, c in rows(home) if s != session and c in texts]
+    assert not elsewhere, f"turns of {session} stored under another session: {elsewhere}"
+
+
+def test_cli_new_then_resume_then_branch_follow_the_host(trove_host):
+    trove_host.server.responder = lambda body: SAME_REPLY
+    home = trove_host.hermes_home
+    agent = hk.make_agent()
+    assert hk.uses_plugin_engine(agent, "trove", plugin_name="hermes-trove")
+    first = agent.session_id
+    a_texts = ["first session one", "first session two"]
+    history = hk.run_turns(agent, a_texts)[-1]["messages"]
+
+    # /new: three turns, each stored once under the new id, each reply kept.
+    second = cli_new(agent, history)
+    assert hk.live_engine(agent).session_id == second
+    b_texts = ["second session one", "second session two", "second session three"]
+    history = hk.run_turns(agent, b_texts)[-1]["messages"]
+    assert_once_each(home, second, b_texts)
+    replies = [c for s, r, c in rows(home, second) if r == "assistant"]
+    assert replies == [SAME_REPLY] * 3, "an identical reply of another session dropped one"
+    assert user_texts(home, first) == a_texts
+    session, text = status_session(agent)
+    assert session == second and second in text and first not in text
+
+    # /resume the first session: its own store continues, nothing of the second moves.
+    restored = cli_resume(agent, history, first)
+    assert hk.live_engine(agent).session_id == first
+    c_texts = ["back in the first one"]
+    history = hk.run_turns(agent, c_texts, history=restored)[-1]["messages"]
+    assert user_texts(home, first) == a_texts + c_texts
+    assert user_texts(home, second) == b_texts
+    assert [c for s, r, c in rows(home, first) if r == "assistant"] == [SAME_REPLY] * 3
+    assert status_session(agent)[0] == first
+
+    # /branch: a new id with the history kept; the parent gains no rows.
+    parent_rows = rows(home, first)
+    branch = cli_branch(agent, history)
+    assert hk.live_engine(agent).session_id == branch
+    d_texts = ["only in the branch"]
+    history = hk.run_turns(agent, d_texts, history=history)[-1]["messages"]
+    assert rows(home, first) == parent_rows
+    assert user_texts(home, branch) == a_texts + c_texts + d_texts  # copied history, reachable
+    assert [c for s, r, c in rows(home) if c == d_texts[0]] == d_texts
+    assert status_session(agent)[0] == branch
+
+    # CLI exit: on_session_end(branch, history) adds nothing anywhere.
+    before = rows(home)
+    hk.end_session(agent, history)
+    assert rows(home) == before
+    assert hk.live_engine(agent).last_switch["kind"] == "branch"
