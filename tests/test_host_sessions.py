@@ -178,3 +178,75 @@ def test_cli_new_then_resume_then_branch_follow_the_host(trove_host):
     hk.end_session(agent, history)
     assert rows(home) == before
     assert hk.live_engine(agent).last_switch["kind"] == "branch"
+
+
+# ---------------------------------------------------------------- background review forks
+HARNESS = "Review the conversation above"
+
+
+def _last_user_text(body):
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def review_responder(body):
+    """The user's turn calls trove_status once, then answers; the review fork's
+    harness request gets a curator-style reply."""
+    if not hk.is_main_request(body):
+        return "- summary"
+    if _last_user_text(body).lstrip().startswith(HARNESS):
+        return "Nothing to save. CURATOR-REPLY-MARKER"
+    msgs = body.get("messages") or []
+    if msgs and msgs[-1].get("role") == "tool":
+        return "The status looked fine, zanzibar checked."
+    return hk.ToolCall("trove_status", {})
+
+
+@pytest.fixture
+def review_host(tmp_path, fake_llm):
+    """The plugin in a host whose skill review runs after every tool iteration."""
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"skills": {"creation_nudge_interval": 1}})
+    with hk.host_env(home) as env:
+        env.server = fake_llm
+        yield env
+    assert not env.blocked, f"host tried to reach the network: {env.blocked}"
+
+
+def wait_for_reviews(timeout=60):
+    import threading
+    for thread in [t for t in threading.enumerate() if t.name == "bg-review"]:
+        thread.join(timeout)
+        assert not thread.is_alive(), "the background review did not finish"
+
+
+def test_background_review_fork_writes_nothing_into_the_user_session(review_host):
+    server = review_host.server
+    server.responder = review_responder
+    home = review_host.hermes_home
+    agent = hk.make_agent()
+    session = agent.session_id
+    texts = ["check the status for the zanzibar project", "and once more for zanzibar"]
+    history = None
+    for text in texts:
+        history = hk.run_turns(agent, [text], history=history)[-1]["messages"]
+        wait_for_reviews()
+    fork_requests = [b for b in server.main_bodies
+                     if _last_user_text(b).lstrip().startswith(HARNESS)]
+    assert len(fork_requests) == 2, "the host did not run its review fork"
+    hk.end_session(agent, history)
+
+    stored = rows(home)
+    assert not [c for s, r, c in stored if c and (HARNESS in c or "CURATOR-REPLY-MARKER" in c)]
+    assert Counter(c for s, r, c in stored if r == "user") == Counter(texts)
+    assert {s for s, r, c in stored} == {session}
+    assert [c for s, r, c in stored if r == "assistant" and c] == [
+        "The status looked fine, zanzibar checked."] * 2
+    # The user's own search never returns the fork's turns.
+    engine = hk.live_engine(agent)
+    assert engine.session_id == session and not engine.review_fork
+    for query in ('"update the skill library"', "CURATOR-REPLY-MARKER"):
+        found = json.loads(engine.handle_tool_call(
+            "trove_grep", {"query": query, "session_scope": "all"}, messages=history))
+        assert found["results"] == [], query
