@@ -25,8 +25,10 @@ SAME_REPLY = "Sure, noted."  # every main reply is identical: identity is per se
 
 @pytest.fixture
 def fake_llm(monkeypatch):
-    """hostkit's fake model, with /trove switched on before the host loads the plugin."""
+    """hostkit's fake model, with /trove switched on and every summary depth carried
+    into a new session, before the host loads the plugin."""
     monkeypatch.setenv("TROVE_ENABLE_SLASH_COMMAND", "true")
+    monkeypatch.setenv("TROVE_NEW_SESSION_RETAIN_DEPTH", "0")
     with hk.FakeOpenAIServer() as server:
         yield server
 
@@ -250,3 +252,147 @@ def test_background_review_fork_writes_nothing_into_the_user_session(review_host
         found = json.loads(engine.handle_tool_call(
             "trove_grep", {"query": query, "session_scope": "all"}, messages=history))
         assert found["results"] == [], query
+
+
+# ---------------------------------------------------------------- one gateway process, many sessions
+def gateway_agent(user):
+    """A gateway agent as gateway/run.py builds one per chat (own session id and key)."""
+    return hk.make_agent(platform="telegram", session_id=f"tg-session-{user}",
+                         gateway_session_key=f"agent:main:telegram:dm:{user}",
+                         user_id=user, chat_id=user, session_db=False)
+
+
+def gateway_turn(agent, user, text, history):
+    """One message handled in its own task context, as the gateway scopes it."""
+    import contextvars
+
+    from gateway.session_context import set_session_vars
+
+    def run():
+        set_session_vars(platform="telegram", chat_id=user, user_id=user,
+                         session_key=agent._gateway_session_key, session_id=agent.session_id)
+        return agent.run_conversation(text, conversation_history=history)["messages"]
+    return contextvars.copy_context().run(run)
+
+
+def test_two_gateway_sessions_interleaved_in_one_process(trove_host):
+    import threading
+
+    trove_host.server.responder = lambda body: SAME_REPLY
+    home = trove_host.hermes_home
+    agents = {"111": gateway_agent("111"), "222": gateway_agent("222")}
+    texts = {user: [f"user {user} message {i}" for i in range(4)] for user in agents}
+    histories = {user: None for user in agents}
+    errors = []
+    turn_lock = {user: threading.Event() for user in agents}
+
+    def converse(user, other):
+        try:
+            for i, text in enumerate(texts[user]):
+                if user == "222" or i:  # strict alternation: 111, 222, 111, 222, ...
+                    turn_lock[user].wait(30)
+                    turn_lock[user].clear()
+                histories[user] = gateway_turn(agents[user], user, text, histories[user])
+                turn_lock[other].set()
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+            turn_lock[other].set()
+
+    workers = [threading.Thread(target=converse, args=("111", "222")),
+               threading.Thread(target=converse, args=("222", "111"))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert not errors, errors
+    for user, agent in agents.items():
+        session = agent.session_id
+        engine = hk.live_engine(agent)
+        assert engine.session_id == session and engine.platform == "telegram"
+        assert engine.conversation_id == f"agent:main:telegram:dm:{user}"
+        assert user_texts(home, session) == texts[user]
+        assert [c for s, r, c in rows(home, session) if r == "assistant"] == [SAME_REPLY] * 4
+    assert {s for s, r, c in rows(home)} == {a.session_id for a in agents.values()}
+
+
+# ---------------------------------------------------------------- switches after compactions
+def long_answer(body):
+    """Long main answers (so the 64K window compacts), short summaries."""
+    if not hk.is_main_request(body):
+        return hk.Reply(text="- summary: earlier questions about modules.")
+    return hk.Reply(text="Answer about " + _last_user_text(body)[:40] + ". "
+                    + "Explanation sentence with detail. " * 160)
+
+
+def leaf_children(home, session):
+    db = sqlite3.connect(home / "trove.db")
+    try:
+        return [r[0] for r in db.execute(
+            "SELECT e.child_store_id FROM node_edges e JOIN nodes n ON n.node_id = e.parent_id"
+            " WHERE n.session_id = ? AND e.child_store_id IS NOT NULL", (session,))]
+    finally:
+        db.close()
+
+
+def carried(home, session):
+    db = sqlite3.connect(home / "trove.db")
+    try:
+        return [r[0] for r in db.execute(
+            "SELECT node_id FROM session_carry WHERE session_id = ? ORDER BY ordinal", (session,))]
+    finally:
+        db.close()
+
+
+def test_new_carries_resume_continues_branch_links_after_compactions(trove_host):
+    trove_host.server.responder = long_answer
+    home = trove_host.hermes_home
+    agent = hk.make_agent()
+    engine = hk.live_engine(agent)
+    first = agent.session_id
+    a_texts = [f"Question {i}: module_{i} retry settings?" for i in range(24)]
+    history = hk.run_turns(agent, a_texts)[-1]["messages"]
+    assert engine.compression_count >= 1
+    a_covered = leaf_children(home, first)
+    assert a_covered and len(a_covered) == len(set(a_covered))
+
+    # /new carries the old frontier's nodes of depth >= TROVE_NEW_SESSION_RETAIN_DEPTH
+    # (0 in this module), exactly as the gateway's /new does.
+    frontier = engine.dag.frontier(first)
+    second = cli_new(agent, history)
+    expected = [n["node_id"] for n in frontier if n["depth"] >= engine.config.new_session_retain_depth]
+    assert carried(home, second) == expected
+    assert expected, "nothing to carry: the test would prove nothing"
+    assert engine.last_switch["kind"] == "new"
+    history = hk.run_turns(agent, ["Question 100: something new?"])[-1]["messages"]
+
+    # /resume the compacted session: its restored history (summary block + tail)
+    # lines up with its own rows; continuing compacts again without re-summarizing.
+    restored = cli_resume(agent, history, first)
+    assert engine.last_switch["kind"] == "resume" and engine.session_id == first
+    more = [f"Question {i}: module_{i} retry settings?" for i in range(24, 40)]
+    count_before = engine.compression_count
+    history = hk.run_turns(agent, more, history=restored)[-1]["messages"]
+    assert engine.compression_count > count_before
+    assert Counter(user_texts(home, first)) == Counter(a_texts + more)
+    covered = leaf_children(home, first)
+    assert len(covered) == len(set(covered)), "a resumed session re-summarized its rows"
+    assert set(a_covered) <= set(covered)
+    assert user_texts(home, second) == ["Question 100: something new?"]
+
+    # /branch: the branch carries the parent's whole frontier (what its copied
+    # summary block stands for stays reachable); the parent gains nothing.
+    parent_rows = rows(home, first)
+    parent_frontier = [n["node_id"] for n in engine.dag.frontier(first)]
+    branch = cli_branch(agent, history)
+    assert engine.last_switch["kind"] == "branch"
+    assert carried(home, branch) == parent_frontier
+    history = hk.run_turns(agent, ["Question 200: only on the branch?"], history=history)[-1]["messages"]
+    assert rows(home, first) == parent_rows
+    assert "Question 200: only on the branch?" in user_texts(home, branch)
+    # A row the parent summarized before the branch is one trove_expand away from
+    # the branch, through the carried lineage, without naming the parent.
+    summarized = min(a_covered)
+    reached = json.loads(engine.handle_tool_call(
+        "trove_expand", {"store_id": summarized}, messages=history))
+    assert "error" not in reached, reached
+    assert json.dumps(reached).count(str(summarized)) >= 1
