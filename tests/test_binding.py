@@ -1,0 +1,171 @@
+"""Session binding without the host: switch kinds, the lazy check, review forks.
+
+The real-host proofs are in test_host_sessions.py; these pin the rules fast.
+"""
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from hermes_trove.binding import forks, switches
+from hermes_trove.engine import find_engine
+from enginekit import make_engine
+
+HARNESS = ("Review the conversation above and update the skill library. Be ACTIVE ...\n\n"
+           "You can only call memory and skill management tools.")
+
+
+class FakeSessionDB:
+    """The one method of hermes_state.SessionDB that bind_session_state reads."""
+
+    def __init__(self, rows=None):
+        self.rows = dict(rows or {})
+
+    def get_session(self, session_id):
+        return self.rows.get(session_id)
+
+
+def turn(text, reply="ok"):
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+
+
+def user_rows(engine, session):
+    return [r["content"] for r in engine.store.session_messages(session, limit=1000)
+            if r["role"] == "user"]
+
+
+# ---------------------------------------------------------------- fork recognition
+@pytest.mark.parametrize("content", [
+    HARNESS,
+    "  Review the conversation above and consider saving to memory if appropriate.",
+    "Review the conversation above and update two things:\n\n**Memory**",
+    [{"type": "text", "text": HARNESS}],
+])
+def test_review_harness_prompts_are_recognised(content):
+    assert forks.is_review_harness({"role": "user", "content": content})
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "assistant", "content": HARNESS},
+    {"role": "user", "content": "Please review the conversation above and update the skill library"},
+    {"role": "user", "content": None},
+    "not a dict",
+])
+def test_other_messages_are_not_harness(message):
+    assert not forks.is_review_harness(message)
+
+
+@given(st.lists(st.text(max_size=30), max_size=8), st.integers(min_value=0, max_value=8))
+def test_user_part_stops_exactly_at_the_first_harness(texts, at):
+    messages = [{"role": "user", "content": t} for t in texts
+                if not t.lstrip().startswith("Review the conversation above")]
+    at = min(at, len(messages))
+    shown = messages[:at] + [{"role": "user", "content": HARNESS},
+                             {"role": "assistant", "content": "Nothing to save."}] + messages[at:]
+    assert forks.user_part(shown) == messages[:at]
+    assert forks.user_part(messages) is messages
+
+
+# ---------------------------------------------------------------- switch kinds
+def test_bind_session_state_new_branch_resume(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    engine.ingest(turn("one in s1"))
+    db = FakeSessionDB()
+    engine.on_session_reset()
+    engine.bind_session_state(db, "s2")  # /new: the host has no row yet
+    assert (engine.session_id, engine.last_switch["kind"]) == ("s2", "new")
+    engine.ingest(turn("one in s2"))
+    db.rows["s3"] = {"id": "s3", "parent_session_id": "s2"}
+    engine.bind_session_state(db, "s3")  # /branch: child row of the session we were in
+    assert engine.last_switch["kind"] == "branch"
+    engine.bind_session_state(db, "s1")  # /resume: trove stores s1 already
+    assert engine.last_switch["kind"] == "resume"
+    engine.ingest(turn("one in s1") + turn("two in s1"))
+    assert user_rows(engine, "s1") == ["one in s1", "two in s1"]
+    assert user_rows(engine, "s2") == ["one in s2"]
+    assert engine.store.get_session("s2")["parent_session_id"] == "s1"
+    assert engine.store.get_session("s1")["parent_session_id"] is None
+
+
+def test_a_host_row_of_another_lineage_is_a_resume_without_carry(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    found = switches.classify(engine.store, old_session_id="s1", new_session_id="old-host",
+                              host_row={"parent_session_id": "elsewhere"})
+    assert found.kind == switches.RESUME
+    assert switches.carry_into(engine.dag, found, old_canonical="s1", new_canonical="old-host",
+                               retain_depth=0) == []
+
+
+def test_switching_away_unregisters_the_old_id(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    assert find_engine("s1") is engine
+    engine.bind_session_state(None, "s2")
+    assert find_engine("s1") is None and find_engine("s2") is engine
+
+
+def test_same_id_bind_is_a_no_op(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    engine.bind_session_state(None, "s1")
+    assert engine.last_switch == {}
+
+
+# ---------------------------------------------------------------- the lazy check
+def test_lazy_check_follows_an_unannounced_switch(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_SESSION_ID", "s1")
+    engine = make_engine(tmp_path, session="s1")
+    engine.compress(turn("in s1"))
+    monkeypatch.setenv("HERMES_SESSION_ID", "s-unannounced")
+    engine.compress(turn("in the new one"))
+    assert engine.session_id == "s-unannounced"
+    assert user_rows(engine, "s-unannounced") == ["in the new one"]
+    assert user_rows(engine, "s1") == ["in s1"]
+
+
+def test_lazy_check_never_takes_a_session_another_engine_was_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_SESSION_ID", "parent")
+    parent = make_engine(tmp_path, session="parent")
+    # A subagent starts in the same thread: the host moves HERMES_SESSION_ID to it.
+    monkeypatch.setenv("HERMES_SESSION_ID", "child")
+    child = make_engine(tmp_path, session="child")
+    parent.compress(turn("parent turn"))
+    assert parent.session_id == "parent" and child.session_id == "child"
+    assert user_rows(parent, "parent") == ["parent turn"]
+
+
+def test_an_unchanged_stale_hint_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_SESSION_ID", "stale-from-elsewhere")
+    engine = make_engine(tmp_path, session="s1")
+    engine.compress(turn("hello"))
+    assert engine.session_id == "s1"
+
+
+# ---------------------------------------------------------------- review forks
+def test_a_review_fork_engine_never_writes_and_reads_the_user_session(tmp_path):
+    user = make_engine(tmp_path, session="user-session")
+    user.ingest(turn("the launch code word is heliotrope"))
+    fork = make_engine(tmp_path, session="fork-throwaway")  # the fork's own start
+    snapshot = turn("the launch code word is heliotrope")
+    fork_messages = snapshot + [{"role": "user", "content": HARNESS}]
+    forks.note_review_session("user-session")  # what its pre_llm_call hook saw
+    try:
+        answer = json.loads(fork.handle_tool_call("trove_grep", {"query": "heliotrope"},
+                                                  messages=fork_messages))
+    finally:
+        forks.note_review_session(None)
+    assert fork.review_fork
+    assert [r["store_id"] for r in answer["results"]]
+    assert fork.compress(fork_messages) == fork_messages
+    assert fork.ingest(fork_messages) == [None] * len(fork_messages)
+    assert fork.store.count_messages("fork-throwaway") == 0
+    assert user_rows(user, "user-session") == ["the launch code word is heliotrope"]
+
+
+def test_the_users_engine_drops_a_fork_tail_shown_to_it(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    shown = turn("real question") + [{"role": "user", "content": HARNESS},
+                                     {"role": "assistant", "content": "Nothing to save."}]
+    ids = engine.ingest(shown)
+    assert ids[2:] == [None, None] and None not in ids[:2]
+    assert not engine.review_fork  # only the engine that is handed the fork's list is one
+    assert user_rows(engine, "s1") == ["real question"]
