@@ -49,6 +49,8 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
     if is_fork:
         return None
     engine = find_engine(session_id)
+    if engine is not None and _kwargs.get("sender_id"):
+        engine.note_owner(_kwargs["sender_id"])
     if engine is None or not engine.config.recall_policy_enabled:
         return None
     text = recall_policy()

@@ -154,6 +154,9 @@ class TroveConfig:
         ("api_key", "bearer_token", "password_assignment", "private_key"),
         "Named secret detectors to apply; known: api_key, bearer_token, "
         "password_assignment, private_key.")
+    cross_owner_recall: bool = _bool(
+        False, "Let cross-session tools (trove_recall, session_scope all, a named "
+        "session_id) read sessions of other owners (other gateway users) too.")
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(

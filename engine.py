@@ -14,13 +14,13 @@ import copy
 import hashlib
 import json
 import logging
-import threading
 import time
 import uuid
-import weakref
 from typing import Any
 
 from .binding import forks, switches
+from .binding.session import SessionBinding, register
+from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, tokens
 from .storage import codec, integrity
 from .storage.backup import backup_database, backup_dir
@@ -60,28 +60,7 @@ ROTATE_SCAN_LIMIT = 20_000
 STUB_TOKENS_ESTIMATE = 600
 ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
 
-_live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
-_live_lock = threading.Lock()
 _breakers: dict[tuple, CircuitBreaker] = {}
-# Session ids some engine of this process was bound to by a host call: the lazy
-# HERMES_SESSION_ID check never moves an engine onto a session another agent owns.
-_claimed_ids: set[str] = set()
-
-
-def find_engine(session_id: str | None = None) -> "TroveEngine | None":
-    """The live engine bound to a session now (default: the host's
-    ``HERMES_SESSION_ID``); None when the engine registered under that id has
-    since switched to another session."""
-    key = session_id or forks.host_session_hint() or ""
-    with _live_lock:
-        engine = _live_engines.get(key)
-    return engine if engine is not None and engine.session_id == key else None
-
-
-def live_engines() -> list["TroveEngine"]:
-    """Every live engine of this process (status and tests)."""
-    with _live_lock:
-        return list(_live_engines.values())
 
 
 def _clean(message: dict) -> dict:
@@ -107,7 +86,7 @@ def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
     return _breakers[key]
 
 
-class TroveEngine(ContextEngine):
+class TroveEngine(SessionBinding, ContextEngine):
     """Lossless context management for one agent (the host deep-copies it per agent)."""
 
     def __init__(self, config: TroveConfig | None = None):
@@ -148,6 +127,7 @@ class TroveEngine(ContextEngine):
         self.review_fork = False                 # a host review fork: never writes
         self.last_switch: dict = {}
         self._hint_at_bind: str | None = None
+        self.owner: str | None = None
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -252,6 +232,8 @@ class TroveEngine(ContextEngine):
             return
         old = kwargs.get("old_session_id")
         boundary = kwargs.get("boundary_reason")
+        if self.session_id and session_id != self.session_id and boundary != "compression":
+            self._forget_session_memory()  # the gateway's /new and /reset
         store = self.store
         if old and old != session_id and boundary == "compression":
             canonical = store.ensure_session(old, conversation_id=self.conversation_id,
@@ -263,7 +245,10 @@ class TroveEngine(ContextEngine):
             canonical = store.ensure_session(session_id, conversation_id=self.conversation_id,
                                              source=self.platform, parent_session_id=old)
             if old and old != session_id:
-                self._carry_over(old, canonical)
+                switches.carry_into(self.dag, switches.Switch(switches.NEW, old, session_id),
+                                    old_canonical=store.canonical_session(old),
+                                    new_canonical=canonical,
+                                    retain_depth=self.config.new_session_retain_depth)
         self._bind(session_id, canonical, "host")
         self._start_background_checks()
 
@@ -276,18 +261,6 @@ class TroveEngine(ContextEngine):
         except Exception as exc:  # maintenance must never block or break a session
             self.errors.append(f"fts check scheduling: {exc}")
 
-    def _carry_over(self, old_session_id: str, new_canonical: str) -> None:
-        """Carry the old session's frontier nodes of depth >= the retain depth."""
-        retain = self.config.new_session_retain_depth
-        if retain < 0:
-            return
-        old_canonical = self.store.canonical_session(old_session_id)
-        if old_canonical == new_canonical:
-            return
-        nodes = [n["node_id"] for n in self.dag.frontier(old_canonical) if n["depth"] >= retain]
-        if nodes:
-            self.dag.carry_nodes(new_canonical, nodes)
-
     def _classify(self, session_id: str) -> str:
         """Apply the ignore/stateless session patterns (ignored wins)."""
         found = self.policy.sessions.classify(session_id, self.platform)
@@ -299,78 +272,14 @@ class TroveEngine(ContextEngine):
         """Whether this session's messages are written (not ignored, not stateless)."""
         return self.session_mode == "normal"
 
-    @property
-    def _session_id(self) -> str | None:
-        """What the host compares with ``agent.session_id`` after a reset to decide
-        whether to call ``bind_session_state`` (run_agent.reset_session_state)."""
-        return self.session_id
-
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
         previous = self.session_id
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
         self._known_tail = None
         self._hint_at_bind = forks.host_session_hint()
-        with _live_lock:
-            if previous and previous != session_id and _live_engines.get(previous) is self:
-                del _live_engines[previous]
-            _live_engines[session_id] = self
-            if how == "host":
-                _claimed_ids.add(session_id)
-
-    def bind_session_state(self, session_db, session_id: str) -> None:
-        """The CLI's /new, /resume and /branch: the host set ``agent.session_id`` and
-        reset, without ``on_session_start``. Follow it (see ``binding.switches``)."""
-        if not session_id or session_id == self.session_id:
-            return
-        self._switch_session(session_id, switches.host_session_row(session_db, session_id))
-
-    def _switch_session(self, session_id: str, host_row: dict | None) -> None:
-        """Bind to the session the host switched to: resume its own store, or start
-        it with the carry-over a /new or /branch gets; per-session memory restarts."""
-        old, old_canonical = self.session_id, self.canonical_id
-        self._forget_session_memory()
-        if self._classify(session_id) != "normal":
-            self._bind(session_id, session_id, "host")
-            return
-        store = self.store
-        switch = switches.classify(store, old_session_id=old, new_session_id=session_id,
-                                   host_row=host_row)
-        canonical = store.ensure_session(
-            session_id, conversation_id=self.conversation_id, source=self.platform,
-            parent_session_id=old if switch.kind != switches.RESUME else None)
-        carried = switches.carry_into(self.dag, switch, old_canonical=old_canonical,
-                                      new_canonical=canonical,
-                                      retain_depth=self.config.new_session_retain_depth)
-        self._bind(session_id, canonical, "host")
-        self.last_switch = {"kind": switch.kind, "from": old, "to": session_id,
-                            "carried_nodes": len(carried), "at": time.time()}
-
-    def _forget_session_memory(self) -> None:
-        """What one session's compactions taught this copy; wrong for any other."""
-        self._known_tail = None
-        self._noop_at_tokens = None
-        self._rotate_pending = False
-        self.current_turn_store_id = None
-        self.last_compaction = {}
-
-    def _follow_host(self, messages: list | None = None) -> None:
-        """The lazy check before a compaction or tool call.
-
-        Precedence: ``on_session_start`` and ``bind_session_state`` bind at once
-        and always win; a review fork (its harness prompt in ``messages``) never
-        writes; last, when ``HERMES_SESSION_ID`` changed since the last bind to an
-        id no engine of this process was given by a host call, the host switched
-        without telling and the engine follows."""
-        if messages and forks.review_start(messages) is not None:
-            self.review_fork = True
-        if self.review_fork or self.binding != "host":
-            return
-        hint = forks.host_session_hint()
-        if hint and hint != self.session_id and hint != self._hint_at_bind:
-            with _live_lock:
-                claimed = hint in _claimed_ids
-            if not claimed:
-                self._switch_session(hint, None)
+        register(self, session_id, previous=previous, by_host=how == "host")
+        if self.stores:
+            self.note_owner()
 
     def _unbind(self) -> None:
         self.session_id = self.canonical_id = None
@@ -861,13 +770,6 @@ class TroveEngine(ContextEngine):
             llm_call=self.llm_call("compression"),
             data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads)
 
-    def _tool_session(self) -> str | None:
-        """The session a tool call reads: a review fork reads (never writes) the user
-        session its hooks named on this thread; everyone else its own."""
-        if self.review_fork and forks.review_session():
-            return self.store.canonical_session(forks.review_session())
-        return self.canonical_id
-
     # ------------------------------------------------------------------ status
     def get_status(self) -> dict:
         """Runtime health for trove_status and /trove status."""
@@ -901,6 +803,7 @@ class TroveEngine(ContextEngine):
             "database_path": str(self.config.resolved_database_path),
             "session_mode": self.session_mode,
             "review_fork": self.review_fork,
+            "owner": self.owner,
             "last_switch": self.last_switch,
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .storage import codec
+from .storage.owners import Owners
 from .recall import externalized, query_plan, search
 from .diagnostics import health
 from .storage.payloads import refs_in
@@ -88,6 +89,7 @@ class ToolContext:
     data_dir: Path
     now: Callable[[], float] = field(default=time.time)
     payloads: Any = None  # the PayloadStore of externalized payloads (None: none here)
+    operator: bool = False  # an operator command (/trove, scripts/trove.py): every owner
 
 
 # ---------------------------------------------------------------- dispatch
@@ -153,22 +155,43 @@ def _unbound(tool: str, key: str) -> tuple[dict, Shape]:
 
 
 class Access:
-    """What one call may read: its session, carried lineage, and what it explicitly names."""
+    """What one call may read: its session, carried lineage, and what it explicitly names.
+
+    Owners (shared gateways): another session is readable only when it belongs
+    to the calling session's owner, unless ``TROVE_CROSS_OWNER_RECALL`` is on or
+    an operator command asks. Another owner's session or row is "not found":
+    its existence is not revealed either."""
 
     def __init__(self, ctx: ToolContext, params: dict, current: str):
         self.ctx = ctx
         self.current = current
         self.scope = params.get("session_scope", "current")
+        self._owners = Owners(ctx.store.db)
+        self.every_owner = bool(ctx.operator or getattr(ctx.config, "cross_owner_recall", False))
+        self.owner = self._owners.owner_of(current)
+        self._owned: tuple[str, ...] | None = None
         named = params.get("session_id")
         self.named = ctx.store.canonical_session(named) if named else None
+        if self.named and not self.owns(self.named):
+            raise ArgumentError(f"session {str(named)[:120]!r} not found")
         if self.scope == "session" and not self.named:
             raise ArgumentError("session_scope='session' needs session_id")
         self._closure: set[int] | None = None
 
+    def owns(self, session: str) -> bool:
+        """Whether ``session`` (canonical) belongs to the caller's owner."""
+        return (self.every_owner or session == self.current
+                or self._owners.owner_of(session) == self.owner)
+
     def search_sessions(self) -> tuple[str, ...] | None:
         """Sessions whose raw rows a search covers (None = all)."""
         if self.scope == "all":
-            return None
+            if self.every_owner:
+                return None
+            if self._owned is None:
+                self._owned = tuple(sorted(
+                    {*self._owners.canonical_sessions_of(self.owner), self.current}))
+            return self._owned
         return (self.named,) if self.named else (self.current,)
 
     def carried(self) -> set[int]:
@@ -178,8 +201,11 @@ class Access:
         return self._closure
 
     def allows_session(self, session: str) -> bool:
-        """This session, an explicitly named one, or any with ``session_scope="all"``."""
-        return session == self.current or self.scope == "all" or session == self.named
+        """This session, an explicitly named one, or any of the owner's with
+        ``session_scope="all"``."""
+        if session == self.current or session == self.named:
+            return True
+        return self.scope == "all" and self.owns(session)
 
     def node_ok(self, node: dict) -> bool:
         """A node of an allowed session, or one under a node carried into this session."""
@@ -204,7 +230,10 @@ class Access:
         return {"tool": "trove_expand", "args": args}
 
     def refusal(self, what: str, session: str) -> ArgumentError:
-        """The error for a row of another session, naming the argument that opens it."""
+        """The error for a row of another session, naming the argument that opens it
+        (another owner's row is simply not found)."""
+        if not self.owns(session):
+            return ArgumentError(f"{what} not found")
         return ArgumentError(f"{what} belongs to another session ({session}); pass "
                              f"session_id='{session}' or session_scope='all' to read it")
 
@@ -368,9 +397,10 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
         payload["query_truncated"] = True
     times = {k: parse_time(params[k]) for k in TIME_ARGUMENTS if k in params}
     raw_only = bool(params.get("role") or times)
-    broad = access.search_sessions() != (current,)
+    sessions = access.search_sessions()
+    broad = sessions != (current,)
     scope = search.MessageScope(
-        access.search_sessions(), role=params.get("role"), source=params.get("source"),
+        sessions, role=params.get("role"), source=params.get("source"),
         time_from=times.get("time_from"), time_to=times.get("time_to"), current_session=current,
         current_turn_store_id=None if params.get("include_current_turn")
         else ctx.current_turn_store_id)
@@ -405,11 +435,12 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     plan = query_plan.parse_query(params["query"])
     payload: dict = {"query": plan.text[:200]}
     limit = clamp("trove_recall", "limit", params, payload)
-    scope = search.MessageScope(None, current_session=current,
+    sessions = access.search_sessions()  # every session of the caller's owner
+    scope = search.MessageScope(sessions, current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
     fused, hits, notes, stages = _search_arms(
         ctx, access, plan, limit * 2, message_scope=scope,
-        summaries=search.SummaryCorpus(ctx.dag, None))
+        summaries=search.SummaryCorpus(ctx.dag, sessions))
     now = ctx.now()
     ranked = sorted(((f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now),
                       f) for f in fused), key=lambda pair: -pair[0])

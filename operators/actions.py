@@ -430,7 +430,8 @@ def tool_context(target: Target, session_id: str) -> tools.ToolContext:
         store=target.store, dag=target.dag, config=target.config,
         count_tokens=counter.count_text, session_id=session_id, conversation_id=None,
         current_turn_store_id=None, status=lambda: {}, llm_call=None,
-        data_dir=target.db_path.parent, payloads=policy_for(target.config).payloads)
+        data_dir=target.db_path.parent, payloads=policy_for(target.config).payloads,
+        operator=True)
 
 
 def call_tool(target: Target, name: str, args: dict, session_id: str) -> dict:

@@ -262,3 +262,27 @@ def m002_import_ledger(conn: sqlite3.Connection) -> None:
         PRIMARY KEY (import_id, source_kind, source_key)
     ) WITHOUT ROWID;
     """)
+
+
+@migration(3)
+def m003_session_owners(conn: sqlite3.Connection) -> None:
+    """Who each session belongs to, so one person's agent in a shared gateway cannot
+    search another person's sessions (see ``storage.owners``).
+
+    ``owner`` is the key cross-session tools compare; the other columns record
+    what the host said (platform, gateway user / chat id, conversation key) for
+    operators. A session without a row (older data, imports) belongs to the
+    profile's local owner.
+    """
+    run_script(conn, """
+    CREATE TABLE session_owners (
+        session_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        platform TEXT,
+        user_id TEXT,
+        chat_id TEXT,
+        conversation_id TEXT,
+        recorded_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX session_owners_owner ON session_owners(owner, session_id);
+    """)

@@ -54,6 +54,7 @@ SETTINGS_TABLE = [
     ("TROVE_SENSITIVE_PATTERNS",
      ("api_key", "bearer_token", "password_assignment", "private_key"),
      "api_key, private_key", ("api_key", "private_key"), []),
+    ("TROVE_CROSS_OWNER_RECALL", False, "true", True, ["everyone"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]

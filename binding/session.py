@@ -1,0 +1,158 @@
+"""Following the host's current session: the live-engine registry and the
+session-binding half of the engine (a mixin of ``TroveEngine``).
+
+The host reaches the engine on several paths (docs/architecture.md, "Host
+session paths"): ``on_session_start`` (gateway, agent init, compaction
+boundary), ``bind_session_state`` (the CLI's reset-only /new, /resume and
+/branch), and nothing at all when it changes ``agent.session_id`` behind the
+engine's back. The order of precedence:
+
+1. ``on_session_start`` and ``bind_session_state`` bind at once and always win;
+2. a review fork (the host's harness prompt in the messages it is handed)
+   never writes, whatever it is bound to;
+3. last, the lazy check before each compaction and tool call: when
+   ``HERMES_SESSION_ID`` (the host's per-task context variable, else the
+   environment) changed since the last bind to an id no engine of this
+   process was given by a host call, the host switched without telling and
+   the engine follows. A session another engine was given (a subagent's) is
+   never taken over.
+
+Hooks (``pre_llm_call``, ``post_llm_call``) name their session and reach only
+an engine bound to it now (``find_engine``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+from ..storage.owners import Owners
+from . import forks, owners, switches
+
+_live_engines: "weakref.WeakValueDictionary[str, object]" = weakref.WeakValueDictionary()
+_live_lock = threading.Lock()
+# Session ids some engine of this process was bound to by a host call: the lazy
+# HERMES_SESSION_ID check never moves an engine onto a session another agent owns.
+_claimed_ids: set[str] = set()
+
+
+def register(engine, session_id: str, *, previous: str | None, by_host: bool) -> None:
+    """Make ``engine`` the live engine of ``session_id`` (and no longer of the id it
+    left, so a late hook for that id cannot reach it)."""
+    with _live_lock:
+        if previous and previous != session_id and _live_engines.get(previous) is engine:
+            del _live_engines[previous]
+        _live_engines[session_id] = engine
+        if by_host:
+            _claimed_ids.add(session_id)
+
+
+def claimed(session_id: str) -> bool:
+    """Whether a host call gave ``session_id`` to some engine of this process."""
+    with _live_lock:
+        return session_id in _claimed_ids
+
+
+def find_engine(session_id: str | None = None):
+    """The live engine bound to a session now (default: the host's
+    ``HERMES_SESSION_ID``); None when the engine registered under that id has
+    since switched to another session."""
+    key = session_id or forks.host_session_hint() or ""
+    with _live_lock:
+        engine = _live_engines.get(key)
+    return engine if engine is not None and engine.session_id == key else None
+
+
+def live_engines() -> list:
+    """Every live engine of this process (status and tests)."""
+    with _live_lock:
+        return list(_live_engines.values())
+
+
+class SessionBinding:
+    """The engine's session-following methods. The engine provides ``store``,
+    ``dag``, ``config``, ``platform``, ``conversation_id``, ``stores``,
+    ``_classify``, ``_bind`` and the per-session attributes reset here."""
+
+    @property
+    def _session_id(self) -> str | None:
+        """What the host compares with ``agent.session_id`` after a reset to decide
+        whether to call ``bind_session_state`` (run_agent.reset_session_state)."""
+        return self.session_id
+
+    def note_owner(self, sender_id: str | None = None) -> None:
+        """Record whose session this is (see ``binding.owners``); ``sender_id`` is the
+        user id ``pre_llm_call`` gives. Never fails the caller."""
+        if not self.canonical_id or not self.stores:
+            return
+        identity = owners.gateway_identity()
+        user = str(sender_id) if sender_id else identity.get("user_id")
+        key = owners.owner_key(session_id=self.canonical_id, platform=self.platform,
+                               conversation_id=self.conversation_id, user_id=user)
+        try:
+            self.owner = Owners(self.store.db).record(
+                self.canonical_id, key, platform=self.platform, user_id=user,
+                chat_id=identity.get("chat_id"), conversation_id=self.conversation_id)
+        except Exception as exc:  # bookkeeping must never break a session
+            self.errors.append(f"owner: {exc}")
+
+    def bind_session_state(self, session_db, session_id: str) -> None:
+        """The CLI's /new, /resume and /branch: the host set ``agent.session_id`` and
+        reset, without ``on_session_start``. Follow it (see ``binding.switches``)."""
+        if not session_id or session_id == self.session_id:
+            return
+        self._switch_session(session_id, switches.host_session_row(session_db, session_id))
+
+    def _switch_session(self, session_id: str, host_row: dict | None) -> None:
+        """Bind to the session the host switched to: resume its own store, or start
+        it with the carry-over a /new or /branch gets; per-session memory restarts."""
+        old, old_canonical = self.session_id, self.canonical_id
+        self._forget_session_memory()
+        if self._classify(session_id) != "normal":
+            self._bind(session_id, session_id, "host")
+            return
+        store = self.store
+        switch = switches.classify(store, old_session_id=old, new_session_id=session_id,
+                                   host_row=host_row)
+        canonical = store.ensure_session(
+            session_id, conversation_id=self.conversation_id, source=self.platform,
+            parent_session_id=old if switch.kind != switches.RESUME else None)
+        carried = switches.carry_into(self.dag, switch, old_canonical=old_canonical,
+                                      new_canonical=canonical,
+                                      retain_depth=self.config.new_session_retain_depth)
+        self._bind(session_id, canonical, "host")
+        self.last_switch = {"kind": switch.kind, "from": old, "to": session_id,
+                            "carried_nodes": len(carried), "at": time.time()}
+
+    def _forget_session_memory(self) -> None:
+        """What one session's compactions taught this copy; wrong for any other."""
+        self._known_tail = None
+        self._noop_at_tokens = None
+        self._rotate_pending = False
+        self.current_turn_store_id = None
+        self.last_compaction = {}
+
+    def _follow_host(self, messages: list | None = None) -> None:
+        """The lazy check before a compaction or tool call.
+
+        Precedence: ``on_session_start`` and ``bind_session_state`` bind at once
+        and always win; a review fork (its harness prompt in ``messages``) never
+        writes; last, when ``HERMES_SESSION_ID`` changed since the last bind to an
+        id no engine of this process was given by a host call, the host switched
+        without telling and the engine follows."""
+        if messages and forks.review_start(messages) is not None:
+            self.review_fork = True
+        if self.review_fork or self.binding != "host":
+            return
+        hint = forks.host_session_hint()
+        if hint and hint != self.session_id and hint != self._hint_at_bind:
+            if not claimed(hint):
+                self._switch_session(hint, None)
+
+    def _tool_session(self) -> str | None:
+        """The session a tool call reads: a review fork reads (never writes) the user
+        session its hooks named on this thread; everyone else its own."""
+        if self.review_fork and forks.review_session():
+            return self.store.canonical_session(forks.review_session())
+        return self.canonical_id

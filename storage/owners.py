@@ -1,0 +1,77 @@
+"""Session owners: all SQL about who a session belongs to.
+
+A shared Hermes gateway serves several people from one profile and one
+trove.db. Each session gets an owner key when it is bound (``binding.owners``
+derives it from what the host says); cross-session reads are limited to the
+calling session's owner unless the operator allows more. A session with no
+owner row (written before schema 3, or imported) belongs to ``LOCAL_OWNER``,
+the profile's own CLI user.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .database import Database
+
+LOCAL_OWNER = "local"
+# Owner keys that stand for "nobody identified yet" and may be replaced once.
+PROVISIONAL_PREFIX = "session:"
+
+
+class Owners:
+    """The ``session_owners`` table."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def record(self, session_id: str, owner: str, *, platform: str | None = None,
+               user_id: str | None = None, chat_id: str | None = None,
+               conversation_id: str | None = None) -> str:
+        """Set a session's owner if it has none (or only a provisional one); fill blank
+        attributes; return the owner in force. An owner, once real, never changes:
+        a session never moves from one person to another."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT owner FROM session_owners WHERE session_id = ?",
+                               (session_id,)).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO session_owners(session_id, owner, platform, user_id, chat_id,"
+                    " conversation_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, owner, platform, user_id, chat_id, conversation_id, now))
+                return owner
+            current = row[0]
+            if current.startswith(PROVISIONAL_PREFIX) and not owner.startswith(PROVISIONAL_PREFIX):
+                current = owner
+            conn.execute(
+                "UPDATE session_owners SET owner = ?, platform = COALESCE(platform, ?),"
+                " user_id = COALESCE(user_id, ?), chat_id = COALESCE(chat_id, ?),"
+                " conversation_id = COALESCE(conversation_id, ?) WHERE session_id = ?",
+                (current, platform, user_id, chat_id, conversation_id, session_id))
+            return current
+
+    def owner_of(self, session_id: str) -> str:
+        """The owner of a (canonical) session; ``LOCAL_OWNER`` when none was recorded."""
+        with self.db.reading() as conn:
+            row = conn.execute("SELECT owner FROM session_owners WHERE session_id = ?",
+                               (session_id,)).fetchone()
+        return row[0] if row else LOCAL_OWNER
+
+    def canonical_sessions_of(self, owner: str) -> tuple[str, ...]:
+        """Every canonical session an owner may search (sorted), sessions without an
+        owner row counting as ``LOCAL_OWNER``'s."""
+        with self.db.reading() as conn:
+            return tuple(r[0] for r in conn.execute(
+                "SELECT DISTINCT s.canonical_id FROM sessions s"
+                " LEFT JOIN session_owners o ON o.session_id = s.canonical_id"
+                " WHERE COALESCE(o.owner, ?) = ? ORDER BY 1", (LOCAL_OWNER, owner)))
+
+    def describe(self, session_id: str) -> dict | None:
+        """The recorded row (for status), or None."""
+        with self.db.reading() as conn:
+            row = conn.execute(
+                "SELECT owner, platform, user_id, chat_id, conversation_id FROM session_owners"
+                " WHERE session_id = ?", (session_id,)).fetchone()
+        return dict(zip(("owner", "platform", "user_id", "chat_id", "conversation_id"), row)) \
+            if row else None
