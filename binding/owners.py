@@ -10,8 +10,9 @@ The owner key, in order of precedence:
    ``<platform>:user:<id>``;
 3. a local platform (the CLI, the TUI, an editor, cron) without either: the
    profile's one local owner, so every CLI session of the profile is shared;
-4. otherwise the session alone, provisionally (``session:<id>``), replaced
-   by the first real key the host gives for it.
+4. otherwise (a gateway platform without ids, or no platform known yet) the
+   session alone, provisionally (``session:<id>``), replaced by the first
+   real key the host gives for it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import sys
 
 from ..storage.owners import LOCAL_OWNER, PROVISIONAL_PREFIX
 
-LOCAL_PLATFORMS = frozenset({"", "cli", "tui", "local", "acp", "cron", "unknown"})
+# Platforms of the profile's own user. An unknown platform is not one of them: the
+# host may bind a session before saying where it comes from (agent init calls
+# ``bind_session_state`` before ``on_session_start``), so it stays provisional.
+LOCAL_PLATFORMS = frozenset({"cli", "tui", "local", "acp", "cron"})
 
 
 def owner_key(*, session_id: str, platform: str | None, conversation_id: str | None,

@@ -314,6 +314,25 @@ def test_two_gateway_sessions_interleaved_in_one_process(trove_host):
         assert [c for s, r, c in rows(home, session) if r == "assistant"] == [SAME_REPLY] * 4
     assert {s for s, r, c in rows(home)} == {a.session_id for a in agents.values()}
 
+    # Owners: each user's agent finds its own words and never the other's, whatever
+    # the tool argument (recall, scope all, a named session, a store_id).
+    for user, other in (("111", "222"), ("222", "111")):
+        engine = hk.live_engine(agents[user])
+        assert engine.owner == f"telegram:conversation:agent:main:telegram:dm:{user}"
+        theirs = agents[other].session_id
+        their_ids = [r["store_id"] for r in engine.store.session_messages(theirs, limit=100)]
+        probes = [("trove_recall", {"query": f"user {other} message"}),
+                  ("trove_grep", {"query": f"user {other} message", "session_scope": "all"}),
+                  ("trove_grep", {"query": f"user {other} message", "session_id": theirs}),
+                  ("trove_load_session", {"session_id": theirs})]
+        probes += [("trove_expand", {"store_id": i, "session_scope": "all"}) for i in their_ids]
+        for name, args in probes:
+            answer = engine.handle_tool_call(name, args, messages=histories[user])
+            assert f"user {other} message 0" not in answer, (name, args, answer[:300])
+        mine = json.loads(engine.handle_tool_call(
+            "trove_recall", {"query": f"user {user} message"}, messages=histories[user]))
+        assert mine["results"]
+
 
 # ---------------------------------------------------------------- switches after compactions
 def long_answer(body):

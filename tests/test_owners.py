@@ -1,0 +1,192 @@
+"""Owners in shared gateways: one person's agent never reads another person's sessions.
+
+Two gateway engines share one trove.db (one profile, one bot, two users); every
+trove_* tool and every argument that names another session, row, node or
+payload is tried from one user against the other's data.
+"""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hermes_trove.binding.owners import owner_key
+from hermes_trove.operators import actions as ops
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners
+from hermes_trove.tools import TOOL_NAMES
+from enginekit import coding_turn, make_engine
+
+SECRET = {"111": "marmalade-kingfisher-0451", "222": "obsidian-tortoise-9917"}
+
+
+def gateway_engine(tmp_path, user, **settings):
+    """A gateway user's engine: platform telegram, its own chat key, one shared DB."""
+    engine = make_engine(tmp_path, session=None, window=8_000, **settings)
+    engine.on_session_start(f"tg-{user}", platform="telegram",
+                            conversation_id=f"agent:main:telegram:dm:{user}")
+    return engine
+
+
+def fill(engine, user):
+    """Turns carrying the user's secret, compacted so nodes exist as well as rows."""
+    messages = []
+    for t in range(6):
+        turn = coding_turn(t, filler=200)
+        turn[0]["content"] += f" remember {SECRET[user]}"
+        messages += turn
+    out = engine.compress(messages, current_tokens=50_000, force=True)
+    assert engine.dag.session_nodes(engine.canonical_id), "no node to probe"
+    return out
+
+
+@pytest.fixture
+def two_users(tmp_path):
+    a = gateway_engine(tmp_path, "111")
+    b = gateway_engine(tmp_path, "222")
+    fill(a, "111")
+    fill(b, "222")
+    return a, b
+
+
+def call(engine, name, args):
+    return engine.handle_tool_call(name, args, messages=[])
+
+
+def targets_of(engine):
+    """Every handle on the engine's data another tool call could name."""
+    store_ids = [r["store_id"] for r in engine.store.session_messages(engine.canonical_id,
+                                                                        limit=1000)]
+    node_ids = [n["node_id"] for n in engine.dag.session_nodes(engine.canonical_id)]
+    return {"session_id": [engine.session_id, engine.canonical_id], "store_id": store_ids,
+            "node_id": node_ids}
+
+
+def test_owner_key_precedence():
+    assert owner_key(session_id="s", platform="telegram", conversation_id="k",
+                     user_id="7") == "telegram:conversation:k"
+    assert owner_key(session_id="s", platform="discord", conversation_id=None,
+                     user_id="7") == "discord:user:7"
+    assert owner_key(session_id="s", platform="cli", conversation_id=None,
+                     user_id=None) == LOCAL_OWNER
+    assert owner_key(session_id="s", platform="telegram", conversation_id=None,
+                     user_id=None) == "session:s"
+
+
+def test_a_provisional_owner_is_replaced_once_a_real_one_never(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    owners = Owners(engine.store.db)
+    assert owners.record("g1", "session:g1", platform="telegram") == "session:g1"
+    assert owners.record("g1", "telegram:user:7", user_id="7") == "telegram:user:7"
+    assert owners.record("g1", "telegram:user:8", user_id="8") == "telegram:user:7"
+    assert owners.describe("g1")["user_id"] == "7"
+    assert owners.owner_of("never-recorded") == LOCAL_OWNER
+
+
+def test_sender_id_fills_in_an_unidentified_gateway_session(tmp_path):
+    engine = make_engine(tmp_path, session=None)
+    engine.on_session_start("tg-x", platform="telegram")
+    assert engine.owner == "session:tg-x"
+    engine.note_owner("4242")
+    assert engine.owner == "telegram:user:4242"
+
+
+def test_neither_gateway_user_reaches_the_other_through_named_arguments(two_users):
+    for me, other, user in ((two_users[0], two_users[1], "222"),
+                            (two_users[1], two_users[0], "111")):
+        handles = targets_of(other)
+        probes = [("trove_recall", {"query": SECRET[user]}),
+                  ("trove_grep", {"query": SECRET[user], "session_scope": "all"}),
+                  ("trove_grep", {"query": SECRET[user], "content_scope": "both",
+                                  "session_scope": "all"}),
+                  ("trove_expand_query", {"prompt": "what", "query": SECRET[user]}),
+                  ("trove_recent", {"period": "today"})]
+        for sid in handles["session_id"]:
+            probes += [("trove_grep", {"query": SECRET[user], "session_id": sid}),
+                       ("trove_grep", {"query": SECRET[user], "session_id": sid,
+                                       "session_scope": "session"}),
+                       ("trove_load_session", {"session_id": sid})]
+        for store_id in handles["store_id"]:
+            probes += [("trove_expand", {"store_id": store_id}),
+                       ("trove_expand", {"store_id": store_id, "session_scope": "all"}),
+                       ("trove_describe", {"store_id": store_id, "session_scope": "all"})]
+        for node_id in handles["node_id"]:
+            probes += [("trove_expand", {"node_id": node_id, "session_scope": "all"}),
+                       ("trove_describe", {"node_id": node_id, "session_scope": "all"}),
+                       ("trove_expand_query", {"prompt": "what", "node_ids": [node_id]})]
+        for name, args in probes:
+            answer = call(me, name, args)
+            assert f"remember {SECRET[user]}" not in answer, (name, args, answer[:300])
+            assert other.canonical_id not in answer or "not found" in answer, (name, args)
+        # and the own secret is still found: the restriction is not "find nothing"
+        mine = json.loads(call(me, "trove_recall", {"query": SECRET["111" if user == "222"
+                                                                    else "222"]}))
+        assert mine["results"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_tool_argument_reaches_another_owner(two_users, data):
+    me, other = two_users
+    handles = targets_of(other)
+    name = data.draw(st.sampled_from(TOOL_NAMES))
+    keys = st.sampled_from(["session_id", "store_id", "node_id", "node_ids", "query",
+                            "session_scope", "content_scope", "prompt", "period"])
+    args = {}
+    for key in data.draw(st.lists(keys, max_size=4, unique=True)):
+        if key == "session_id":
+            args[key] = data.draw(st.sampled_from(handles["session_id"]))
+        elif key in ("store_id", "node_id"):
+            args[key] = data.draw(st.sampled_from(handles[key]))
+        elif key == "node_ids":
+            args[key] = data.draw(st.lists(st.sampled_from(handles["node_id"]), min_size=1))
+        elif key == "session_scope":
+            args[key] = data.draw(st.sampled_from(["current", "session", "all"]))
+        elif key == "content_scope":
+            args[key] = data.draw(st.sampled_from(["messages", "externalized", "both"]))
+        elif key == "period":
+            args[key] = "today"
+        else:
+            args[key] = SECRET["222"]
+    answer = call(me, name, args)
+    assert f"remember {SECRET['222']}" not in answer, (name, args, answer[:300])
+
+
+def test_cli_sessions_of_a_profile_share_one_owner(tmp_path):
+    first = make_engine(tmp_path, session="cli-1")
+    first.ingest([{"role": "user", "content": "the cli secret is peppercorn"}])
+    second = make_engine(tmp_path, session="cli-2")
+    assert first.owner == second.owner == LOCAL_OWNER
+    found = json.loads(call(second, "trove_recall", {"query": "peppercorn"}))
+    assert found["results"]
+
+
+def test_cross_owner_recall_setting_opens_every_session(tmp_path):
+    a = gateway_engine(tmp_path, "111", cross_owner_recall="true")
+    b = gateway_engine(tmp_path, "222", cross_owner_recall="true")
+    fill(a, "111")
+    found = call(b, "trove_recall", {"query": SECRET["111"]})
+    assert f"remember {SECRET['111']}" in found
+
+
+def test_operators_see_every_owner(two_users):
+    a, _ = two_users
+    target = ops.open_target(a.config, a)
+    found = ops.grep(target, SECRET["222"])
+    assert found["results"]
+    assert f"remember {SECRET['222']}" in json.dumps(found)
+
+
+@pytest.mark.parametrize("platform, conversation, owner", [
+    ("telegram", "k", "telegram:conversation:k"), ("cli", None, LOCAL_OWNER)])
+def test_the_hosts_init_order_bind_then_start_records_the_real_owner(
+        tmp_path, platform, conversation, owner):
+    """AIAgent init calls bind_session_state before on_session_start: the first,
+    platform-less bind is provisional and the start replaces it."""
+    engine = make_engine(tmp_path, session=None)
+    engine.bind_session_state(None, "s-1")
+    assert engine.owner == "session:s-1"
+    engine.on_session_start("s-1", platform=platform, conversation_id=conversation)
+    assert engine.owner == owner
+    assert owner_key(session_id="s-1", platform=None, conversation_id=None,
+                     user_id=None) == "session:s-1"
