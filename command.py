@@ -12,13 +12,12 @@ entries for status, doctor and backup, so both front ends say the same thing.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from .operators import actions as ops
 from .config import load_config
+from .binding import forks
 from .engine import find_engine
 from .storage.payloads import human_size
 from .tools import iso
@@ -49,14 +48,7 @@ def register_command(ctx) -> None:
 def calling_session() -> str | None:
     """The session the command was typed in: the gateway's per-conversation value
     when it set one, else ``HERMES_SESSION_ID`` from the environment (CLI)."""
-    gateway = sys.modules.get("gateway.session_context")  # loaded only where it can be set
-    try:
-        session = gateway.get_session_env("HERMES_SESSION_ID", "") if gateway else None
-    except Exception:  # an older or different host: fall back to the environment
-        session = None
-    if session is None:
-        session = os.environ.get("HERMES_SESSION_ID", "")
-    return session or None
+    return forks.host_session_hint() or None
 
 
 def resolve_target() -> ops.Target:
