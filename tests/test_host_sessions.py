@@ -197,9 +197,11 @@ def review_responder(body):
     harness request gets a curator-style reply."""
     if not hk.is_main_request(body):
         return "- summary"
-    if _last_user_text(body).lstrip().startswith(HARNESS):
-        return "Nothing to save. CURATOR-REPLY-MARKER"
     msgs = body.get("messages") or []
+    if _last_user_text(body).lstrip().startswith(HARNESS):
+        if msgs and msgs[-1].get("role") == "tool":
+            return "Nothing to save. CURATOR-REPLY-MARKER"
+        return hk.ToolCall("trove_grep", {"query": "zanzibar"})  # the fork reads
     if msgs and msgs[-1].get("role") == "tool":
         return "The status looked fine, zanzibar checked."
     return hk.ToolCall("trove_status", {})
@@ -236,7 +238,14 @@ def test_background_review_fork_writes_nothing_into_the_user_session(review_host
         wait_for_reviews()
     fork_requests = [b for b in server.main_bodies
                      if _last_user_text(b).lstrip().startswith(HARNESS)]
-    assert len(fork_requests) == 2, "the host did not run its review fork"
+    assert len(fork_requests) == 4, "the host did not run its review fork"
+    # The fork's trove_grep: hermes 0.19 denies it (the review fork may only call
+    # memory and skill tools); the engine side of a fork's read-only tool call is
+    # covered in test_binding.py. Either way the fork's turn is not stored (below).
+    fork_tool_results = [b["messages"][-1]["content"] for b in fork_requests
+                         if b["messages"][-1].get("role") == "tool"]
+    assert len(fork_tool_results) == 2
+    assert all("Background review denied" in r for r in fork_tool_results), fork_tool_results
     hk.end_session(agent, history)
 
     stored = rows(home)
