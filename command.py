@@ -162,7 +162,18 @@ def _engine_line(engine: dict | None) -> str:
             f"({engine.get('usage_percent', 0)}%), "
             f"trigger {_count(engine.get('threshold_tokens'))}"
             + (f" ({engine['trigger_rule']})" if engine.get("trigger_rule") else "") + "; "
-            f"{engine.get('compression_count', 0)} compactions this session")
+            f"{engine.get('compression_count', 0)} compactions this session"
+            + (f"; owner {engine['owner']}" if engine.get("owner") else "")
+            + _switch_text(engine.get("last_switch")))
+
+
+def _switch_text(switch: dict | None) -> str:
+    """The last session switch the engine followed (/new, /resume, /branch), if any."""
+    if not switch or not switch.get("from"):
+        return ""
+    return (f"; last switch: {switch['kind']} from {switch['from']}"
+            + (f" ({switch['carried_nodes']} nodes carried)" if switch.get("carried_nodes")
+               else ""))
 
 
 # ---------------------------------------------------------------- doctor

@@ -152,7 +152,8 @@ def test_cli_new_then_resume_then_branch_follow_the_host(trove_host):
     assert replies == [SAME_REPLY] * 3, "an identical reply of another session dropped one"
     assert user_texts(home, first) == a_texts
     session, text = status_session(agent)
-    assert session == second and second in text and first not in text
+    assert session == second and f"session: {second}" in text
+    assert f"session: {first}" not in text and f"last switch: new from {first}" in text
 
     # /resume the first session: its own store continues, nothing of the second moves.
     restored = cli_resume(agent, history, first)
