@@ -186,8 +186,8 @@ class Access:
     def search_sessions(self) -> tuple[str, ...] | None:
         """Sessions whose raw rows a search covers (None = all)."""
         if self.scope == "all":
-            if self.every_owner:
-                return None
+            if self.every_owner or not self._owners.others_exist(self.owner):
+                return None  # every session is readable: no filter at all
             if self._owned is None:
                 self._owned = tuple(sorted(
                     {*self._owners.canonical_sessions_of(self.owner), self.current}))

@@ -67,6 +67,15 @@ class Owners:
                 " LEFT JOIN session_owners o ON o.session_id = s.canonical_id"
                 " WHERE COALESCE(o.owner, ?) = ? ORDER BY 1", (LOCAL_OWNER, owner)))
 
+    def others_exist(self, owner: str) -> bool:
+        """Whether any session belongs to someone else (when none does, "every session
+        of this owner" is simply every session and needs no filter)."""
+        with self.db.reading() as conn:
+            return conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM sessions s"
+                " LEFT JOIN session_owners o ON o.session_id = s.canonical_id"
+                " WHERE COALESCE(o.owner, ?) <> ?)", (LOCAL_OWNER, owner)).fetchone()[0] == 1
+
     def describe(self, session_id: str) -> dict | None:
         """The recorded row (for status), or None."""
         with self.db.reading() as conn:

@@ -190,3 +190,16 @@ def test_the_hosts_init_order_bind_then_start_records_the_real_owner(
     assert engine.owner == owner
     assert owner_key(session_id="s-1", platform=None, conversation_id=None,
                      user_id=None) == "session:s-1"
+
+
+def test_a_single_owner_database_searches_without_a_session_filter(tmp_path):
+    """A CLI-only profile keeps the unfiltered (fast) all-sessions search; the
+    first gateway user makes the filter necessary."""
+    from hermes_trove.tools import Access
+    first = make_engine(tmp_path, session="cli-1")
+    make_engine(tmp_path, session="cli-2")
+    access = Access(first.tool_context(), {"session_scope": "all"}, first.canonical_id)
+    assert access.search_sessions() is None
+    gateway_engine(tmp_path, "111")
+    access = Access(first.tool_context(), {"session_scope": "all"}, first.canonical_id)
+    assert access.search_sessions() == ("cli-1", "cli-2")
