@@ -6,7 +6,7 @@ The real-host proofs are in test_host_sessions.py; these pin the rules fast.
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove.binding import forks, switches
 from hermes_trove.engine import find_engine
@@ -169,3 +169,62 @@ def test_the_users_engine_drops_a_fork_tail_shown_to_it(tmp_path):
     assert ids[2:] == [None, None] and None not in ids[:2]
     assert not engine.review_fork  # only the engine that is handed the fork's list is one
     assert user_rows(engine, "s1") == ["real question"]
+
+
+# ---------------------------------------------------------------- any sequence of switches
+OPS = st.lists(st.sampled_from(["turn", "turn", "new", "resume", "branch"]), max_size=14)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, picks=st.lists(st.integers(min_value=0, max_value=20), min_size=14,
+                               max_size=14))
+def test_every_typed_turn_is_stored_once_under_its_session(tmp_path_factory, ops, picks):
+    """Replay the CLI's switch sequences (turns stored by the post_llm_call path,
+    on_session_end on /new and at exit, no hook before /resume or /branch):
+    each typed turn lands once in the session it was typed in; other sessions hold
+    it only as a branch's copied history."""
+    engine = make_engine(tmp_path_factory.mktemp("seq"), session="s0")
+    db = FakeSessionDB({"s0": {"parent_session_id": None}})
+    history, typed, parent = {"s0": []}, {"s0": []}, {"s0": None}
+    current, made = "s0", 1
+    for n, (op, pick) in enumerate(zip(ops, picks)):
+        if op == "turn":
+            history[current] += turn(f"typed turn {n} in {current}", reply="same reply")
+            typed[current].append(f"typed turn {n} in {current}")
+            engine.ingest(list(history[current]))
+            continue
+        engine.on_session_reset()
+        if op == "resume":
+            others = sorted(s for s in history if s != current)
+            if not others:
+                continue
+            current = others[pick % len(others)]
+        else:
+            new = f"s{made}"
+            made += 1
+            if op == "new":
+                engine.on_session_end(current, list(history[current]))
+                history[new], parent[new] = [], None
+            else:
+                db.rows[new] = {"parent_session_id": current}
+                history[new], parent[new] = list(history[current]), current
+            typed[new] = []
+            current = new
+        engine.bind_session_state(db, current)
+        if op == "new":
+            db.rows[current] = {"parent_session_id": None}  # the CLI creates it after
+        assert engine.session_id == current
+    engine.on_session_end(current, list(history[current]))
+
+    def ancestors(session):
+        while parent.get(session):
+            session = parent[session]
+            yield session
+
+    for session in history:
+        stored = user_rows(engine, session)
+        for text in typed[session]:
+            assert stored.count(text) == 1, (session, text, stored)
+        allowed = set(typed[session]).union(*(typed[a] for a in ancestors(session)))
+        assert set(stored) <= allowed, (session, stored)
