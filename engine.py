@@ -267,6 +267,10 @@ class TroveEngine(SessionBinding, ContextEngine):
         self.session_mode, self.session_filter_match = found.kind, found.pattern
         return found.kind
 
+    def _stores_session(self, session_id: str) -> bool:
+        """Whether another session's messages would be written (its own patterns)."""
+        return self.policy.sessions.classify(session_id, self.platform).kind == "normal"
+
     @property
     def stores(self) -> bool:
         """Whether this session's messages are written (not ignored, not stateless)."""
@@ -306,7 +310,7 @@ class TroveEngine(SessionBinding, ContextEngine):
         """Persist what the host shows; not proof the session is over (it runs before
         every host compaction too), so nothing is torn down."""
         if messages:
-            self.ingest(messages)
+            self.ingest(messages, into=session_id or None)
 
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
@@ -347,16 +351,23 @@ class TroveEngine(SessionBinding, ContextEngine):
         return len(body) > 1
 
     # ------------------------------------------------------------------ ingest
-    def ingest(self, messages: list) -> list[int | None]:
+    def ingest(self, messages: list, into: str | None = None) -> list[int | None]:
         """Store every shown message once; return store_ids aligned with ``messages``.
 
-        A review fork's turns (from its harness prompt on) are never stored."""
+        ``into`` names the host session the messages belong to when the host says so
+        (``on_session_end``): a session this copy is not bound to gets them, never
+        the bound one. A review fork's turns (from its harness prompt on) are never
+        stored."""
         canonical = self._ensure_bound()
-        if not self.stores or self.review_fork:
+        own = into is None or self.store.canonical_session(into) == canonical
+        if self.review_fork or not (self.stores if own else self._stores_session(into)):
             return [None] * len(messages)  # ignored, stateless or a fork: nothing is written
+        if not own:
+            canonical = self.store.ensure_session(into, conversation_id=self.conversation_id,
+                                                  source=self.platform)
         user_part = forks.user_part(messages)
         if user_part is not messages:
-            return self.ingest(user_part) + [None] * (len(messages) - len(user_part))
+            return self.ingest(user_part, into) + [None] * (len(messages) - len(user_part))
         skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
                 for i, m in enumerate(messages)]
         prepare = self.policy.prepare
@@ -365,8 +376,9 @@ class TroveEngine(SessionBinding, ContextEngine):
         result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
                                    conversation_id=self.conversation_id, source=self.platform,
                                    count_tokens=self.count_message,
-                                   known=self._known_tail_for(messages))
-        for sid, message in zip(reversed(result.store_ids), reversed(messages)):
+                                   known=self._known_tail_for(messages) if own else None)
+        for sid, message in zip(reversed(result.store_ids) if own else (),
+                                reversed(messages)):
             if sid is not None and assemble.is_real_user(message):
                 self.current_turn_store_id = sid
                 break

@@ -228,3 +228,16 @@ def test_every_typed_turn_is_stored_once_under_its_session(tmp_path_factory, ops
             assert stored.count(text) == 1, (session, text, stored)
         allowed = set(typed[session]).union(*(typed[a] for a in ancestors(session)))
         assert set(stored) <= allowed, (session, stored)
+
+
+def test_on_session_end_files_messages_under_the_session_the_host_names(tmp_path):
+    """Should the host end a session this copy already left, its messages go to that
+    session, never to the one the engine is bound to now."""
+    engine = make_engine(tmp_path, session="s1")
+    engine.ingest(turn("first in s1"))
+    engine.bind_session_state(None, "s2")
+    engine.on_session_end("s1", turn("first in s1") + turn("late in s1"))
+    assert user_rows(engine, "s1") == ["first in s1", "late in s1"]
+    assert user_rows(engine, "s2") == []
+    engine.on_session_end("s2", turn("in s2"))
+    assert user_rows(engine, "s2") == ["in s2"]
