@@ -88,12 +88,16 @@ class SessionBinding:
             return
         identity = owners.gateway_identity()
         user = str(sender_id) if sender_id else identity.get("user_id")
+        noted = (self.canonical_id, self.platform, self.conversation_id, user)
+        if noted == getattr(self, "_owner_noted", None):
+            return  # nothing new since the last record: no write on the turn's path
         key = owners.owner_key(session_id=self.canonical_id, platform=self.platform,
                                conversation_id=self.conversation_id, user_id=user)
         try:
             self.owner = Owners(self.store.db).record(
                 self.canonical_id, key, platform=self.platform, user_id=user,
                 chat_id=identity.get("chat_id"), conversation_id=self.conversation_id)
+            self._owner_noted = noted
         except Exception as exc:  # bookkeeping must never break a session
             self.errors.append(f"owner: {exc}")
 
