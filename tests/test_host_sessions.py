@@ -425,3 +425,25 @@ def test_new_carries_resume_continues_branch_links_after_compactions(trove_host)
         "trove_expand", {"store_id": summarized}, messages=history))
     assert "error" not in reached, reached
     assert json.dumps(reached).count(str(summarized)) >= 1
+
+
+def test_gateway_reset_transition_keeps_one_owner_across_the_chats_sessions(trove_host):
+    """The gateway's /new path (``_transition_context_engine_session`` through
+    ``reset_session_state(previous_messages=, old_session_id=)``): on_session_end,
+    on_session_reset, on_session_start(new, old_session_id=old)."""
+    trove_host.server.responder = lambda body: SAME_REPLY
+    home = trove_host.hermes_home
+    agent = gateway_agent("333")
+    old = agent.session_id
+    history = gateway_turn(agent, "333", "the parking spot is level minus two", None)
+    agent.session_id = "tg-session-333-b"
+    agent.reset_session_state(previous_messages=history, old_session_id=old,
+                              carry_over_context=True)
+    engine = hk.live_engine(agent)
+    assert engine.session_id == "tg-session-333-b"
+    history = gateway_turn(agent, "333", "where did I park?", None)
+    assert user_texts(home, old) == ["the parking spot is level minus two"]
+    assert user_texts(home, "tg-session-333-b") == ["where did I park?"]
+    found = json.loads(engine.handle_tool_call("trove_recall", {"query": "parking spot level"},
+                                               messages=history))
+    assert any(r.get("session_id") == old for r in found["results"])
