@@ -4,8 +4,8 @@ Hermes 0.19 runs a background skill/memory review after busy turns: a fork
 agent that SHARES the user's session id, replays the user's conversation and
 adds a harness prompt ("Review the conversation above and update the skill
 library ...") plus its own reply. Those turns are not the user's conversation
-(the host strips them from its own state.db too), so nothing from the first
-harness message on may be stored. The host marks the fork agent
+(the host strips them from its own state.db too), so when the newest user
+message is a harness prompt, nothing from it on is stored. The host marks the fork agent
 (``_persist_disabled``), but the engine never sees the agent: what it does see
 is the harness prompt in the messages, so that is what is recognised here.
 
@@ -49,12 +49,16 @@ def is_review_harness(message) -> bool:
 
 
 def review_start(messages) -> int | None:
-    """Index of the first review-harness message in ``messages``, or None.
+    """Index of the review fork's harness prompt when it is the newest user message of
+    ``messages`` (a fork's turn: its prompt, tool calls and replies follow), or None.
 
-    Everything from there on is the fork's (its prompt, tool calls and replies)."""
-    for index, message in enumerate(messages or ()):
-        if is_review_harness(message):
-            return index
+    Only the newest user message counts: a conversation that merely contains such
+    text earlier (a user who typed it, then went on) is the user's, and is stored."""
+    messages = messages or ()
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            return index if is_review_harness(message) else None
     return None
 
 

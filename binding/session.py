@@ -145,8 +145,8 @@ class SessionBinding:
         writes; last, when ``HERMES_SESSION_ID`` changed since the last bind to an
         id no engine of this process was given by a host call, the host switched
         without telling and the engine follows."""
-        if messages and forks.review_start(messages) is not None:
-            self.review_fork = True
+        if messages:  # judged per call: only a fork's own turn shows its harness last
+            self.review_fork = forks.review_start(messages) is not None
         if self.review_fork or self.binding != "host":
             return
         hint = forks.host_session_hint()

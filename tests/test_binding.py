@@ -56,15 +56,32 @@ def test_other_messages_are_not_harness(message):
     assert not forks.is_review_harness(message)
 
 
-@given(st.lists(st.text(max_size=30), max_size=8), st.integers(min_value=0, max_value=8))
-def test_user_part_stops_exactly_at_the_first_harness(texts, at):
-    messages = [{"role": "user", "content": t} for t in texts
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]), st.text(max_size=30)),
+                max_size=8), st.integers(min_value=0, max_value=8))
+def test_user_part_drops_a_fork_turn_and_nothing_else(items, at):
+    messages = [{"role": r, "content": t} for r, t in items
                 if not t.lstrip().startswith("Review the conversation above")]
-    at = min(at, len(messages))
-    shown = messages[:at] + [{"role": "user", "content": HARNESS},
-                             {"role": "assistant", "content": "Nothing to save."}] + messages[at:]
-    assert forks.user_part(shown) == messages[:at]
+    fork_turn = [{"role": "user", "content": HARNESS},
+                 {"role": "assistant", "content": "", "tool_calls": []},
+                 {"role": "tool", "content": "denied"},
+                 {"role": "assistant", "content": "Nothing to save."}]
+    assert forks.user_part(messages + fork_turn) == messages
     assert forks.user_part(messages) is messages
+    # harness text followed by a newer user message is the user's conversation
+    at = min(at, len(messages))
+    later = messages[:at] + fork_turn + [{"role": "user", "content": "and now?"}]
+    assert forks.user_part(later) is later
+
+
+def test_a_user_who_types_the_harness_text_loses_nothing(tmp_path):
+    engine = make_engine(tmp_path, session="s1")
+    history = turn("hello") + [{"role": "user", "content": HARNESS},
+                               {"role": "assistant", "content": "ok then"}]
+    engine.compress(history)
+    history += turn("next question")
+    engine.compress(history)
+    assert not engine.review_fork
+    assert user_rows(engine, "s1") == ["hello", HARNESS, "next question"]
 
 
 # ---------------------------------------------------------------- switch kinds
