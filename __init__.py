@@ -47,6 +47,11 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
     is_fork = forks.review_start(conversation_history or ()) is not None
     forks.note_review_session(session_id if is_fork else None)
     if is_fork:
+        # The fork's own engine copy is bound to the id the fork started under, which
+        # the host left in this thread's HERMES_SESSION_ID: mark it read-only there.
+        fork_engine = find_engine(forks.host_session_hint())
+        if fork_engine is not None and fork_engine.session_id != session_id:
+            fork_engine.become_review_fork(session_id)
         return None
     engine = find_engine(session_id)
     if engine is not None and _kwargs.get("sender_id"):

@@ -160,3 +160,22 @@ class SessionBinding:
         if self.review_fork and forks.review_session():
             return self.store.canonical_session(forks.review_session())
         return self.canonical_id
+
+    def become_review_fork(self, user_session_id: str) -> None:
+        """This copy serves a background review fork of ``user_session_id``: it never
+        writes again, and the throwaway session the fork was started under (empty:
+        nothing was stored for it) is removed so every review leaves no trace."""
+        self.review_fork = True
+        own = self.canonical_id
+        if not own:
+            return
+        try:
+            store = self.store
+            if (own == store.canonical_session(user_session_id) or store.count_messages(own)
+                    or self.dag.session_nodes(own)):
+                return
+            with store.db.transaction() as conn:
+                store.delete_sessions_in(conn, [own])
+                Owners.delete_in(conn, [own])
+        except Exception as exc:  # tidying must never break the fork's turn
+            self.errors.append(f"review fork cleanup: {exc}")

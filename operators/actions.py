@@ -30,6 +30,7 @@ from ..config import TroveConfig, load_config
 from ..dag import Dag
 from ..storage.database import DatabaseError, get_database
 from ..engine import live_engines
+from ..storage.owners import Owners
 from ..storage.migrations import SchemaTooNewError
 from ..ingest.policy import policy_for
 from ..ingest.noise import IGNORED, MessageFilter, SessionFilter
@@ -321,6 +322,7 @@ def clean_apply(target: Target, now: float | None = None,
         with target.store.db.transaction() as conn:
             removed = target.dag.delete_session_nodes_in(conn, ids)
             removed.update(target.store.delete_sessions_in(conn, ids))
+            removed["owner_rows"] = Owners.delete_in(conn, ids)
     except sqlite3.IntegrityError as exc:
         raise OperatorError(f"nothing was removed: another session came to depend on a "
                             f"candidate while cleaning ({exc}); run the scan again") from None

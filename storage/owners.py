@@ -76,6 +76,16 @@ class Owners:
                 " LEFT JOIN session_owners o ON o.session_id = s.canonical_id"
                 " WHERE COALESCE(o.owner, ?) <> ?)", (LOCAL_OWNER, owner)).fetchone()[0] == 1
 
+    @staticmethod
+    def delete_in(conn, session_ids) -> int:
+        """Forget the owners of sessions being deleted, inside the caller's transaction
+        (the same unit as ``Store.delete_sessions_in``)."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return 0
+        return conn.execute(f"DELETE FROM session_owners WHERE session_id IN"
+                            f" ({','.join('?' * len(ids))})", ids).rowcount
+
     def describe(self, session_id: str) -> dict | None:
         """The recorded row (for status), or None."""
         with self.db.reading() as conn:

@@ -258,3 +258,19 @@ def test_on_session_end_files_messages_under_the_session_the_host_names(tmp_path
     assert user_rows(engine, "s2") == []
     engine.on_session_end("s2", turn("in s2"))
     assert user_rows(engine, "s2") == ["in s2"]
+
+
+def test_become_review_fork_removes_only_an_empty_throwaway_session(tmp_path):
+    user = make_engine(tmp_path, session="user-1")
+    user.ingest(turn("mine"))
+    fork = make_engine(tmp_path, session="fork-1")
+    fork.become_review_fork("user-1")
+    assert fork.review_fork and fork.store.get_session("fork-1") is None
+    assert fork.ingest(turn("fork text") + [{"role": "user", "content": HARNESS}]) == [None] * 3
+    # a session with rows, or the user's own, is never removed
+    other = make_engine(tmp_path, session="busy")
+    other.ingest(turn("busy text"))
+    other.become_review_fork("user-1")
+    user.become_review_fork("user-1")
+    assert other.store.get_session("busy") is not None
+    assert user.store.get_session("user-1") is not None

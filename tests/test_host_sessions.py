@@ -253,6 +253,13 @@ def test_background_review_fork_writes_nothing_into_the_user_session(review_host
     assert not [c for s, r, c in stored if c and (HARNESS in c or "CURATOR-REPLY-MARKER" in c)]
     assert Counter(c for s, r, c in stored if r == "user") == Counter(texts)
     assert {s for s, r, c in stored} == {session}
+    # the forks' throwaway sessions are gone too: the user's is the only session row
+    db = sqlite3.connect(home / "trove.db")
+    try:
+        assert [r[0] for r in db.execute("SELECT session_id FROM sessions")] == [session]
+        assert [r[0] for r in db.execute("SELECT session_id FROM session_owners")] == [session]
+    finally:
+        db.close()
     assert [c for s, r, c in stored if r == "assistant" and c] == [
         "The status looked fine, zanzibar checked."] * 2
     # The user's own search never returns the fork's turns.
