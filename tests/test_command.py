@@ -260,6 +260,8 @@ def test_clean_scan_and_apply_remove_only_safe_candidates(tmp_path, monkeypatch)
     monkeypatch.setenv("HERMES_SESSION_ID", "sess")
     monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
     db = engine.config.resolved_database_path
+    from hermes_trove.storage.owners import Owners
+    Owners(engine.store.db).record("hb-1", "telegram:user:5")
     scan = command.handle("doctor clean")
     assert "7 candidates" in scan and "5 safe to remove, 2 protected" in scan
     for line in ("remove spam-3 [ignored_pattern]", "remove empty-1 [empty]",
@@ -277,6 +279,7 @@ def test_clean_scan_and_apply_remove_only_safe_candidates(tmp_path, monkeypatch)
     assert "rows deleted: 307 messages, 0 nodes, 0 edges, 0 carry rows, 6 session rows" in text
     left = {r[0] for r in rows(db, "SELECT session_id FROM sessions")}
     assert left == {"sess", "real-2", "hb-old", "trove-ephemeral-live"}
+    assert not rows(db, "SELECT owner FROM session_owners WHERE session_id = 'hb-1'")
     assert rows(db, "SELECT DISTINCT session_id FROM messages ORDER BY 1") == [
         ("hb-old",), ("real-2",), ("sess",), ("trove-ephemeral-live",)]
     counts = engine.store.fts_row_counts()
