@@ -21,7 +21,7 @@ import uuid
 import weakref
 from typing import Any
 
-from .compaction import assemble, fallback, tokens
+from .compaction import assemble, fallback, spend, tokens
 from .storage import codec, integrity
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
@@ -209,20 +209,28 @@ class TroveEngine(ContextEngine):
         models = [cfg.summary_model or None, *cfg.summary_fallback_models]
         return Summarizer(llm_call=self.llm_call("compression"),
                           count_tokens=self.counter.count_text, models=models,
-                          breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000)
+                          breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000,
+                          instructions=cfg.summary_instructions, spend_guard=self.spend_guard)
+
+    @property
+    def spend_guard(self):
+        """The process-wide summary spend guard for the configured caps."""
+        cfg = self.config
+        return spend.shared_guard(cfg.summary_max_calls_per_hour, cfg.summary_max_tokens_per_hour)
 
     # ------------------------------------------------------------------ host hooks
     def update_model(self, model: str, context_length: int, base_url: str = "",
                      api_key: Any = "", provider: str = "", api_mode: str = "") -> None:
         """Record the window and runtime; recompute the trigger and check it is reachable."""
         self.context_length = int(context_length or 0)
-        self.threshold_tokens, self.trigger_rule = trigger_and_rule(self.config,
-                                                                    self.context_length)
+        self.threshold_tokens, self.trigger_rule = trigger_and_rule(
+            self.config, self.context_length, model or "")
         self.threshold_percent = (self.threshold_tokens / self.context_length
                                   if self.context_length else self.config.context_threshold)
         self._runtime = {"model": model, "provider": provider, "base_url": base_url,
                          "api_key": api_key, "api_mode": api_mode}
-        self.reachability = check_reachability(self.config, self.context_length)
+        self.reachability = check_reachability(self.config, self.context_length,
+                                               model=model or "")
         for problem in self.reachability:
             log.warning("hermes-trove: %s", problem)
 
@@ -810,5 +818,6 @@ class TroveEngine(ContextEngine):
             "session_mode": self.session_mode,
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),
+            "summary_spend": self.spend_guard.state(),
             "errors": self.errors[-5:],
         }
