@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from .compaction import assemble, fallback, spend, tokens
-from .storage import codec, integrity
+from .storage import codec, integrity, lifecycle
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -274,6 +274,16 @@ class TroveEngine(ContextEngine):
                                    self.config.fts_integrity_check_interval_hours)
         except Exception as exc:  # maintenance must never block or break a session
             self.errors.append(f"fts check scheduling: {exc}")
+        cfg = self.config
+        if cfg.empty_lifecycle_gc_enabled:
+            try:
+                bound = {v for e in live_engines() for v in (e.session_id, e.canonical_id) if v}
+                result = lifecycle.prune_if_due(
+                    self.store.db, threshold=cfg.empty_lifecycle_gc_threshold,
+                    max_age_hours=cfg.empty_lifecycle_gc_max_age_hours, keep=tuple(bound))
+                self.lifecycle_gc = result or getattr(self, "lifecycle_gc", None)
+            except Exception as exc:  # pruning is housekeeping, never a reason to fail
+                self.errors.append(f"empty session gc: {exc}")
 
     def _carry_over(self, old_session_id: str, new_canonical: str) -> None:
         """Carry the old session's frontier nodes of depth >= the retain depth."""
@@ -819,5 +829,6 @@ class TroveEngine(ContextEngine):
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),
             "summary_spend": self.spend_guard.state(),
+            "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
             "errors": self.errors[-5:],
         }
