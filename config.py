@@ -177,6 +177,10 @@ class TroveConfig:
         "prune deletes at most 500.", low=1)
     empty_lifecycle_gc_max_age_hours: float = _float(
         24.0, "Only empty session rows untouched for this many hours are pruned.", low=0.0)
+    background_prepare_share: float = _float(
+        0.0, "Share of the trigger from which leaf summaries are prepared in a background "
+        "worker, so compaction at the trigger mostly assembles (0 = off; e.g. 0.8).",
+        low=0.0, high=1.0)
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(

@@ -21,7 +21,7 @@ import uuid
 import weakref
 from typing import Any
 
-from .compaction import assemble, fallback, spend, tokens
+from .compaction import assemble, fallback, prepare, spend, tokens
 from .storage import codec, integrity, lifecycle
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
@@ -366,11 +366,31 @@ class TroveEngine(ContextEngine):
         current = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
+        self._maybe_prepare(current)
         if current < self.threshold_tokens:
             return False
         if self._noop_at_tokens is not None and current <= self._noop_at_tokens:
             return False
         return True
+
+    def _maybe_prepare(self, current: int) -> None:
+        """Past TROVE_BACKGROUND_PREPARE_SHARE of the trigger (and below it), let a
+        background worker summarize the oldest chunks ahead; never waits for it."""
+        cfg = self.config
+        share = cfg.background_prepare_share
+        if not (share and self.stores and self.canonical_id
+                and share * self.threshold_tokens <= current < self.threshold_tokens):
+            return
+        try:
+            budget = int(self.threshold_tokens * (1 - TARGET_MARGIN)) - self.overhead_estimate(
+                [], None)
+            prepare.start(prepare.Job(
+                db_path=self.store.db.path, session_id=self.canonical_id,
+                fresh_tail_count=cfg.fresh_tail_count, chunk_tokens=cfg.leaf_chunk_tokens,
+                leaf_budget=self._compactor(budget).leaf_budget, summarizer=self.summarizer(),
+                lease_seconds=3 * cfg.summary_timeout_ms / 1000 + 60))
+        except Exception as exc:  # preparation is an optimization, never a failure
+            self.errors.append(f"background prepare: {exc}")
 
     def has_content_to_compress(self, messages: list) -> bool:
         """More than the newest conversational message (the gateway's /compress
@@ -513,8 +533,9 @@ class TroveEngine(ContextEngine):
                        for i in range(len(live_msgs)) if i not in keep]
             compactor = self._compactor(budget)
             if backlog:
-                compactor.leaf_pass(session, backlog, chunk_tokens=self._chunk_tokens(backlog),
-                                    focus=focus, deterministic_only=deterministic, report=report)
+                prepare.leaf_pass(compactor, self.store.db, session, backlog,
+                                  chunk_tokens=self._chunk_tokens(backlog), focus=focus,
+                                  deterministic_only=deterministic, report=report)
                 self._collect_transcript_garbage([row[0] for row in backlog])
             compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
                                focus=focus, deterministic_only=deterministic, report=report)
@@ -616,6 +637,7 @@ class TroveEngine(ContextEngine):
             "tokens_after": final, "trigger": trigger, "overhead": overhead,
             "leaf_nodes": report.leaf_ids, "condensed_nodes": report.condensed_ids,
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
+            "prepared_used": report.prepared_used,
             "tail_gave_way": gave_way, "omitted_nodes": len(omitted),
             "seconds": round(time.perf_counter() - started, 4),
         }
@@ -830,5 +852,9 @@ class TroveEngine(ContextEngine):
             "ingest_policy": self.policy.describe(),
             "summary_spend": self.spend_guard.state(),
             "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
+            "background_prepare": {
+                "share": self.config.background_prepare_share,
+                **prepare.state(self.store.db.path if self.canonical_id else "",
+                                self.canonical_id)},
             "errors": self.errors[-5:],
         }
