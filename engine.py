@@ -533,10 +533,12 @@ class TroveEngine(ContextEngine):
                        for i in range(len(live_msgs)) if i not in keep]
             compactor = self._compactor(budget)
             if backlog:
-                prepare.leaf_pass(compactor, self.store.db, session, backlog,
-                                  chunk_tokens=self._chunk_tokens(backlog), focus=focus,
-                                  deterministic_only=deterministic, report=report)
-                self._collect_transcript_garbage([row[0] for row in backlog])
+                raw = prepare.leaf_pass(compactor, self.store.db, session, backlog,
+                                        chunk_tokens=self._chunk_tokens(backlog), focus=focus,
+                                        deterministic_only=deterministic, report=report,
+                                        may_defer=max_count == cfg.fresh_tail_count)
+                keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
+                self._collect_transcript_garbage([r[0] for r in backlog if r[0] not in raw])
             compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
                                focus=focus, deterministic_only=deterministic, report=report)
             tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))

@@ -36,9 +36,11 @@ from .summarize import Summarizer, extract_topics
 
 log = logging.getLogger(__name__)
 
-TAIL_MARGIN = 8          # messages kept out of reach beyond the fresh tail (tool groups)
+TAIL_MARGIN = 4          # messages kept out of reach beyond the fresh tail (tool groups)
 MAX_CHUNKS_PER_RUN = 4   # a run prepares at most this many chunks, then ends
-SCAN_LIMIT = 20_000      # raw rows read per run, after the replay floor
+SCAN_LIMIT = 20_000      # raw rows read per run, after what is summarized or prepared
+MIN_CHUNK_SHARE = 0.1    # a partial newest chunk is prepared from this share of a chunk
+DEFER_SHARE = 0.35       # compress leaves a newer remainder below this share raw
 
 
 @dataclass(frozen=True)
@@ -128,18 +130,28 @@ def _run(job: Job) -> None:
 
 
 def candidate_chunks(db: Database, job: Job) -> list[list[dict]]:
-    """Full chunks of the oldest unsummarized rows outside the fresh tail (plus a
-    margin), oldest first: the chunks a compaction at the trigger would make."""
+    """Chunks of the oldest unsummarized rows outside the fresh tail (plus a margin)
+    that no prepared summary covers yet, oldest first. They are left of the tail
+    now, so a compaction at the trigger will take them. The newest chunk is
+    offered once it holds ``MIN_CHUNK_SHARE`` of a leaf chunk: between two
+    compactions only a few turns leave the tail, and a smaller prepared leaf
+    still saves the call a bigger one would cost inside ``compress()``."""
     store = Store(db)
     floor = (store.get_session(job.session_id) or {}).get("replay_floor", 0)
-    rows = store.session_messages(job.session_id, after_store_id=floor, limit=SCAN_LIMIT)
+    summarized = [n["last_store_id"] for n in Dag(db).frontier(job.session_id)
+                  if n.get("last_store_id") is not None and n.get("session_id") == job.session_id]
+    with db.reading() as conn:
+        prepared_to = prepared.last_store_id(conn, job.session_id)
+    start = max([floor, prepared_to, *summarized])
+    rows = store.session_messages(job.session_id, after_store_id=start, limit=SCAN_LIMIT)
     covered = Dag(db).covered_store_ids(r["store_id"] for r in rows)
     live = [r for r in rows if r["store_id"] not in covered]
     older = live[:max(0, len(live) - job.fresh_tail_count - TAIL_MARGIN)]
-    chunks = chunk_by_tokens([max(1, int(r.get("token_count") or 0)) for r in older],
-                             job.chunk_tokens)
-    full = chunks[:-1]  # the last chunk is still growing
-    return [[older[i] for i in chunk] for chunk in full]
+    sizes = [max(1, int(r.get("token_count") or 0)) for r in older]
+    chunks = chunk_by_tokens(sizes, job.chunk_tokens)
+    if chunks and sum(sizes[i] for i in chunks[-1]) < MIN_CHUNK_SHARE * job.chunk_tokens:
+        chunks.pop()  # too little yet: wait for more turns to leave the tail
+    return [[older[i] for i in chunk] for chunk in chunks]
 
 
 def prepare_chunks(db: Database, job: Job, *, owner: str) -> int:
@@ -179,7 +191,7 @@ def summarize_rows(job: Job, rows: Sequence[dict]) -> dict:
 
 def leaf_pass(compactor: Compactor, db: Database, session_id: str, backlog: list, *,
               chunk_tokens: int, focus: str | None, deterministic_only: bool,
-              report: PassReport) -> None:
+              report: PassReport, may_defer: bool = False) -> set[int]:
     """``Compactor.leaf_pass`` that first uses ready prepared summaries.
 
     A ready summary is used when its store_ids are a contiguous run of
@@ -188,13 +200,20 @@ def leaf_pass(compactor: Compactor, db: Database, session_id: str, backlog: list
     here, in order. Used summaries and those the backlog has passed are
     dropped; newer ones stay for the next compaction. With a focus topic,
     prepared summaries (made without it) are not used.
+
+    With ``may_defer`` (the first, roomiest pass) the newest rows after the
+    last prepared run, when they are less than ``DEFER_SHARE`` of a
+    chunk, are not summarized: their store_ids are returned and the caller
+    keeps them raw beside the fresh tail, so the compaction makes no model
+    call for a sliver the worker will prepare next. If the prompt then does
+    not fit, the caller's next pass summarizes them as usual.
     """
     with db.transaction() as conn:
         entries = prepared.ready(conn, session_id)
     if not entries or not backlog:
         compactor.leaf_pass(session_id, backlog, chunk_tokens=chunk_tokens, focus=focus,
                             deterministic_only=deterministic_only, report=report)
-        return
+        return set()
     position = {row[0]: n for n, row in enumerate(backlog)}
     usable: dict[int, dict] = {}
     if focus is None:
@@ -218,10 +237,15 @@ def leaf_pass(compactor: Compactor, db: Database, session_id: str, backlog: list
         end = start + len(entry["store_ids"])
         compactor.write_prepared_leaf(session_id, backlog[start:end], entry["summary"], report)
         cursor = end
-    if cursor < len(backlog):
-        compactor.leaf_pass(session_id, backlog[cursor:], chunk_tokens=chunk_tokens, focus=focus,
+    deferred: set[int] = set()
+    rest = backlog[cursor:]
+    if rest and usable and may_defer and sum(r[3] for r in rest) < DEFER_SHARE * chunk_tokens:
+        deferred = {r[0] for r in rest}
+    elif rest:
+        compactor.leaf_pass(session_id, rest, chunk_tokens=chunk_tokens, focus=focus,
                             deterministic_only=deterministic_only, report=report)
-    newest = backlog[-1][0]
+    newest = backlog[cursor - 1][0] if deferred else backlog[-1][0]
     finished = [e["first_store_id"] for e in entries if e["first_store_id"] <= newest]
     with db.transaction() as conn:
         prepared.drop(conn, session_id, finished)
+    return deferred

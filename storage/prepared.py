@@ -99,6 +99,15 @@ def drop(conn: sqlite3.Connection, session_id: str, first_store_ids: Iterable[in
                      [(session_id, f) for f in first_store_ids])
 
 
+def last_store_id(conn: sqlite3.Connection, session_id: str, now: float | None = None) -> int:
+    """The newest store_id covered by a ready or live-claimed chunk (0 if none):
+    where the next chunk to prepare starts."""
+    now = time.time() if now is None else now
+    row = conn.execute("SELECT MAX(last_store_id) FROM prep_summaries WHERE session_id = ?"
+                       " AND (state = 'ready' OR lease_until > ?)", (session_id, now)).fetchone()
+    return int(row[0] or 0)
+
+
 def states(conn: sqlite3.Connection, session_id: str) -> dict:
     """How many chunks of a session are claimed and ready, for status."""
     counts = dict(conn.execute("SELECT state, COUNT(*) FROM prep_summaries WHERE session_id = ?"
