@@ -141,3 +141,24 @@ def test_off_by_default_and_compaction_unchanged(tmp_path):
     drive(engine, 120)
     assert not any(name.startswith("trove-prepare") for name in llm.calls)
     assert engine.get_status()["background_prepare"]["runs"] == 0
+
+
+def test_a_small_unprepared_remainder_stays_raw_instead_of_costing_a_call(tmp_path):
+    llm = CountingLLM()
+    engine, messages = stored_engine(tmp_path, llm, leaf_chunk_tokens=20_000)
+    assert prepare.prepare_chunks(engine.store.db, job_for(engine), owner="w") == 1
+    for t in range(40, 42):  # two more turns push a few messages out of the tail
+        messages += coding_turn(t)
+    engine.ingest(messages[1:])
+    calls_before = len(llm.calls)
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    out = engine.compress(messages, current_tokens=current, force=True)
+    outcome = engine.get_status()["last_compaction"]
+    assert outcome["prepared_used"] == 1 and len(outcome["leaf_nodes"]) == 1
+    assert len(llm.calls) == calls_before  # no model call inside compress()
+    covered = set(engine.dag.descendant_store_ids(outcome["leaf_nodes"][0]))
+    shown = [m for m in out if m.get("role") != "system"]
+    # every message is either summarized by the prepared leaf or shown raw, in order
+    rows = engine.store.session_messages(engine.canonical_id, limit=1000)
+    raw = [r for r in rows if r["store_id"] not in covered]
+    assert [m.get("content") for m in shown[-len(raw):]] == [r["content"] for r in raw]
