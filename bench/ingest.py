@@ -140,7 +140,8 @@ def run_store(folder: Path, messages: list[dict], size: int) -> float:
     return seconds
 
 
-def run_engine(folder: Path, messages: list[dict], size: int) -> float:
+def _timed_engine(folder: Path, messages: list[dict], feed) -> float:
+    """Seconds ``feed(engine)`` takes to hand ``messages`` to a fresh engine (checked)."""
     cfg = trove_config.load_config({"HERMES_HOME": str(folder),
                                     "TROVE_DATABASE_PATH": str(folder / "trove.db"),
                                     "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
@@ -154,35 +155,28 @@ def run_engine(folder: Path, messages: list[dict], size: int) -> float:
     engine.counter.count_text("warm-up")
     engine.counter._cache.clear()
     started = time.perf_counter()
-    for batch in batches(messages, size):
-        engine.ingest(batch)
+    feed(engine)
     seconds = time.perf_counter() - started
     assert engine.store.count_messages(SESSION) == len(messages)
     database.forget_database(cfg.resolved_database_path)
     return seconds
+
+
+def run_engine(folder: Path, messages: list[dict], size: int) -> float:
+    def feed(engine):
+        for batch in batches(messages, size):
+            engine.ingest(batch)
+    return _timed_engine(folder, messages, feed)
 
 
 def run_host(folder: Path, messages: list[dict], size: int) -> float:
     """The way the host feeds the engine: bounded live windows of ``HOST_SEEN``
     already-seen messages (the same objects the host keeps) + ``size`` new ones,
     through ``on_session_end`` (which the host calls before every compaction)."""
-    cfg = trove_config.load_config({"HERMES_HOME": str(folder),
-                                    "TROVE_DATABASE_PATH": str(folder / "trove.db"),
-                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
-    engine = TroveEngine(cfg)
-    engine.use_llm(None)
-    engine.update_model("bench", 200_000)
-    engine.on_session_start(SESSION, platform="cli")
-    engine.counter.count_text("warm-up")
-    engine.counter._cache.clear()
-    started = time.perf_counter()
-    for start in range(0, len(messages), size):
-        window = messages[max(0, start - HOST_SEEN):start + size]
-        engine.on_session_end(SESSION, window)
-    seconds = time.perf_counter() - started
-    assert engine.store.count_messages(SESSION) == len(messages)
-    database.forget_database(cfg.resolved_database_path)
-    return seconds
+    def feed(engine):
+        for start in range(0, len(messages), size):
+            engine.on_session_end(SESSION, messages[max(0, start - HOST_SEEN):start + size])
+    return _timed_engine(folder, messages, feed)
 
 
 def _raw_connection(path: Path) -> sqlite3.Connection:

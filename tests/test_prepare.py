@@ -162,3 +162,19 @@ def test_a_small_unprepared_remainder_stays_raw_instead_of_costing_a_call(tmp_pa
     rows = engine.store.session_messages(engine.canonical_id, limit=1000)
     raw = [r for r in rows if r["store_id"] not in covered]
     assert [m.get("content") for m in shown[-len(raw):]] == [r["content"] for r in raw]
+
+
+def test_trove_status_text_shows_the_worker_and_the_spend_guard():
+    from hermes_trove import command
+
+    lines = command._summary_work_lines({
+        "background_prepare": {"share": 0.8, "running": True, "runs": 3, "prepared": 5,
+                               "chunks": {"ready": 2, "claimed": 1}, "errors": ["Boom: x"]},
+        "summary_spend": {"max_calls_per_hour": 10, "calls_last_hour": 10,
+                          "tokens_last_hour": 1234, "exhausted": True, "reason": "10 calls"}})
+    assert lines[0] == ("background preparation: from 0.8 of the trigger; running, 3 runs, "
+                        "5 chunks prepared, 2 ready, 1 claimed; last error: Boom: x")
+    assert "EXHAUSTED" in lines[1] and "10 calls" in lines[1]
+    assert command._summary_work_lines({"background_prepare": {"share": 0.0}}) == [
+        "background preparation: off (TROVE_BACKGROUND_PREPARE_SHARE=0)"]
+    assert command._summary_work_lines(None) == []
