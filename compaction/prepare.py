@@ -149,8 +149,15 @@ def candidate_chunks(db: Database, job: Job) -> list[list[dict]]:
     older = live[:max(0, len(live) - job.fresh_tail_count - TAIL_MARGIN)]
     sizes = [max(1, int(r.get("token_count") or 0)) for r in older]
     chunks = chunk_by_tokens(sizes, job.chunk_tokens)
-    if chunks and sum(sizes[i] for i in chunks[-1]) < MIN_CHUNK_SHARE * job.chunk_tokens:
-        chunks.pop()  # too little yet: wait for more turns to leave the tail
+    if chunks:
+        # The newest chunk ends before its last user message, so what follows it (raw
+        # for now, perhaps kept raw by ``leaf_pass``) starts a turn, never mid-unit.
+        last = chunks[-1]
+        users = [i for i in last if older[i].get("role") == "user" and i > last.start]
+        if users and users[-1] > last.start:
+            chunks[-1] = range(last.start, users[-1])
+        if sum(sizes[i] for i in chunks[-1]) < MIN_CHUNK_SHARE * job.chunk_tokens:
+            chunks.pop()  # too little yet: wait for more turns to leave the tail
     return [[older[i] for i in chunk] for chunk in chunks]
 
 
@@ -203,7 +210,8 @@ def leaf_pass(compactor: Compactor, db: Database, session_id: str, backlog: list
 
     With ``may_defer`` (the first, roomiest pass) the newest rows after the
     last prepared run, when they are less than ``DEFER_SHARE`` of a
-    chunk, are not summarized: their store_ids are returned and the caller
+    chunk and start with a user message (a whole turn, never an orphan tool
+    result), are not summarized: their store_ids are returned and the caller
     keeps them raw beside the fresh tail, so the compaction makes no model
     call for a sliver the worker will prepare next. If the prompt then does
     not fit, the caller's next pass summarizes them as usual.
@@ -239,7 +247,8 @@ def leaf_pass(compactor: Compactor, db: Database, session_id: str, backlog: list
         cursor = end
     deferred: set[int] = set()
     rest = backlog[cursor:]
-    if rest and usable and may_defer and sum(r[3] for r in rest) < DEFER_SHARE * chunk_tokens:
+    if (rest and usable and may_defer and rest[0][1].get("role") == "user"
+            and sum(r[3] for r in rest) < DEFER_SHARE * chunk_tokens):
         deferred = {r[0] for r in rest}
     elif rest:
         compactor.leaf_pass(session_id, rest, chunk_tokens=chunk_tokens, focus=focus,

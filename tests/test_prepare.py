@@ -53,10 +53,15 @@ def test_worker_prepares_full_chunks_outside_the_tail_once(tmp_path):
     try:
         first = prepare.prepare_chunks(engine.store.db, job, owner="proc-a")
         assert first == min(len(chunks), prepare.MAX_CHUNKS_PER_RUN)
-        # another process finds them ready: it prepares nothing again
-        assert prepare.prepare_chunks(other, job, owner="proc-b") == len(chunks) - first
+        # other processes only ever take chunks nobody prepared: no store_id twice
+        for owner in ("proc-b", "proc-c", "proc-d", "proc-e"):
+            prepare.prepare_chunks(other, job, owner=owner)
+        ready = prepared.ready(engine.store.db.conn, engine.canonical_id)
+        ids = [s for entry in ready for s in entry["store_ids"]]
+        assert len(ids) == len(set(ids)) and ids == sorted(ids)
+        assert len(ready) == len(llm.calls)  # one call per prepared chunk, none wasted
         calls = len(llm.calls)
-        assert prepare.prepare_chunks(other, job, owner="proc-c") == 0
+        assert prepare.prepare_chunks(other, job, owner="proc-f") == 0
         assert len(llm.calls) == calls
     finally:
         other.close()
