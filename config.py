@@ -181,6 +181,13 @@ class TroveConfig:
         0.0, "Share of the trigger from which leaf summaries are prepared in a background "
         "worker, so compaction at the trigger mostly assembles (0 = off; e.g. 0.8).",
         low=0.0, high=1.0)
+    threshold_full_sweep_enabled: bool = _bool(
+        False, "At the trigger, drain the whole raw backlog in one bounded sweep (at most "
+        "12 summarizer calls and 120 s; then deterministic) and condense only when the "
+        "frontier exceeds TROVE_SUMMARY_PREFIX_TARGET_TOKENS.")
+    summary_prefix_target_tokens: int = _int(
+        0, "With the full sweep: the frontier size above which it condenses "
+        "(0 = one leaf chunk, TROVE_LEAF_CHUNK_TOKENS).", low=0)
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(

@@ -21,7 +21,7 @@ import uuid
 import weakref
 from typing import Any
 
-from .compaction import assemble, fallback, prepare, spend, tokens
+from .compaction import assemble, fallback, prepare, spend, sweep, tokens
 from .storage import codec, integrity, lifecycle
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
@@ -518,6 +518,7 @@ class TroveEngine(ContextEngine):
         budget = max(0, target - overhead - system_tokens)
         deterministic = self._under_critical_pressure(current_tokens)
         report = PassReport()
+        swept = sweep.Sweep() if cfg.threshold_full_sweep_enabled else None
         units = assemble.group_units(live_msgs)
         cap = cfg.fresh_tail_max_tokens or None
         tail_cap = int(budget * TAIL_SHARE) if cap is None else min(cap, int(budget * TAIL_SHARE))
@@ -532,6 +533,8 @@ class TroveEngine(ContextEngine):
             backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
                        for i in range(len(live_msgs)) if i not in keep]
             compactor = self._compactor(budget)
+            if swept is not None:
+                compactor.summarizer = swept.bound(compactor.summarizer)
             if backlog:
                 raw = prepare.leaf_pass(compactor, self.store.db, session, backlog,
                                         chunk_tokens=self._chunk_tokens(backlog), focus=focus,
@@ -539,8 +542,12 @@ class TroveEngine(ContextEngine):
                                         may_defer=max_count == cfg.fresh_tail_count)
                 keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
                 self._collect_transcript_garbage([r[0] for r in backlog if r[0] not in raw])
-            compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
-                               focus=focus, deterministic_only=deterministic, report=report)
+            if swept is None or swept.should_condense(
+                    self.dag.frontier(session), lambda n: n["token_count"],
+                    target_tokens=cfg.summary_prefix_target_tokens,
+                    chunk_tokens=cfg.leaf_chunk_tokens):
+                compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
+                                   focus=focus, deterministic_only=deterministic, report=report)
             tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))
                                        for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
@@ -566,6 +573,8 @@ class TroveEngine(ContextEngine):
             if final < trigger:
                 break
         self._noop_at_tokens = max(final, current_tokens or 0) if final >= trigger else None
+        if swept is not None:
+            report.sweep = swept.describe()
         return self._finish(messages, result, before=before, final=final, trigger=trigger,
                             overhead=overhead, report=report, gave_way=gave_way,
                             omitted=omitted, started=started,
@@ -639,7 +648,7 @@ class TroveEngine(ContextEngine):
             "tokens_after": final, "trigger": trigger, "overhead": overhead,
             "leaf_nodes": report.leaf_ids, "condensed_nodes": report.condensed_ids,
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
-            "prepared_used": report.prepared_used,
+            "prepared_used": report.prepared_used, "sweep": report.sweep,
             "tail_gave_way": gave_way, "omitted_nodes": len(omitted),
             "seconds": round(time.perf_counter() - started, 4),
         }

@@ -30,6 +30,7 @@ class PassReport:
     levels: list[int] = field(default_factory=list)
     seconds: float = 0.0
     prepared_used: int = 0   # leaves written from background-prepared summaries
+    sweep: dict | None = None  # the full sweep's bounds and use, when it ran
 
 
 def footer_text(node_id: int, coverage: dict) -> str:

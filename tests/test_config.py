@@ -64,6 +64,8 @@ SETTINGS_TABLE = [
     ("TROVE_EMPTY_LIFECYCLE_GC_THRESHOLD", 50, "5", 5, ["0", "x"]),
     ("TROVE_EMPTY_LIFECYCLE_GC_MAX_AGE_HOURS", 24.0, "0.5", 0.5, ["-1", "nan"]),
     ("TROVE_BACKGROUND_PREPARE_SHARE", 0.0, "0.8", 0.8, ["1.5", "-0.1", "most"]),
+    ("TROVE_THRESHOLD_FULL_SWEEP_ENABLED", False, "yes", True, ["sometimes"]),
+    ("TROVE_SUMMARY_PREFIX_TARGET_TOKENS", 0, "8000", 8000, ["-1", "big"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]
