@@ -125,6 +125,7 @@ def format_status(report: dict) -> str:
              f"{_count(report['session_rows'])} session rows"]
     lines += _session_lines(report.get("session"))
     lines.append(_engine_line(report.get("engine")))
+    lines += _summary_work_lines(report.get("engine"))
     last = report["last_backup"]
     lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
                  + ("" if last["exists"] else " [file missing]") if last["path"]
@@ -151,6 +152,30 @@ def _session_lines(session: dict | None) -> list[str]:
             f"{_count(session['messages'])} messages, {session['nodes']} summary nodes, "
             f"{session['frontier_nodes']} in the frontier, {session['carried_nodes']} carried; "
             f"replay floor m{session['replay_floor']}", rotate, compacted]
+
+
+def _summary_work_lines(engine: dict | None) -> list[str]:
+    """The background worker's state and the summary spend guard, when there is an engine."""
+    if not engine:
+        return []
+    lines = []
+    prep = engine.get("background_prepare") or {}
+    if prep.get("share"):
+        chunks = prep.get("chunks") or {}
+        lines.append(f"background preparation: from {prep['share']} of the trigger; "
+                     f"{'running' if prep.get('running') else 'idle'}, {prep.get('runs', 0)} "
+                     f"runs, {prep.get('prepared', 0)} chunks prepared, "
+                     f"{chunks.get('ready', 0)} ready, {chunks.get('claimed', 0)} claimed"
+                     + (f"; last error: {prep['errors'][-1]}" if prep.get("errors") else ""))
+    else:
+        lines.append("background preparation: off (TROVE_BACKGROUND_PREPARE_SHARE=0)")
+    spend = engine.get("summary_spend") or {}
+    if spend.get("max_calls_per_hour") or spend.get("max_tokens_per_hour"):
+        lines.append(f"summary spend: {spend.get('calls_last_hour', 0)} calls, "
+                     f"{_count(spend.get('tokens_last_hour', 0))} tokens in the last hour"
+                     + (f"; EXHAUSTED, deterministic summaries ({spend['reason']})"
+                        if spend.get("exhausted") else ""))
+    return lines
 
 
 def _engine_line(engine: dict | None) -> str:

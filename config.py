@@ -13,6 +13,8 @@ for its type, default, accepted range and one-line description; the loader,
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import math
 import os
 from dataclasses import dataclass, field, fields
@@ -33,10 +35,10 @@ _FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 def _setting(kind: str, default: Any, doc: str, *, low: float | None = None,
              high: float | None = None, low_open: bool = False,
-             nonempty: bool = False) -> Any:
+             nonempty: bool = False, share_map: bool = False) -> Any:
     """Declare one setting: the dataclass field plus what the loader needs to parse it."""
     meta = {"kind": kind, "doc": doc, "low": low, "high": high,
-            "low_open": low_open, "nonempty": nonempty}
+            "low_open": low_open, "nonempty": nonempty, "share_map": share_map}
     return field(default=default, metadata=meta)
 
 
@@ -158,6 +160,38 @@ class TroveConfig:
         False, "Let cross-session tools (trove_recall, session_scope all, a named "
         "session_id) read sessions of other owners (other gateway users) too.")
 
+    context_threshold_overrides: str = _setting(
+        "str", "", "Per-model trigger shares as a JSON object of model-name globs, e.g. "
+        "{\"gpt-5*\": 0.6, \"claude-*\": 0.4}; the most specific matching glob replaces "
+        "TROVE_CONTEXT_THRESHOLD for that model (empty = none).", share_map=True)
+    summary_instructions: str = _str(
+        "", "Extra instructions appended to the summarizer prompt (the conversation stays "
+        "data, never instructions).")
+    summary_max_calls_per_hour: int = _int(
+        0, "Summary spend guard: model calls allowed per rolling hour, per process; past it "
+        "summaries are deterministic (0 = no limit).", low=0)
+    summary_max_tokens_per_hour: int = _int(
+        0, "Summary spend guard: prompt + answer tokens allowed per rolling hour, per "
+        "process (0 = no limit).", low=0)
+    empty_lifecycle_gc_enabled: bool = _bool(
+        True, "Prune session rows that never stored a message or summary, at session start.")
+    empty_lifecycle_gc_threshold: int = _int(
+        50, "Empty session rows (older than the max age) needed before a prune runs; one "
+        "prune deletes at most 500.", low=1)
+    empty_lifecycle_gc_max_age_hours: float = _float(
+        24.0, "Only empty session rows untouched for this many hours are pruned.", low=0.0)
+    background_prepare_share: float = _float(
+        0.0, "Share of the trigger from which leaf summaries are prepared in a background "
+        "worker, so compaction at the trigger mostly assembles (0 = off; e.g. 0.8).",
+        low=0.0, high=1.0)
+    threshold_full_sweep_enabled: bool = _bool(
+        False, "At the trigger, drain the whole raw backlog in one bounded sweep (at most "
+        "12 summarizer calls and 120 s; then deterministic) and condense only when the "
+        "frontier exceeds TROVE_SUMMARY_PREFIX_TARGET_TOKENS.")
+    summary_prefix_target_tokens: int = _int(
+        0, "With the full sweep: the frontier size above which it condenses "
+        "(0 = one leaf chunk, TROVE_LEAF_CHUNK_TOKENS).", low=0)
+
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
@@ -222,6 +256,8 @@ def accepted_values(f) -> str:
     if kind == "list":
         return "a comma-separated string or a list of strings"
     if kind == "str":
+        if meta.get("share_map"):
+            return 'a JSON object of model globs to shares in (0, 1], e.g. {"gpt-5*": 0.6}'
         return "a non-empty string" if meta["nonempty"] else "a string"
     noun = "an integer" if kind == "int" else "a number"
     low, high = meta["low"], meta["high"]
@@ -258,10 +294,32 @@ def _parse(f, raw: Any) -> Any:
             raise ValueError
         return tuple(i.strip() for i in items if i.strip())
     if kind == "str":
+        if meta.get("share_map"):
+            return _parse_share_map(raw)
         if not isinstance(raw, str) or (meta["nonempty"] and not raw.strip()):
             raise ValueError
         return raw.strip()
     return _parse_number(meta, raw)
+
+
+def _parse_share_map(raw: Any) -> str:
+    """A ``{glob: share}`` mapping (JSON text, or a mapping from config.yaml) as
+    canonical JSON text; every share must be in (0, 1]."""
+    if isinstance(raw, str):
+        if not raw.strip():
+            return ""
+        raw = json.loads(raw)  # JSONDecodeError is a ValueError
+    if not isinstance(raw, Mapping):
+        raise ValueError
+    shares = {}
+    for pattern, share in raw.items():
+        if not isinstance(pattern, str) or not pattern.strip() or isinstance(share, bool):
+            raise ValueError
+        share = float(share)
+        if not (0.0 < share <= 1.0):
+            raise ValueError
+        shares[pattern.strip()] = share
+    return json.dumps(shares) if shares else ""
 
 
 def _parse_number(meta: Mapping[str, Any], raw: Any) -> int | float:
@@ -407,12 +465,29 @@ def load_config(environ: Mapping[str, str] | None = None,
 TRIGGER_FLOOR_MAX_SHARE = 0.75   # TROVE_MIN_TRIGGER_TOKENS never pushes the trigger past this
 
 
-def trigger_tokens(cfg: TroveConfig, context_length: int) -> int:
+def trigger_tokens(cfg: TroveConfig, context_length: int, model: str = "") -> int:
     """Where compaction starts for a window (see ``trigger_and_rule``)."""
-    return trigger_and_rule(cfg, context_length)[0]
+    return trigger_and_rule(cfg, context_length, model)[0]
 
 
-def trigger_and_rule(cfg: TroveConfig, context_length: int) -> tuple[int, str]:
+def threshold_for_model(cfg: TroveConfig, model: str = "") -> tuple[float, str]:
+    """The trigger share for ``model`` and the setting that chose it.
+
+    ``TROVE_CONTEXT_THRESHOLD_OVERRIDES`` globs are matched case-insensitively;
+    the longest (most specific) matching glob wins, so a user who switches
+    models mid-session gets that model's trigger at the next ``update_model``."""
+    overrides = json.loads(cfg.context_threshold_overrides or "{}")
+    name = (model or "").lower()
+    matches = [p for p in overrides if name and fnmatch.fnmatchcase(name, p.lower())]
+    if not matches:
+        return cfg.context_threshold, f"TROVE_CONTEXT_THRESHOLD={cfg.context_threshold}"
+    pattern = max(matches, key=len)
+    share = overrides[pattern]
+    return share, f"TROVE_CONTEXT_THRESHOLD_OVERRIDES[{pattern!r}]={share} for {model}"
+
+
+def trigger_and_rule(cfg: TroveConfig, context_length: int,
+                     model: str = "") -> tuple[int, str]:
     """Where compaction starts for a window, and which setting decided it:
     ``context_threshold`` of the window, raised to ``min_trigger_tokens`` (at most
     75% of the window).
@@ -421,16 +496,16 @@ def trigger_and_rule(cfg: TroveConfig, context_length: int) -> tuple[int, str]:
     tokens) does not shrink with the window: at 64K the default share of 0.35
     leaves about 10K tokens for summaries and the tail, too few to keep the
     older summaries in the prompt; the floor makes that 32K - 12.5K."""
-    share = int(context_length * cfg.context_threshold)
+    threshold, rule = threshold_for_model(cfg, model)
+    share = int(context_length * threshold)
     floor = min(cfg.min_trigger_tokens, int(context_length * TRIGGER_FLOOR_MAX_SHARE))
     if floor > share:
-        return floor, (f"TROVE_MIN_TRIGGER_TOKENS floor; TROVE_CONTEXT_THRESHOLD="
-                       f"{cfg.context_threshold} alone: {share:,}")
-    return share, f"TROVE_CONTEXT_THRESHOLD={cfg.context_threshold} of the window"
+        return floor, f"TROVE_MIN_TRIGGER_TOKENS floor; {rule} alone: {share:,}"
+    return share, f"{rule} of the window"
 
 
 def check_reachability(cfg: TroveConfig, context_length: int,
-                       fixed_overhead_tokens: int = 12500) -> list[str]:
+                       fixed_overhead_tokens: int = 12500, model: str = "") -> list[str]:
     """Problems that make compaction unreachable or useless for a window of ``context_length`` tokens.
 
     Compaction starts at ``context_length * context_threshold`` tokens. The
@@ -442,10 +517,10 @@ def check_reachability(cfg: TroveConfig, context_length: int,
     """
     if context_length <= 0:
         return [f"context length {context_length} is not a positive number of tokens"]
-    trigger = trigger_tokens(cfg, context_length)
+    trigger = trigger_tokens(cfg, context_length, model)
     room = trigger - fixed_overhead_tokens
     where = (f"the compaction trigger is {trigger} tokens "
-             f"(TROVE_CONTEXT_THRESHOLD={cfg.context_threshold} x {context_length}, "
+             f"({threshold_for_model(cfg, model)[1]} x {context_length}, "
              f"TROVE_MIN_TRIGGER_TOKENS={cfg.min_trigger_tokens})")
     if room <= 0:
         return [f"{where}, at or below the fixed overhead of {fixed_overhead_tokens} "

@@ -21,8 +21,8 @@ from typing import Any
 from .binding import forks, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
-from .compaction import assemble, fallback, tokens
-from .storage import codec, integrity
+from .compaction import assemble, fallback, prepare, spend, sweep, tokens
+from .storage import codec, integrity, lifecycle
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -198,20 +198,28 @@ class TroveEngine(SessionBinding, ContextEngine):
         models = [cfg.summary_model or None, *cfg.summary_fallback_models]
         return Summarizer(llm_call=self.llm_call("compression"),
                           count_tokens=self.counter.count_text, models=models,
-                          breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000)
+                          breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000,
+                          instructions=cfg.summary_instructions, spend_guard=self.spend_guard)
+
+    @property
+    def spend_guard(self):
+        """The process-wide summary spend guard for the configured caps."""
+        cfg = self.config
+        return spend.shared_guard(cfg.summary_max_calls_per_hour, cfg.summary_max_tokens_per_hour)
 
     # ------------------------------------------------------------------ host hooks
     def update_model(self, model: str, context_length: int, base_url: str = "",
                      api_key: Any = "", provider: str = "", api_mode: str = "") -> None:
         """Record the window and runtime; recompute the trigger and check it is reachable."""
         self.context_length = int(context_length or 0)
-        self.threshold_tokens, self.trigger_rule = trigger_and_rule(self.config,
-                                                                    self.context_length)
+        self.threshold_tokens, self.trigger_rule = trigger_and_rule(
+            self.config, self.context_length, model or "")
         self.threshold_percent = (self.threshold_tokens / self.context_length
                                   if self.context_length else self.config.context_threshold)
         self._runtime = {"model": model, "provider": provider, "base_url": base_url,
                          "api_key": api_key, "api_mode": api_mode}
-        self.reachability = check_reachability(self.config, self.context_length)
+        self.reachability = check_reachability(self.config, self.context_length,
+                                               model=model or "")
         for problem in self.reachability:
             log.warning("hermes-trove: %s", problem)
 
@@ -260,6 +268,16 @@ class TroveEngine(SessionBinding, ContextEngine):
                                    self.config.fts_integrity_check_interval_hours)
         except Exception as exc:  # maintenance must never block or break a session
             self.errors.append(f"fts check scheduling: {exc}")
+        cfg = self.config
+        if cfg.empty_lifecycle_gc_enabled:
+            try:
+                bound = {v for e in live_engines() for v in (e.session_id, e.canonical_id) if v}
+                result = lifecycle.prune_if_due(
+                    self.store.db, threshold=cfg.empty_lifecycle_gc_threshold,
+                    max_age_hours=cfg.empty_lifecycle_gc_max_age_hours, keep=tuple(bound))
+                self.lifecycle_gc = result or getattr(self, "lifecycle_gc", None)
+            except Exception as exc:  # pruning is housekeeping, never a reason to fail
+                self.errors.append(f"empty session gc: {exc}")
 
     def _classify(self, session_id: str) -> str:
         """Apply the ignore/stateless session patterns (ignored wins)."""
@@ -337,11 +355,31 @@ class TroveEngine(SessionBinding, ContextEngine):
         current = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
+        self._maybe_prepare(current)
         if current < self.threshold_tokens:
             return False
         if self._noop_at_tokens is not None and current <= self._noop_at_tokens:
             return False
         return True
+
+    def _maybe_prepare(self, current: int) -> None:
+        """Past TROVE_BACKGROUND_PREPARE_SHARE of the trigger (and below it), let a
+        background worker summarize the oldest chunks ahead; never waits for it."""
+        cfg = self.config
+        share = cfg.background_prepare_share
+        if not (share and self.stores and self.canonical_id
+                and share * self.threshold_tokens <= current < self.threshold_tokens):
+            return
+        try:
+            budget = int(self.threshold_tokens * (1 - TARGET_MARGIN)) - self.overhead_estimate(
+                [], None)
+            prepare.start(prepare.Job(
+                db_path=self.store.db.path, session_id=self.canonical_id,
+                fresh_tail_count=cfg.fresh_tail_count, chunk_tokens=cfg.leaf_chunk_tokens,
+                leaf_budget=self._compactor(budget).leaf_budget, summarizer=self.summarizer(),
+                lease_seconds=3 * cfg.summary_timeout_ms / 1000 + 60))
+        except Exception as exc:  # preparation is an optimization, never a failure
+            self.errors.append(f"background prepare: {exc}")
 
     def has_content_to_compress(self, messages: list) -> bool:
         """More than the newest conversational message (the gateway's /compress
@@ -485,6 +523,7 @@ class TroveEngine(SessionBinding, ContextEngine):
         budget = max(0, target - overhead - system_tokens)
         deterministic = self._under_critical_pressure(current_tokens)
         report = PassReport()
+        swept = sweep.Sweep() if cfg.threshold_full_sweep_enabled else None
         units = assemble.group_units(live_msgs)
         cap = cfg.fresh_tail_max_tokens or None
         tail_cap = int(budget * TAIL_SHARE) if cap is None else min(cap, int(budget * TAIL_SHARE))
@@ -499,12 +538,21 @@ class TroveEngine(SessionBinding, ContextEngine):
             backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
                        for i in range(len(live_msgs)) if i not in keep]
             compactor = self._compactor(budget)
+            if swept is not None:
+                compactor.summarizer = swept.bound(compactor.summarizer)
             if backlog:
-                compactor.leaf_pass(session, backlog, chunk_tokens=self._chunk_tokens(backlog),
-                                    focus=focus, deterministic_only=deterministic, report=report)
-                self._collect_transcript_garbage([row[0] for row in backlog])
-            compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
-                               focus=focus, deterministic_only=deterministic, report=report)
+                raw = prepare.leaf_pass(compactor, self.store.db, session, backlog,
+                                        chunk_tokens=self._chunk_tokens(backlog), focus=focus,
+                                        deterministic_only=deterministic, report=report,
+                                        may_defer=max_count == cfg.fresh_tail_count)
+                keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
+                self._collect_transcript_garbage([r[0] for r in backlog if r[0] not in raw])
+            if swept is None or swept.should_condense(
+                    self.dag.frontier(session), lambda n: n["token_count"],
+                    target_tokens=cfg.summary_prefix_target_tokens,
+                    chunk_tokens=cfg.leaf_chunk_tokens):
+                compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
+                                   focus=focus, deterministic_only=deterministic, report=report)
             tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))
                                        for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
@@ -530,6 +578,8 @@ class TroveEngine(SessionBinding, ContextEngine):
             if final < trigger:
                 break
         self._noop_at_tokens = max(final, current_tokens or 0) if final >= trigger else None
+        if swept is not None:
+            report.sweep = swept.describe()
         return self._finish(messages, result, before=before, final=final, trigger=trigger,
                             overhead=overhead, report=report, gave_way=gave_way,
                             omitted=omitted, started=started,
@@ -603,6 +653,7 @@ class TroveEngine(SessionBinding, ContextEngine):
             "tokens_after": final, "trigger": trigger, "overhead": overhead,
             "leaf_nodes": report.leaf_ids, "condensed_nodes": report.condensed_ids,
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
+            "prepared_used": report.prepared_used, "sweep": report.sweep,
             "tail_gave_way": gave_way, "omitted_nodes": len(omitted),
             "seconds": round(time.perf_counter() - started, 4),
         }
@@ -819,5 +870,11 @@ class TroveEngine(SessionBinding, ContextEngine):
             "last_switch": self.last_switch,
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),
+            "summary_spend": self.spend_guard.state(),
+            "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
+            "background_prepare": {
+                "share": self.config.background_prepare_share,
+                **prepare.state(self.store.db.path if self.canonical_id else "",
+                                self.canonical_id)},
             "errors": self.errors[-5:],
         }

@@ -45,7 +45,11 @@ For each fact:
          the second hit. Recovered = the value appears in a tool answer.
 The built-in has no tools: only its prompt counts.
 
+With ``--stub deterministic`` trove gets no model at all: every summary is the
+deterministic digest (what users get offline or with the breaker open).
+
     .venv/bin/python bench/recall_vs_builtin.py [--turns 360] [--window 65536]
+        [--stub extractive|keep-facts|deterministic|both]
 Prints a per-fact table and writes bench/results/recall_vs_builtin.json.
 """
 
@@ -319,7 +323,7 @@ def _target_of(prompt: str) -> int:
     return int(found.group(1)) if found else 500
 
 
-STUB_MODES = ("extractive", "keep-facts")
+STUB_MODES = ("extractive", "keep-facts", "deterministic")
 stub_mode = {"mode": "extractive"}
 _FACT_VALUES = tuple(f.value for f in FACTS)
 
@@ -479,7 +483,9 @@ def _trove_variant(folder: Path, window: int, settings: dict) -> TroveEngine:
                                     "TROVE_DATABASE_PATH": str(folder / "trove.db"),
                                     "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0", **settings})
     engine = TroveEngine(cfg)
-    engine.use_llm(trove_stub)
+    # "deterministic": no model at all, what users get offline or with the breaker
+    # open (the built-in still gets the extractive stub, as a reference)
+    engine.use_llm(None if stub_mode["mode"] == "deterministic" else trove_stub)
     engine.update_model("bench-model", window)
     engine.on_session_start("recall-bench", platform="cli")
     return engine
@@ -599,7 +605,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--window", type=int, default=65_536)
-    parser.add_argument("--stub", choices=STUB_MODES + ("both",), default="both")
+    parser.add_argument("--stub", choices=STUB_MODES + ("both",), default="both",
+                        help="both = every mode")
     args = parser.parse_args(argv)
     modes = STUB_MODES if args.stub == "both" else (args.stub,)
     results = [run(args.turns, args.window, mode) for mode in modes]

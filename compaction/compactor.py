@@ -29,6 +29,8 @@ class PassReport:
     summarizer_calls: int = 0
     levels: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    prepared_used: int = 0   # leaves written from background-prepared summaries
+    sweep: dict | None = None  # the full sweep's bounds and use, when it ran
 
 
 def footer_text(node_id: int, coverage: dict) -> str:
@@ -102,6 +104,22 @@ class Compactor:
                 child_store_ids=[r[0] for r in part])
             report.leaf_ids.append(node_id)
         report.seconds += time.perf_counter() - started
+
+    def write_prepared_leaf(self, session_id: str,
+                            rows: Sequence[tuple[int, dict, float | None, int]],
+                            summary: dict, report: PassReport) -> int:
+        """A leaf over ``rows`` from a summary prepared in the background
+        (``compaction.prepare``): the same node a leaf pass would write, no call."""
+        node_id = self.dag.add_node(NewNode(
+            session_id=session_id, depth=0, text=summary.get("text") or "(no text)",
+            token_count=int(summary.get("tokens") or 0),
+            source_token_count=sum(r[3] for r in rows), level=int(summary.get("level") or 3),
+            model=str(summary.get("model") or ""), child_store_ids=[r[0] for r in rows],
+            child_node_ids=[], topics=list(summary.get("topics") or [])), footer=footer_text)
+        report.leaf_ids.append(node_id)
+        report.levels.append(int(summary.get("level") or 3))
+        report.prepared_used += 1
+        return node_id
 
     def condense(self, session_id: str, *, fanout: int, max_depth: int, focus: str | None,
                  deterministic_only: bool, report: PassReport) -> None:

@@ -286,3 +286,31 @@ def m003_session_owners(conn: sqlite3.Connection) -> None:
     ) WITHOUT ROWID;
     CREATE INDEX session_owners_owner ON session_owners(owner, session_id);
     """)
+
+
+@migration(4)
+def m004_prepared_summaries(conn: sqlite3.Connection) -> None:
+    """Leaf summaries prepared in the background before the trigger (issue #17).
+
+    One row per chunk of raw messages a worker claimed (``state='claimed'``,
+    with a lease) or finished (``'ready'``, the summary as JSON). The primary
+    key makes the claim: two processes can never prepare the same chunk, and
+    an expired lease lets another take it over. ``source_hash`` covers the
+    chunk's store_ids and content hashes, so a summary whose sources changed
+    (undo, edits) is never used.
+    """
+    run_script(conn, """
+    CREATE TABLE prep_summaries (
+        session_id TEXT NOT NULL,
+        first_store_id INTEGER NOT NULL,
+        last_store_id INTEGER NOT NULL,
+        store_ids TEXT NOT NULL,
+        source_hash TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('claimed', 'ready')),
+        owner TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        created_at REAL NOT NULL,
+        summary TEXT,
+        PRIMARY KEY (session_id, first_store_id)
+    ) WITHOUT ROWID;
+    """)

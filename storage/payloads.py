@@ -392,8 +392,11 @@ def guard_message(message: dict, store: PayloadStore, *,
     ``large_threshold_chars``: tool-result texts longer than it, with a preview.
     Host-internal keys are copied unchanged (they are never stored).
     """
-    guard = _Guard(store)
     tool_limit = large_threshold_chars if message.get("role") == "tool" else None
+    if not _may_hold_payload(message, MIN_DATA_URI_CHARS if tool_limit is None
+                             else min(MIN_DATA_URI_CHARS, tool_limit)):
+        return GuardResult(dict(message), (), ())  # the common case: nothing long enough
+    guard = _Guard(store)
     out = {}
     for key, value in message.items():
         if codec.is_host_internal(str(key)):
@@ -403,6 +406,19 @@ def guard_message(message: dict, store: PayloadStore, *,
         else:
             out[key] = guard.walk(value)
     return GuardResult(out, tuple(dict.fromkeys(guard.refs)), tuple(guard.warnings))
+
+
+def _may_hold_payload(value: Any, min_chars: int) -> bool:
+    """Whether any string inside ``value`` is at least ``min_chars`` long: shorter
+    ones can hold neither a data URI, a base64 run nor a large tool output, so
+    most messages skip the rebuilding walk (it is on every ingest's path)."""
+    if isinstance(value, str):
+        return len(value) >= min_chars
+    if isinstance(value, dict):
+        return any(_may_hold_payload(v, min_chars) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_may_hold_payload(v, min_chars) for v in value)
+    return False
 
 
 class _Guard:

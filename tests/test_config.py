@@ -55,6 +55,18 @@ SETTINGS_TABLE = [
      ("api_key", "bearer_token", "password_assignment", "private_key"),
      "api_key, private_key", ("api_key", "private_key"), []),
     ("TROVE_CROSS_OWNER_RECALL", False, "true", True, ["everyone"]),
+    ("TROVE_CONTEXT_THRESHOLD_OVERRIDES", "", '{"gpt-5*": 0.6, "claude-*": 0.4}',
+     '{"gpt-5*": 0.6, "claude-*": 0.4}', ['{"gpt-5*": 0}', '{"a": 1.5}', "[0.5]", "{bad",
+                                          '{"a": true}', '{"": 0.5}']),
+    ("TROVE_SUMMARY_INSTRUCTIONS", "", " Keep ticket ids. ", "Keep ticket ids.", []),
+    ("TROVE_SUMMARY_MAX_CALLS_PER_HOUR", 0, "30", 30, ["-1", "many"]),
+    ("TROVE_SUMMARY_MAX_TOKENS_PER_HOUR", 0, "200000", 200000, ["-5", "1e3x"]),
+    ("TROVE_EMPTY_LIFECYCLE_GC_ENABLED", True, "off", False, ["maybe"]),
+    ("TROVE_EMPTY_LIFECYCLE_GC_THRESHOLD", 50, "5", 5, ["0", "x"]),
+    ("TROVE_EMPTY_LIFECYCLE_GC_MAX_AGE_HOURS", 24.0, "0.5", 0.5, ["-1", "nan"]),
+    ("TROVE_BACKGROUND_PREPARE_SHARE", 0.0, "0.8", 0.8, ["1.5", "-0.1", "most"]),
+    ("TROVE_THRESHOLD_FULL_SWEEP_ENABLED", False, "yes", True, ["sometimes"]),
+    ("TROVE_SUMMARY_PREFIX_TARGET_TOKENS", 0, "8000", 8000, ["-1", "big"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]
@@ -395,3 +407,26 @@ def test_docs_table_matches_code():
         if kind in ("int", "float"):
             expected = config.accepted_values(f).split(" with ", 1)[1]
             assert re.sub(r"\bx\b", "value", value_range) == expected, env
+
+
+def test_threshold_overrides_pick_the_most_specific_glob():
+    cfg = TroveConfig(context_threshold=0.35, min_trigger_tokens=0,
+                      context_threshold_overrides='{"gpt-*": 0.5, "gpt-5*": 0.6, "claude-*": 0.4}')
+    assert config.threshold_for_model(cfg, "GPT-5.1-mini")[0] == 0.6
+    assert config.threshold_for_model(cfg, "gpt-4o")[0] == 0.5
+    assert config.threshold_for_model(cfg, "claude-sonnet-4")[0] == 0.4
+    assert config.threshold_for_model(cfg, "llama-3")[0] == 0.35
+    assert config.threshold_for_model(cfg, "")[0] == 0.35
+    trigger, rule = config.trigger_and_rule(cfg, 200_000, "gpt-5")
+    assert trigger == 120_000 and "gpt-5*" in rule
+    # the floor still applies to an override
+    floored = TroveConfig(min_trigger_tokens=32000, context_threshold_overrides='{"tiny*": 0.1}')
+    assert config.trigger_tokens(floored, 64_000, "tiny-1") == 32000
+
+
+def test_threshold_overrides_from_yaml_mapping(home):
+    (home / "config.yaml").write_text("trove:\n  context_threshold_overrides:\n"
+                                      "    'gpt-5*': 0.6\n")
+    cfg = load_config({}, home)
+    assert json.loads(cfg.context_threshold_overrides) == {"gpt-5*": 0.6}
+    assert not cfg.warnings

@@ -1,0 +1,185 @@
+"""Background preparation of leaf summaries (issue #17, item 1)."""
+import threading
+
+from hermes_trove.compaction import prepare
+from hermes_trove.compaction.compactor import PassReport
+from hermes_trove.storage import prepared
+from hermes_trove.storage.database import Database
+
+from enginekit import DEFAULT_OVERHEAD, coding_turn, drive, make_engine
+
+
+class CountingLLM:
+    """A model that answers a short bullet list and counts who called it from where."""
+
+    def __init__(self):
+        self.calls = []
+        self.lock = threading.Lock()
+
+    def __call__(self, prompt, model, timeout):
+        with self.lock:
+            self.calls.append(threading.current_thread().name)
+        return "- the user asked to check modules; we decided to keep the handlers [m1]"
+
+
+def stored_engine(tmp_path, llm, turns=40, **settings):
+    settings.setdefault("leaf_chunk_tokens", 1000)
+    settings.setdefault("fresh_tail_count", 8)
+    engine = make_engine(tmp_path, window=200_000, llm=llm, **settings)
+    messages = [{"role": "system", "content": "sys"}]
+    for t in range(turns):
+        messages += coding_turn(t)
+    engine.ingest(messages[1:])
+    return engine, messages
+
+
+def job_for(engine, llm_summarizer=None):
+    cfg = engine.config
+    return prepare.Job(db_path=engine.store.db.path, session_id=engine.canonical_id,
+                       fresh_tail_count=cfg.fresh_tail_count, chunk_tokens=cfg.leaf_chunk_tokens,
+                       leaf_budget=300, summarizer=llm_summarizer or engine.summarizer(),
+                       lease_seconds=60)
+
+
+def test_worker_prepares_full_chunks_outside_the_tail_once(tmp_path):
+    llm = CountingLLM()
+    engine, _ = stored_engine(tmp_path, llm)
+    job = job_for(engine)
+    chunks = prepare.candidate_chunks(engine.store.db, job)
+    assert chunks and all(len(c) > 1 for c in chunks)
+    newest = max(r["store_id"] for c in chunks for r in c)
+    assert newest <= engine.store.count_messages(engine.canonical_id) - job.fresh_tail_count
+    other = Database(engine.store.db.path)  # a second process: its own connection
+    try:
+        first = prepare.prepare_chunks(engine.store.db, job, owner="proc-a")
+        assert first == min(len(chunks), prepare.MAX_CHUNKS_PER_RUN)
+        # other processes only ever take chunks nobody prepared: no store_id twice
+        for owner in ("proc-b", "proc-c", "proc-d", "proc-e"):
+            prepare.prepare_chunks(other, job, owner=owner)
+        ready = prepared.ready(engine.store.db.conn, engine.canonical_id)
+        ids = [s for entry in ready for s in entry["store_ids"]]
+        assert len(ids) == len(set(ids)) and ids == sorted(ids)
+        assert len(ready) == len(llm.calls)  # one call per prepared chunk, none wasted
+        calls = len(llm.calls)
+        assert prepare.prepare_chunks(other, job, owner="proc-f") == 0
+        assert len(llm.calls) == calls
+    finally:
+        other.close()
+
+
+def test_a_live_claim_is_respected_and_an_expired_one_taken_over(tmp_path):
+    engine, _ = stored_engine(tmp_path, CountingLLM())
+    db = engine.store.db
+    chunk = prepare.candidate_chunks(db, job_for(engine))[0]
+    ids = [r["store_id"] for r in chunk]
+    digest = prepared.source_hash((r["store_id"], r["content_hash"]) for r in chunk)
+    with db.transaction() as conn:
+        assert prepared.claim(conn, engine.canonical_id, ids, digest, "a", 60, now=1000.0)
+        assert not prepared.claim(conn, engine.canonical_id, ids, digest, "b", 60, now=1030.0)
+        assert prepared.claim(conn, engine.canonical_id, ids, digest, "b", 60, now=1061.0)
+        assert not prepared.fill(conn, engine.canonical_id, ids[0], "a", {"text": "late"})
+        assert prepared.fill(conn, engine.canonical_id, ids[0], "b", {"text": "x"})
+        assert not prepared.claim(conn, engine.canonical_id, ids, digest, "c", 60, now=5000.0)
+
+
+def test_compress_uses_ready_summaries_and_calls_the_model_less(tmp_path):
+    llm = CountingLLM()
+    engine, messages = stored_engine(tmp_path, llm)
+    assert prepare.prepare_chunks(engine.store.db, job_for(engine), owner="w") >= 1
+    ready_before = prepared.states(engine.store.db.conn, engine.canonical_id)["ready"]
+    calls_before = len(llm.calls)
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    out = engine.compress(messages, current_tokens=current, force=True)
+    outcome = engine.get_status()["last_compaction"]
+    assert outcome["prepared_used"] == ready_before
+    assert out[-1] == messages[-1]
+    # every raw message the compaction took is covered exactly once
+    leaves = outcome["leaf_nodes"]
+    children = [c for n in leaves for c in engine.dag.descendant_store_ids(n)]
+    assert len(children) == len(set(children))
+    assert len(llm.calls) - calls_before < len(leaves)
+    assert prepared.states(engine.store.db.conn, engine.canonical_id)["ready"] == 0
+
+
+def test_a_prepared_summary_whose_sources_changed_is_discarded(tmp_path):
+    llm = CountingLLM()
+    engine, messages = stored_engine(tmp_path, llm)
+    prepare.prepare_chunks(engine.store.db, job_for(engine), owner="w")
+    ready = prepared.ready(engine.store.db.conn, engine.canonical_id)
+    first = ready[0]
+    with engine.store.db.transaction() as conn:  # an edit of a summarized source
+        conn.execute("UPDATE messages SET content_hash = 'edited' WHERE store_id = ?",
+                     (first["store_ids"][1],))
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    engine.compress(messages, current_tokens=current, force=True)
+    texts = [engine.dag.get_node(n)["text"] for n in
+             engine.get_status()["last_compaction"]["leaf_nodes"]]
+    first_leaf = [n for n in engine.get_status()["last_compaction"]["leaf_nodes"]
+                  if first["store_ids"][0] in engine.dag.descendant_store_ids(n)]
+    assert first_leaf and texts  # the chunk was summarized again, not taken as prepared
+    assert engine.get_status()["last_compaction"]["prepared_used"] == len(ready) - 1
+    assert prepared.ready(engine.store.db.conn, engine.canonical_id) == []
+
+
+def test_engine_starts_the_worker_between_share_and_trigger_and_reports_it(tmp_path):
+    llm = CountingLLM()
+    engine = make_engine(tmp_path, window=64_000, llm=llm, background_prepare_share=0.5,
+                         leaf_chunk_tokens=1000, fresh_tail_count=8)
+    messages, _, outputs = [], [], []
+    for t in range(200):
+        messages += coding_turn(t)
+        engine.ingest(messages)
+        current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+        if current >= 0.5 * engine.threshold_tokens:
+            break
+    assert not engine.should_compress(current)  # under the trigger: no compaction...
+    assert prepare.wait(engine.store.db.path, engine.canonical_id, timeout=30)
+    assert any(name.startswith("trove-prepare") for name in llm.calls)  # ...but prepared
+    status = engine.get_status()["background_prepare"]
+    assert status["share"] == 0.5 and status["runs"] == 1 and status["prepared"] >= 1
+    assert status["chunks"]["ready"] == status["prepared"] and not status["running"]
+
+
+def test_off_by_default_and_compaction_unchanged(tmp_path):
+    llm = CountingLLM()
+    engine = make_engine(tmp_path, window=64_000, llm=llm, leaf_chunk_tokens=1000)
+    drive(engine, 120)
+    assert not any(name.startswith("trove-prepare") for name in llm.calls)
+    assert engine.get_status()["background_prepare"]["runs"] == 0
+
+
+def test_a_small_unprepared_remainder_stays_raw_instead_of_costing_a_call(tmp_path):
+    llm = CountingLLM()
+    engine, messages = stored_engine(tmp_path, llm, leaf_chunk_tokens=20_000)
+    assert prepare.prepare_chunks(engine.store.db, job_for(engine), owner="w") == 1
+    for t in range(40, 42):  # two more turns push a few messages out of the tail
+        messages += coding_turn(t)
+    engine.ingest(messages[1:])
+    calls_before = len(llm.calls)
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    out = engine.compress(messages, current_tokens=current, force=True)
+    outcome = engine.get_status()["last_compaction"]
+    assert outcome["prepared_used"] == 1 and len(outcome["leaf_nodes"]) == 1
+    assert len(llm.calls) == calls_before  # no model call inside compress()
+    covered = set(engine.dag.descendant_store_ids(outcome["leaf_nodes"][0]))
+    shown = [m for m in out if m.get("role") != "system"]
+    # every message is either summarized by the prepared leaf or shown raw, in order
+    rows = engine.store.session_messages(engine.canonical_id, limit=1000)
+    raw = [r for r in rows if r["store_id"] not in covered]
+    assert [m.get("content") for m in shown[-len(raw):]] == [r["content"] for r in raw]
+
+
+def test_trove_status_text_shows_the_worker_and_the_spend_guard():
+    from hermes_trove import command
+
+    lines = command._summary_work_lines({
+        "background_prepare": {"share": 0.8, "running": True, "runs": 3, "prepared": 5,
+                               "chunks": {"ready": 2, "claimed": 1}, "errors": ["Boom: x"]},
+        "summary_spend": {"max_calls_per_hour": 10, "calls_last_hour": 10,
+                          "tokens_last_hour": 1234, "exhausted": True, "reason": "10 calls"}})
+    assert lines[0] == ("background preparation: from 0.8 of the trigger; running, 3 runs, "
+                        "5 chunks prepared, 2 ready, 1 claimed; last error: Boom: x")
+    assert "EXHAUSTED" in lines[1] and "10 calls" in lines[1]
+    assert command._summary_work_lines({"background_prepare": {"share": 0.0}}) == [
+        "background preparation: off (TROVE_BACKGROUND_PREPARE_SHARE=0)"]
+    assert command._summary_work_lines(None) == []
