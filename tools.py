@@ -21,13 +21,13 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from .storage import codec
 from .recall import externalized, query_plan, search
 from .diagnostics import health
+from .evidence import compute as evidence_compute, pack as evidence_pack, refs as evidence_refs
 from .storage.payloads import refs_in
 from .config import TroveConfig
 from .dag import Dag
@@ -132,12 +132,7 @@ def _as_dict(args: Any) -> dict:
 
 
 # ---------------------------------------------------------------- scope
-def iso(ts: float | None) -> str | None:
-    """Unix seconds as an ISO-8601 UTC string (None stays None)."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace(
-        "+00:00", "Z")
+iso = evidence_refs.iso
 
 
 def bound_session(ctx: ToolContext) -> str | None:
@@ -220,6 +215,8 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     """
     item = {"kind": "message", "store_id": row["store_id"], "role": row["role"],
             "time": iso(_row_time(row)), "content_format": row["content_format"]}
+    if exact_ref:   # the ref's quote repeats the content piece: halve the piece
+        budget = max(1, budget // 2)
     if row["session_id"] != access.current:
         item["session_id"] = row["session_id"]
     content = row["content"] if row["content_format"] in ("text", "json") else None
@@ -250,11 +247,12 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     item["has_more"] = more
     if more:
         item["expand"] = continuation(item)
-    if exact_ref:
-        item["exact_ref"] = {"store_id": row["store_id"], "content_hash": row["content_hash"],
-                             "content_format": row["content_format"],
-                             "content_chars": len(content or ""),
-                             "tool_calls_chars": len(calls or "")}
+    if exact_ref:   # the shown content piece as an exact ref (quote == content[start:end])
+        start = content_offset if content is not None else 0
+        item["exact_ref"] = {**evidence_refs.make_ref(row, start, start + len(item.get(
+            "content") or "")), "content_hash": row["content_hash"],
+            "content_format": row["content_format"], "content_chars": len(content or ""),
+            "tool_calls_chars": len(calls or "")}
     return item
 
 
@@ -385,6 +383,11 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     payload["has_more"] = len(fused) > limit
     if content_scope == "both":
         payload["externalized_results"] = _payload_hits(ctx, access, plan, limit)
+    if params.get("include_exact_ref"):
+        for item in payload["results"]:
+            if item["kind"] == "message":
+                item["exact_ref"] = evidence_refs.best_sentence_ref(
+                    hits[("m", item["store_id"])].row, plan)
     if explain:
         payload["stages"] = stages
     if notes + found_notes:
@@ -805,6 +808,59 @@ def tool_doctor(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     return report, Shape(items="checks", on_trim=_mark_more, texts=("detail",))
 
 
+# ---------------------------------------------------------------- evidence tools
+def _ref_loader(ctx: ToolContext, params: dict, current: str) -> Callable[[int], dict]:
+    """Loads a ref's message through Access (so a ref is valid only where it may be read)."""
+    access, cache = Access(ctx, params, current), {}
+
+    def load(store_id: int) -> dict:
+        if store_id not in cache:
+            cache[store_id] = _load_message(ctx, access, store_id)
+        return cache[store_id]
+    return load
+
+
+def tool_evidence_pack(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
+    """Verify and hydrate a page of exact refs (see ``evidence.pack``)."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_evidence_pack", "items")
+    payload: dict = {}
+    limit = clamp("trove_evidence_pack", "limit", params, payload)
+    offset = offset_arg(params, "offset")
+    payload.update(evidence_pack.evidence_pack(
+        params["refs"], _ref_loader(ctx, params, current), offset=offset,
+        limit=min(limit, max(1, cap // 150)), computation=params.get("computation")))
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        trimmed["has_more"], trimmed["next_offset"] = True, offset + kept
+
+    return payload, Shape(items="items", on_trim=on_trim, texts=("before", "after"),
+                          optional=("computation",))
+
+
+def tool_compute(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
+    """Exact arithmetic over verified refs with a hashed trace (see ``evidence.compute``)."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_compute", "result")
+    try:
+        return evidence_compute.compute(
+            params["operation"], params["inputs"], _ref_loader(ctx, params, current),
+            unit=params.get("unit"), absolute=bool(params.get("absolute"))), Shape()
+    except evidence_compute.ComputeError as exc:
+        raise ArgumentError(f"{exc} (nothing was computed)") from None
+
+
+def tool_compile_evidence(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
+    """Check a proposal's claims and refs; report sufficiency (see ``evidence.pack``)."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_compile_evidence", "claims")
+    brief = evidence_pack.compile_evidence(params["proposal"], _ref_loader(ctx, params, current))
+    return brief, Shape(items="claims", on_trim=_mark_more, optional=("computation",))
+
+
 HANDLERS: dict[str, Callable[[dict, ToolContext, int], tuple[dict, Shape]]] = {
     "trove_grep": tool_grep,
     "trove_expand": tool_expand,
@@ -816,4 +872,7 @@ HANDLERS: dict[str, Callable[[dict, ToolContext, int], tuple[dict, Shape]]] = {
     "trove_status": tool_status,
     "trove_inspect": tool_inspect,
     "trove_doctor": tool_doctor,
+    "trove_evidence_pack": tool_evidence_pack,
+    "trove_compute": tool_compute,
+    "trove_compile_evidence": tool_compile_evidence,
 }

@@ -7,6 +7,7 @@ a higher layer or a sibling concern of the same layer):
     store.py                  messages and their FTS
     dag.py                    summary nodes and lineage
     ingest/ compaction/ recall/ diagnostics/
+    evidence/                 exact refs, value parsing, verified computation (uses recall)
     schemas.py, tools.py      the agent tools
     engine.py                 the orchestrator the host calls
     operators/ openclaw/      what operators run
@@ -25,6 +26,7 @@ LAYERS = {
     "store": 1,
     "dag": 2,
     "ingest": 3, "compaction": 3, "recall": 3, "diagnostics": 3,
+    "evidence": 3.5,
     "schemas": 4, "tools": 5,
     "engine": 6,
     "operators": 7, "openclaw": 7,
