@@ -33,9 +33,9 @@ _TIME = {
 _EXACT_REF = {"type": "boolean",
               "description": "Add exact_ref {store_id, start, end, quote} to each message."}
 _REFS = {"type": "array", "items": {"type": "object"},
-         "description": "Exact refs [{store_id, start, end, quote, value?}] (from include_exact_ref)."}
-_COMPUTATION = {"type": "object",
-                "description": "{operation, inputs?, unit?, absolute?} as for trove_compute."}
+         "description": "[{store_id, start, end, quote, value?}]"}
+_COMPUTATION = {"type": "object", "description": "trove_compute args"}
+_SCOPE_SHORT = {"type": "string", "enum": ["current", "session", "all"]}
 
 
 def _params(properties: dict, required: tuple[str, ...] = ()) -> dict:
@@ -170,42 +170,39 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_evidence_pack",
-        "description": ("Verify exact refs and return each quote with when it was said "
-                        "(said_at) and the date it states (happened, with the rule); "
-                        "optionally run a computation over them."),
+        "description": ("Verify exact refs: each quote with said_at (message time) and "
+                        "happened (the date it states, with the rule); optional computation."),
         "parameters": _params({
             "refs": _REFS,
             "offset": {"type": "integer", "minimum": 0},
-            "limit": {"type": "integer", "minimum": 1, "description": "Default 10, max 50."},
+            "limit": {"type": "integer", "minimum": 1},
             "computation": _COMPUTATION,
-            "session_scope": _SCOPE,
+            "session_scope": _SCOPE_SHORT,
             "session_id": {"type": "string"},
         }, ("refs",)),
     },
     {
         "name": "trove_compute",
-        "description": ("Exact arithmetic over exact refs (never do dates, counts or sums "
-                        "yourself): values are parsed from the quotes; fails on anything "
-                        "ambiguous. Returns the result and a hashed trace."),
+        "description": ("Exact date/count/sum arithmetic over exact refs; never do it "
+                        "yourself. Fails on ambiguity; returns result and hashed trace."),
         "parameters": _params({
             "operation": {"type": "string", "enum": ["date_diff", "count_distinct", "sum",
                                                      "difference", "order", "latest"]},
             "inputs": _REFS,
-            "unit": {"type": "string", "description": "days|weeks|months, or a result unit."},
-            "absolute": {"type": "boolean", "description": "Unsigned result (default b - a)."},
-            "session_scope": _SCOPE,
+            "unit": {"type": "string", "description": "days|weeks|months or a unit"},
+            "absolute": {"type": "boolean"},
+            "session_scope": _SCOPE_SHORT,
             "session_id": {"type": "string"},
         }, ("operation", "inputs")),
     },
     {
         "name": "trove_compile_evidence",
-        "description": ("Check an answer's evidence before giving it: each claim's refs and "
-                        "quotes, supported or not, and whether the evidence is sufficient, "
-                        "insufficient or conflicting."),
+        "description": ("Check an answer's claims against their refs: supported or not; "
+                        "sufficient, insufficient or conflicting."),
         "parameters": _params({
-            "proposal": {"type": "object", "description": (
-                "{question, claims: [{text, refs}], computation?}")},
-            "session_scope": _SCOPE,
+            "proposal": {"type": "object",
+                         "description": "{question, claims: [{text, refs}], computation?}"},
+            "session_scope": _SCOPE_SHORT,
             "session_id": {"type": "string"},
         }, ("proposal",)),
     },

@@ -99,9 +99,12 @@ def _amount_of(index: int, item: Input) -> Amount:
 
 
 def _event_time(index: int, item: Input, parsed: list, steps: list) -> date:
-    """When the input's event happened: the date its quote states, else the day it was said."""
+    """When the input's event happened: the date its quote states, else the day it was said.
+
+    Here ``value`` is the event's label, not a date, so it never picks a date.
+    """
     try:
-        event = one_date(item.ref.quote, item.ref.said_at, item.value)
+        event = one_date(item.ref.quote, item.ref.said_at)
         parsed.append({"input": index, **event.as_dict(), "time_source": "stated"})
         return event.day
     except ValueError as exc:
