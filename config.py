@@ -154,6 +154,11 @@ class TroveConfig:
         ("api_key", "bearer_token", "password_assignment", "private_key"),
         "Named secret detectors to apply; known: api_key, bearer_token, "
         "password_assignment, private_key.")
+    assertions_enabled: bool = _bool(
+        False, "Extract assertions (facts, preferences, commitments...) with exact refs at "
+        "compaction time, for trove_query_state.")
+    retrieve_enabled: bool = _bool(
+        False, "Let trove_retrieve gather evidence and store its evidence view and trace.")
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(

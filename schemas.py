@@ -206,6 +206,31 @@ TOOL_SCHEMAS: list[dict] = [
             "session_id": {"type": "string"},
         }, ("proposal",)),
     },
+    {
+        "name": "trove_query_state",
+        "description": ("Stated facts, preferences, commitments... with exact refs: current "
+                        "value, earlier values, conflicts; as_of = what was true then."),
+        "parameters": _params({
+            "subject": {"type": "string"},
+            "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
+                                                "commitment", "action", "status"]},
+            "as_of": _TIME,
+            "session_scope": _SCOPE_SHORT,
+            "session_id": {"type": "string"},
+        }),
+    },
+    {
+        "name": "trove_retrieve",
+        "description": ("Fill typed evidence slots with exact refs (at most 3 searches), "
+                        "optionally compute; stores the view (view_id) for later turns."),
+        "parameters": _params({
+            "question": {"type": "string"},
+            "slots": {"type": "array", "items": {"type": "object"},
+                      "description": "[{name, type: date|amount|place|person|item, query}]"},
+            "computation": _COMPUTATION,
+            "view_id": {"type": "integer", "description": "Read a stored view instead."},
+        }),
+    },
 ]
 
 SCHEMAS_BY_NAME: dict[str, dict] = {schema["name"]: schema for schema in TOOL_SCHEMAS}

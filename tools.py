@@ -27,7 +27,7 @@ from typing import Any, Callable
 from .storage import codec
 from .recall import externalized, query_plan, search
 from .diagnostics import health
-from .evidence import compute as evidence_compute, pack as evidence_pack, refs as evidence_refs
+from .evidence import handlers as evidence_handlers, refs as evidence_refs
 from .storage.payloads import refs_in
 from .config import TroveConfig
 from .dag import Dag
@@ -809,56 +809,27 @@ def tool_doctor(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
 
 
 # ---------------------------------------------------------------- evidence tools
-def _ref_loader(ctx: ToolContext, params: dict, current: str) -> Callable[[int], dict]:
-    """Loads a ref's message through Access (so a ref is valid only where it may be read)."""
-    access, cache = Access(ctx, params, current), {}
+def _evidence_tool(name: str) -> Callable[[dict, ToolContext, int], tuple[dict, Shape]]:
+    """The handler of one evidence tool, given the scope this call may read (via Access)."""
+    def handler(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
+        current = bound_session(ctx)
+        if not current:
+            return _unbound(name, "items")
+        access, cache = Access(ctx, params, current), {}
 
-    def load(store_id: int) -> dict:
-        if store_id not in cache:
-            cache[store_id] = _load_message(ctx, access, store_id)
-        return cache[store_id]
-    return load
+        def load(store_id: int) -> dict:
+            if store_id not in cache:
+                cache[store_id] = _load_message(ctx, access, store_id)
+            return cache[store_id]
 
+        def grep(query: str) -> list[dict]:
+            found = json.loads(dispatch("trove_grep", {"query": query, "limit": 10,
+                                                       "include_exact_ref": True}, ctx))
+            return [h["exact_ref"] for h in found.get("results", []) if h.get("exact_ref")]
 
-def tool_evidence_pack(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Verify and hydrate a page of exact refs (see ``evidence.pack``)."""
-    current = bound_session(ctx)
-    if not current:
-        return _unbound("trove_evidence_pack", "items")
-    payload: dict = {}
-    limit = clamp("trove_evidence_pack", "limit", params, payload)
-    offset = offset_arg(params, "offset")
-    payload.update(evidence_pack.evidence_pack(
-        params["refs"], _ref_loader(ctx, params, current), offset=offset,
-        limit=min(limit, max(1, cap // 150)), computation=params.get("computation")))
-
-    def on_trim(trimmed: dict, kept: int) -> None:
-        trimmed["has_more"], trimmed["next_offset"] = True, offset + kept
-
-    return payload, Shape(items="items", on_trim=on_trim, texts=("before", "after"),
-                          optional=("computation",))
-
-
-def tool_compute(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Exact arithmetic over verified refs with a hashed trace (see ``evidence.compute``)."""
-    current = bound_session(ctx)
-    if not current:
-        return _unbound("trove_compute", "result")
-    try:
-        return evidence_compute.compute(
-            params["operation"], params["inputs"], _ref_loader(ctx, params, current),
-            unit=params.get("unit"), absolute=bool(params.get("absolute"))), Shape()
-    except evidence_compute.ComputeError as exc:
-        raise ArgumentError(f"{exc} (nothing was computed)") from None
-
-
-def tool_compile_evidence(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Check a proposal's claims and refs; report sufficiency (see ``evidence.pack``)."""
-    current = bound_session(ctx)
-    if not current:
-        return _unbound("trove_compile_evidence", "claims")
-    brief = evidence_pack.compile_evidence(params["proposal"], _ref_loader(ctx, params, current))
-    return brief, Shape(items="claims", on_trim=_mark_more, optional=("computation",))
+        scope = evidence_handlers.Scope(current, access.search_sessions(), load, grep)
+        return evidence_handlers.HANDLERS[name](params, ctx, cap, scope)
+    return handler
 
 
 HANDLERS: dict[str, Callable[[dict, ToolContext, int], tuple[dict, Shape]]] = {
@@ -872,7 +843,5 @@ HANDLERS: dict[str, Callable[[dict, ToolContext, int], tuple[dict, Shape]]] = {
     "trove_status": tool_status,
     "trove_inspect": tool_inspect,
     "trove_doctor": tool_doctor,
-    "trove_evidence_pack": tool_evidence_pack,
-    "trove_compute": tool_compute,
-    "trove_compile_evidence": tool_compile_evidence,
+    **{name: _evidence_tool(name) for name in evidence_handlers.HANDLERS},
 }

@@ -54,6 +54,8 @@ SETTINGS_TABLE = [
     ("TROVE_SENSITIVE_PATTERNS",
      ("api_key", "bearer_token", "password_assignment", "private_key"),
      "api_key, private_key", ("api_key", "private_key"), []),
+    ("TROVE_ASSERTIONS_ENABLED", False, "on", True, ["maybe"]),
+    ("TROVE_RETRIEVE_ENABLED", False, "yes", True, ["2"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]
