@@ -26,7 +26,7 @@ from .values import find_amounts, find_dates
 SLOT_TYPES = ("date", "amount", "place", "person", "item")
 MAX_SLOTS = 6
 MAX_CALLS = 3
-REFS_PER_SLOT = 3
+REFS_PER_SLOT = 3            # the ref that fills a slot and up to two alternatives
 CONTEXT_MAX_CHARS = 3000     # all quotes of one evidence view together
 
 Search = Callable[[str], list[dict]]
@@ -65,10 +65,12 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
     observed: dict[str, list[dict]] = {q: search(q) for q in queries}
     used_chars, calls = 0, [{"tool": "trove_grep", "query": q,
                              "hits": len(observed[q])} for q in queries]
-    filled = []
+    filled, taken = [], set()
     for slot in slots:
         refs = []
         for raw in observed.get(slot["query"], []):
+            if (raw.get("store_id"), raw.get("start")) in taken:
+                continue      # one quote fills one slot
             if len(refs) == REFS_PER_SLOT or used_chars + len(raw["quote"]) > CONTEXT_MAX_CHARS:
                 break
             try:
@@ -76,6 +78,8 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
             except refs_mod.RefError:
                 continue
             if fits(slot["type"], ref):
+                if not refs:   # the first fitting ref fills the slot; the rest are alternatives
+                    taken.add((ref.store_id, ref.start))
                 refs.append(ref.as_dict())
                 used_chars += len(ref.quote)
         entry = {**slot, "refs": refs, "filled": bool(refs)}
