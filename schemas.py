@@ -174,8 +174,8 @@ TOOL_SCHEMAS: list[dict] = [
                         "happened (the date it states, with the rule); optional computation."),
         "parameters": _params({
             "refs": _REFS,
-            "offset": {"type": "integer", "minimum": 0},
-            "limit": {"type": "integer", "minimum": 1},
+            "offset": {"type": "integer"},
+            "limit": {"type": "integer"},
             "computation": _COMPUTATION,
             "session_scope": _SCOPE_SHORT,
             "session_id": {"type": "string"},
@@ -214,7 +214,7 @@ TOOL_SCHEMAS: list[dict] = [
             "subject": {"type": "string"},
             "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
                                                 "commitment", "action", "status"]},
-            "as_of": _TIME,
+            "as_of": {"type": "string", "description": "ISO date/time"},
             "session_scope": _SCOPE_SHORT,
             "session_id": {"type": "string"},
         }),
@@ -228,7 +228,7 @@ TOOL_SCHEMAS: list[dict] = [
             "slots": {"type": "array", "items": {"type": "object"},
                       "description": "[{name, type: date|amount|place|person|item, query}]"},
             "computation": _COMPUTATION,
-            "view_id": {"type": "integer", "description": "Read a stored view instead."},
+            "view_id": {"type": "integer", "description": "Reread a stored view"},
         }),
     },
 ]
