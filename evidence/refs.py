@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..recall.query_plan import QueryPlan, fold
+from ..schemas import ArgumentError, _integer as schema_integer
 
 QUOTE_MAX_CHARS = 2000        # a quote longer than this is refused (cite a sentence, not a page)
 REPAIR_WINDOW_CHARS = 400     # how far around stale offsets a quote is looked for
@@ -138,13 +139,14 @@ def _occurrences(text: str, quote: str, low: int, high: int) -> list[int]:
 
 
 def _integer(value: Any, name: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d{1,15}\s*", value):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    """A ref field as a non-negative integer, read the way tool arguments are."""
+    try:
+        number = schema_integer(name, value)
+    except ArgumentError:
+        number = -1
+    if number < 0:
         raise RefError(f"ref {name} must be a non-negative integer")
-    return value
+    return number
 
 
 # ---------------------------------------------------------------- refs for search hits

@@ -104,21 +104,19 @@ def make_world(seed: int, *, sessions: int = 3, relative: bool = True,
                           "I read a good book on the train.", "The weather turned cold."]),
               gap_days=0.3)
 
+    def dated(words: str, when: date, after: str, gap: int) -> None:
+        """A statement said ``gap`` days after ``when`` at 09:00, naming that day."""
+        clock[0] = datetime(when.year, when.month, when.day, 9, tzinfo=timezone.utc).timestamp()
+        at = plant("", gap_days=gap)
+        messages[-1].text = f"{words} {say_date(rng, when, at if relative else None)}{after}"
+
     # date_diff: a move and a first day at work
     city, firm = rng.choice(CITIES), rng.choice(FIRMS)
     moved = _day(clock[0]) + timedelta(days=rng.randint(1, 20))
-    clock[0] = datetime(moved.year, moved.month, moved.day, 9,
-                        tzinfo=timezone.utc).timestamp()
-    at = plant("", gap_days=rng.randint(1, 6))
-    messages[-1].text = (f"Finally settled: I moved to {city} {tag} on "
-                         f"{say_date(rng, moved, at if relative else None)}.")
+    dated(f"Finally settled: I moved to {city} {tag} on", moved, ".", rng.randint(1, 6))
     filler()
     started = _day(clock[0]) + timedelta(days=rng.randint(1, 30))
-    clock[0] = datetime(started.year, started.month, started.day, 9,
-                        tzinfo=timezone.utc).timestamp()
-    at = plant("", gap_days=rng.randint(1, 7))
-    messages[-1].text = (f"My first day at {firm} {tag} was "
-                         f"{say_date(rng, started, at if relative else None)}, went well.")
+    dated(f"My first day at {firm} {tag} was", started, ", went well.", rng.randint(1, 7))
     questions.append(Question("date_diff", f"How many days between my move to {city} and my "
                               f"first day at {firm}?", [f"moved {city} {tag}", f"first day {firm} {tag}"],
                               rf"(moved to {city}|first day at {firm}) {tag}",
