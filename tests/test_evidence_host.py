@@ -88,3 +88,33 @@ def test_scripted_agent_answers_exactly_through_the_real_host(trove_host):
         if isinstance(expected, tuple):
             got, expected = tuple(got), tuple(expected)
         assert ek.correct(question, got), (question.operation, expected, got)
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("mixed_currency", "incompatible units"),
+    ("tampered_quote", "quote not found"),
+    ("two_dates", "more than one date"),
+])
+def test_fail_closed_cases_answer_errors_through_the_real_host(trove_host, case, fragment):
+    import sqlite3
+    trove_host.server.responder = lambda body: "Noted."
+    agent = hk.make_agent()
+    notes = ["The hotel cost $420.", "The museum pass was 30 EUR.",
+             "I flew out on 2026-02-01 and back on 2026-02-09."]
+    history = hk.run_turns(agent, notes)[-1]["messages"]
+    db = sqlite3.connect(trove_host.hermes_home / "trove.db")
+    ids = dict(db.execute("SELECT content, store_id FROM messages WHERE role = 'user'"))
+    db.close()
+    ref = {text: {"store_id": ids[text], "start": 0, "end": len(text), "quote": text}
+           for text in notes}
+    hotel, museum, flight = (ref[t] for t in notes)
+    operation, inputs = {
+        "mixed_currency": ("sum", [hotel, museum]),
+        "tampered_quote": ("sum", [dict(hotel, quote="The hotel cost $240.")]),
+        "two_dates": ("date_diff", [flight, flight]),
+    }[case]
+    trove_host.server.responder = hk.tool_then_text(
+        "trove_compute", {"operation": operation, "inputs": inputs}, "I cannot compute that.")
+    final = hk.run_turns(agent, ["Question: compute it"], history=history)[0]
+    result = json.loads([m for m in final["messages"] if m.get("role") == "tool"][-1]["content"])
+    assert fragment in result["error"] and "result" not in result and "trace" not in result
