@@ -8,7 +8,9 @@ ref ``{store_id, start, end, quote}``. Extraction runs at compaction time over
 the messages not yet read: through the host's auxiliary model when one is
 reachable (every quote it returns must occur exactly once in its message, or
 the assertion is dropped), else with a deterministic extractor for plain
-first-person patterns ("my X is Y", "I prefer", "remind me to", "we decided").
+first-person patterns ("my X is Y", "I prefer", "remind me to", "we decided"). The
+model reads at most MODEL_MAX_CALLS chunks per pass; rows past them, and every row
+when the model fails, are read by the patterns, so the scan never falls behind.
 Nothing is ever overwritten: a changed fact is a second row, so conflicts stay
 visible and ``as_of`` can answer what was true then.
 """
@@ -30,7 +32,8 @@ from .values import find_dates
 
 KINDS = ("fact", "preference", "recommendation", "commitment", "action", "status")
 SCAN_BATCH = 500            # messages read per extraction pass
-MODEL_CHUNK_CHARS = 6000    # text sent to the model in one call
+MODEL_CHUNK_CHARS = 12000   # text sent to the model in one call
+MODEL_MESSAGE_CHARS = 1500  # of each message
 MODEL_MAX_CALLS = 2         # model calls per compaction; the rest waits for the next one
 _END = r"(?=[.!?;\n]|$)"
 PATTERNS: list[tuple[str, str, re.Pattern, Callable[[re.Match], tuple[str, str]]]] = [
@@ -111,7 +114,8 @@ def from_model(rows: Sequence[dict], llm_call: Callable[[str, str | None, float]
                model: str | None, timeout_s: float) -> list[Assertion]:
     """Assertions the model proposes; each kept only if its quote verifies in its message."""
     by_id = {r["store_id"]: r for r in rows}
-    listing = "\n\n".join(f"[{r['store_id']} {r['role']}]\n{refs_mod.ref_text(r)}" for r in rows)
+    listing = "\n\n".join(f"[{r['store_id']} {r['role']}]\n"
+                           f"{refs_mod.ref_text(r)[:MODEL_MESSAGE_CHARS]}" for r in rows)
     answer = llm_call(MODEL_PROMPT.format(messages=listing), model, timeout_s)
     start, end = answer.find("["), answer.rfind("]")
     items = json.loads(answer[start:end + 1]) if 0 <= start < end else []
@@ -151,37 +155,41 @@ def extract_pending(store: Store, session_id: str, upto_store_id: int, *,
     if not rows:
         return 0
     readable = [r for r in rows if r["role"] in ("user", "assistant") and refs_mod.ref_text(r)]
-    found: list[Assertion] = []
     done = rows[-1]["store_id"]
+    found: list[Assertion] = []
+    read_by_model = 0
     if llm_call is not None and readable:
         try:
-            found, done = _model_pass(readable, llm_call, model, timeout_s, done)
+            found, read_by_model = _model_pass(readable, llm_call, model, timeout_s)
         except Exception:
-            found, done = [], rows[-1]["store_id"]
-    if not found:
-        found = [a for r in readable for a in deterministic(r)]
+            found, read_by_model = [], 0   # no model answer: the patterns read these rows
+    found += [a for r in readable if r["store_id"] > read_by_model for a in deterministic(r)]
     return save(db, session_id, found, done)
 
 
-def _model_pass(rows: list[dict], llm_call: Callable, model: str | None, timeout_s: float,
-                last: int) -> tuple[list[Assertion], int]:
-    """Model extraction over at most MODEL_MAX_CALLS chunks; the store_id read up to."""
+def _model_pass(rows: list[dict], llm_call: Callable, model: str | None,
+                timeout_s: float) -> tuple[list[Assertion], int]:
+    """Model extraction over at most MODEL_MAX_CALLS chunks; the last store_id it read.
+
+    Each message is shown up to MODEL_MESSAGE_CHARS (a quote beyond that is
+    not found by the model); rows past the last chunk are left to the patterns.
+    """
     found: list[Assertion] = []
     chunk: list[dict] = []
-    size, calls = 0, 0
-    for row in rows + [None]:
-        text = refs_mod.ref_text(row) if row else ""
-        if row is None or (chunk and size + len(text) > MODEL_CHUNK_CHARS):
+    size, calls, read = 0, 0, 0
+    for row in rows:
+        text = min(len(refs_mod.ref_text(row)), MODEL_MESSAGE_CHARS)
+        if chunk and size + text > MODEL_CHUNK_CHARS:
+            found += from_model(chunk, llm_call, model, timeout_s)
+            calls, read, chunk, size = calls + 1, chunk[-1]["store_id"], [], 0
             if calls == MODEL_MAX_CALLS:
-                return found, chunk[0]["store_id"] - 1
-            if chunk:
-                found += from_model(chunk, llm_call, model, timeout_s)
-                calls += 1
-            chunk, size = [], 0
-        if row is not None:
-            chunk.append(row)
-            size += min(len(text), MODEL_CHUNK_CHARS)
-    return found, last
+                return found, read
+        chunk.append(row)
+        size += text
+    if chunk:
+        found += from_model(chunk, llm_call, model, timeout_s)
+        read = chunk[-1]["store_id"]
+    return found, read
 
 
 def save(db: Database, session_id: str, found: Sequence[Assertion], done: int) -> int:

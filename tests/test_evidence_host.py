@@ -118,3 +118,43 @@ def test_fail_closed_cases_answer_errors_through_the_real_host(trove_host, case,
     final = hk.run_turns(agent, ["Question: compute it"], history=history)[0]
     result = json.loads([m for m in final["messages"] if m.get("role") == "tool"][-1]["content"])
     assert fragment in result["error"] and "result" not in result and "trace" not in result
+
+
+def test_assertions_are_extracted_by_the_hosts_auxiliary_model_at_compaction(tmp_path, fake_llm):
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"assertions_enabled": True}})
+    extraction_prompts = []
+
+    def responder(body):
+        text = json.dumps(body.get("messages", []))
+        if not hk.is_main_request(body):
+            if "Extract assertions" not in text:
+                return hk.Reply(text="- summary: notes about where the user lives.")
+            prompt = body["messages"][-1]["content"]
+            extraction_prompts.append(prompt)
+            found = re.findall(r"\[(\d+) user\]\n(My address is (?:now )?([^.]+)\.)", prompt)
+            return hk.Reply(text=json.dumps([
+                {"id": int(i), "kind": "fact", "subject": "address", "value": value,
+                 "quote": quote} for i, quote, value in found]))
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            return hk.Reply(text="Checked.")
+        if "where do I live" in _text(messages[-1]):
+            return hk.ToolCall("trove_query_state", {"subject": "address"})
+        return hk.Reply(text=FILLER)
+
+    with hk.host_env(home):
+        fake_llm.responder = responder
+        agent = hk.make_agent()
+        notes = (["My address is 12 Rua Augusta."] + [f"Chore {i}." for i in range(12)]
+                 + ["My address is now 7 Avenida da Liberdade."]
+                 + [f"Errand {i}." for i in range(22)])
+        history = hk.run_turns(agent, notes)[-1]["messages"]
+        assert hk.live_engine(agent).compression_count >= 1 and extraction_prompts
+        final = hk.run_turns(agent, ["Remind me: where do I live now?"], history=history)[0]
+    answer = json.loads([m for m in final["messages"] if m.get("role") == "tool"][-1]["content"])
+    [address] = answer["assertions"]
+    assert address["current"]["value"] == "7 Avenida da Liberdade"
+    assert address["current"]["extractor"] == "model"
+    assert address["conflict"] and address["earlier"][0]["value"] == "12 Rua Augusta"
+    assert address["earlier"][0]["ref"]["quote"] == "My address is 12 Rua Augusta."
