@@ -326,3 +326,24 @@ def test_unbound_and_bad_arguments_are_clear(env, life):
                                     inputs=[{}])["error"]
     assert "proposal must be" in call(env.ctx(), "trove_compile_evidence",
                                       proposal=json.dumps({"x": 1}))["error"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_generated_worlds_are_answered_exactly_through_the_dispatcher(tmp_path, seed):
+    """The bench's worlds (relative dates on), a few seeds: grep -> pack -> compute."""
+    import evidencekit as ek
+    world = ek.make_world(seed)
+    env = Env(tmp_path)
+    try:
+        for message in world.messages:
+            env.store.ensure_session(message.session, source="cli")
+            env.ingest(message.session, [{"role": "user", "content": message.text}],
+                       at=message.at)
+
+        def tool(name, args):
+            return call(env.ctx("s0"), name, **args)
+        for question in world.questions:
+            got = ek.answer(question, tool, {"session_scope": "all"})
+            assert ek.correct(question, got), (question.operation, question.expected, got)
+    finally:
+        env.db.close()

@@ -139,3 +139,24 @@ def test_retrieve_is_bounded_and_off_by_default(tmp_path):
     assert two["slots"][0]["filled"] is False     # two dates: cannot fill a date slot
     assert "error" in tool(engine, "trove_retrieve", question="q", slots=[{"type": "mood"}])
     assert "not found" in tool(engine, "trove_retrieve", view_id=999)["error"]
+
+
+def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path):
+    engine = make_engine(tmp_path, assertions_enabled="true")
+    texts = [f"My locker code is {i}. " + "padding " * 300 for i in range(30)]
+    ids = engine.store.ingest(engine.canonical_id, [{"role": "user", "content": t}
+                                                    for t in texts]).store_ids
+    calls = []
+
+    def llm(prompt, model, timeout):
+        calls.append(prompt)
+        return "[]"      # the model finds nothing: that is an answer, not a failure
+    stored = assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
+                                        llm_call=llm)
+    assert len(calls) == assertions.MODEL_MAX_CALLS
+    read = sum(p.count(" user]") for p in calls)
+    assert 0 < read < len(texts) and stored == len(texts) - read
+    rows = assertions.query(engine.store.db, None, subject=None, kind=None, as_of=None)
+    assert {r["store_id"] for r in rows} == set(ids[read:])
+    assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
+                                      llm_call=llm) == 0       # the scan mark moved past all
