@@ -130,8 +130,11 @@ def _resolve(kind: str, m: re.Match, said: float | None) -> EventDate | None:
         raise ValueError(f"relative date {text!r} needs the message time, which is unknown")
     base = utc_day(said)
     if kind in ("month_day", "day_month"):
-        month, day = (MONTHS[g[0].lower()], int(g[1])) if kind == "month_day" \
-            else (MONTHS[g[1].lower()], int(g[0]))
+        word = g[0] if kind == "month_day" else g[1]
+        if word.lower() == "may" and not re.search(r"\d(?:st|nd|rd|th)|\bthe\b|^May", text):
+            return None   # "option 4 may help": the verb, not the month
+        month, day = (MONTHS[word.lower()], int(g[1])) if kind == "month_day" \
+            else (MONTHS[word.lower()], int(g[0]))
         try:
             candidate = date(base.year, month, day)
             if candidate > base:

@@ -261,6 +261,12 @@ def test_relative_and_absolute_dates(quote, expected):
     assert values.one_date(quote, MAR5).day.isoformat() == expected
 
 
+def test_may_the_verb_is_not_a_date():
+    assert values.find_dates("Option 4 may help, and it may 2x the speed.", MAR5) == []
+    assert values.one_date("We met on May 4.", MAR5).day.isoformat() == "2025-05-04"
+    assert values.one_date("the 4th of may", MAR5).day.isoformat() == "2025-05-04"
+
+
 @pytest.mark.parametrize("quote, fragment", [
     ("03/04/2026", "ambiguous"), ("last week", "period"), ("no date here", "no date"),
     ("2026-02-30", "not a real"), ("on 2026-01-01 and 2026-01-02", "more than one"),
@@ -347,3 +353,15 @@ def test_generated_worlds_are_answered_exactly_through_the_dispatcher(tmp_path, 
             assert ek.correct(question, got), (question.operation, question.expected, got)
     finally:
         env.db.close()
+
+
+@given(cents=st.integers(0, 10**9), form=st.sampled_from(
+    ["${:,.2f}", "{:,.2f} USD", "USD {:,.2f}", "€{:,.2f}", "{:,.2f} euros", "£{:,.2f}"]),
+    words=st.sampled_from(["It cost {}.", "{} in total", "paid {} for it"]))
+def test_written_amounts_parse_back_exactly(cents, form, words):
+    text = form.format(cents / 100)
+    amount = values.one_amount(words.format(text))
+    assert round(amount.value * 100) == cents and amount.text == text
+    code = {"$": "USD", "€": "EUR", "£": "GBP"}.get(form[0]) or ("EUR" if "euro" in form
+                                                                  else "USD")
+    assert amount.unit.dimension == f"currency:{code}"
