@@ -211,6 +211,18 @@ def save(db: Database, session_id: str, found: Sequence[Assertion], done: int) -
     return stored
 
 
+def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
+    """Remove deleted sessions' assertions and scan marks inside the caller's transaction,
+    so no copied quote outlives the messages it was taken from."""
+    ids = list(dict.fromkeys(session_ids))
+    if not ids:
+        return {"evidence_assertions": 0}
+    marks = ",".join("?" * len(ids))
+    gone = conn.execute(f"DELETE FROM evidence_assertions WHERE session_id IN ({marks})", ids)
+    conn.execute(f"DELETE FROM evidence_scan WHERE session_id IN ({marks})", ids)
+    return {"evidence_assertions": gone.rowcount}
+
+
 # ---------------------------------------------------------------- query
 def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | None,
           kind: str | None, as_of: float | None, limit: int = 200) -> list[dict]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..storage.database import Database
 from . import compute as compute_mod
@@ -106,6 +106,17 @@ def store_view(db: Database, session_id: str, body: dict) -> int:
             (session_id, body["question"], json.dumps(body, ensure_ascii=False),
              body["trace_hash"], time.time()))
         return int(cursor.lastrowid)
+
+
+def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
+    """Remove deleted sessions' evidence views inside the caller's transaction (their
+    quotes are copies of the deleted messages)."""
+    ids = list(dict.fromkeys(session_ids))
+    if not ids:
+        return {"evidence_views": 0}
+    marks = ",".join("?" * len(ids))
+    gone = conn.execute(f"DELETE FROM evidence_views WHERE session_id IN ({marks})", ids)
+    return {"evidence_views": gone.rowcount}
 
 
 def load_view(db: Database, view_id: int, session_ids: tuple[str, ...] | None) -> dict:

@@ -160,3 +160,22 @@ def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path)
     assert {r["store_id"] for r in rows} == set(ids[read:])
     assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
                                       llm_call=llm) == 0       # the scan mark moved past all
+
+
+def test_deleting_sessions_removes_their_assertions_and_views(tmp_path):
+    from hermes_trove.evidence import retrieve
+    engine = make_engine(tmp_path, assertions_enabled="true", retrieve_enabled="true")
+    run(engine)
+    tool(engine, "trove_retrieve", question="q", slots=[{"type": "item", "query": "address"}])
+    session = engine.canonical_id
+    with engine.store.db.reading() as conn:
+        assert conn.execute("SELECT count(*) FROM evidence_assertions").fetchone()[0] > 0
+    with engine.store.db.transaction() as conn:
+        removed = assertions.delete_sessions_in(conn, [session])
+        removed.update(retrieve.delete_sessions_in(conn, [session]))
+        engine.dag.delete_session_nodes_in(conn, [session])
+        engine.store.delete_sessions_in(conn, [session])
+    assert removed["evidence_assertions"] >= 4 and removed["evidence_views"] == 1
+    with engine.store.db.reading() as conn:
+        for table in ("evidence_assertions", "evidence_views", "evidence_scan"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
