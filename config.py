@@ -191,6 +191,11 @@ class TroveConfig:
     summary_prefix_target_tokens: int = _int(
         0, "With the full sweep: the frontier size above which it condenses "
         "(0 = one leaf chunk, TROVE_LEAF_CHUNK_TOKENS).", low=0)
+    assertions_enabled: bool = _bool(
+        False, "Extract assertions (facts, preferences, commitments...) with exact refs at "
+        "compaction time, for trove_query_state.")
+    retrieve_enabled: bool = _bool(
+        False, "Let trove_retrieve gather evidence and store its evidence view and trace.")
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(

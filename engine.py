@@ -34,6 +34,7 @@ from .compaction.message_memo import MessageMemo
 from .storage.payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
 from .compaction.summarize import CircuitBreaker, Summarizer
+from .evidence import assertions
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
     from agent.context_engine import ContextEngine
@@ -547,6 +548,7 @@ class TroveEngine(SessionBinding, ContextEngine):
                                         may_defer=max_count == cfg.fresh_tail_count)
                 keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
                 self._collect_transcript_garbage([r[0] for r in backlog if r[0] not in raw])
+                self._extract_assertions(session, max((r[0] or 0) for r in backlog))
             if swept is None or swept.should_condense(
                     self.dag.frontier(session), lambda n: n["token_count"],
                     target_tokens=cfg.summary_prefix_target_tokens,
@@ -585,6 +587,19 @@ class TroveEngine(SessionBinding, ContextEngine):
                             omitted=omitted, started=started,
                             tail_ids=[sid for _, sid in live],
                             shown_max=max((s for s in store_ids if s is not None), default=0))
+
+    def _extract_assertions(self, session: str, upto_store_id: int) -> None:
+        """Opt-in (TROVE_ASSERTIONS_ENABLED): read assertions out of what was just compacted;
+        a failure is logged and never stops the compaction."""
+        if not self.config.assertions_enabled:
+            return
+        try:
+            assertions.extract_pending(self.store, session, upto_store_id,
+                                       llm_call=self.llm_call("compression"),
+                                       model=self.config.summary_model or None,
+                                       timeout_s=self.config.summary_timeout_ms / 1000)
+        except Exception:
+            log.exception("hermes-trove: assertion extraction failed")
 
     def _collect_transcript_garbage(self, store_ids: list[int]) -> int:
         """Transcript GC (opt-in): summarized tool rows whose exact text is already safe

@@ -30,7 +30,12 @@ _TIME = {
     "type": "string",
     "description": "ISO-8601 UTC time or date (e.g. 2026-11-28T09:00), or Unix seconds.",
 }
-_EXACT_REF = {"type": "boolean", "description": "Add each message's exact_ref (hash, size)."}
+_EXACT_REF = {"type": "boolean",
+              "description": "Add exact_ref {store_id, start, end, quote} to each message."}
+_REFS = {"type": "array", "items": {"type": "object"},
+         "description": "[{store_id, start, end, quote, value?}]"}
+_COMPUTATION = {"type": "object", "description": "trove_compute args"}
+_SCOPE_SHORT = {"type": "string", "enum": ["current", "session", "all"]}
 
 
 def _params(properties: dict, required: tuple[str, ...] = ()) -> dict:
@@ -60,6 +65,7 @@ TOOL_SCHEMAS: list[dict] = [
             "explain": {"type": "boolean", "description": "Add per-hit score parts."},
             "include_current_turn": {"type": "boolean",
                                      "description": "Also match the current turn's own messages."},
+            "include_exact_ref": _EXACT_REF,
         }, ("query",)),
     },
     {
@@ -162,6 +168,69 @@ TOOL_SCHEMAS: list[dict] = [
                         "databases."),
         "parameters": _params({"full": {"type": "boolean"}}),
     },
+    {
+        "name": "trove_evidence_pack",
+        "description": ("Verify exact refs: each quote with said_at (message time) and "
+                        "happened (the date it states, with the rule); optional computation."),
+        "parameters": _params({
+            "refs": _REFS,
+            "offset": {"type": "integer"},
+            "limit": {"type": "integer"},
+            "computation": _COMPUTATION,
+            "session_scope": _SCOPE_SHORT,
+            "session_id": {"type": "string"},
+        }, ("refs",)),
+    },
+    {
+        "name": "trove_compute",
+        "description": ("Exact date/count/sum arithmetic over exact refs; never do it "
+                        "yourself. Fails on ambiguity; returns result and hashed trace."),
+        "parameters": _params({
+            "operation": {"type": "string", "enum": ["date_diff", "count_distinct", "sum",
+                                                     "difference", "order", "latest"]},
+            "inputs": _REFS,
+            "unit": {"type": "string", "description": "days|weeks|months or a unit"},
+            "absolute": {"type": "boolean"},
+            "session_scope": _SCOPE_SHORT,
+            "session_id": {"type": "string"},
+        }, ("operation", "inputs")),
+    },
+    {
+        "name": "trove_compile_evidence",
+        "description": ("Check an answer's claims against their refs: supported or not; "
+                        "sufficient, insufficient or conflicting."),
+        "parameters": _params({
+            "proposal": {"type": "object",
+                         "description": "{question, claims: [{text, refs}], computation?}"},
+            "session_scope": _SCOPE_SHORT,
+            "session_id": {"type": "string"},
+        }, ("proposal",)),
+    },
+    {
+        "name": "trove_query_state",
+        "description": ("Stated facts, preferences, commitments... with exact refs: current "
+                        "value, earlier values, conflicts; as_of = what was true then."),
+        "parameters": _params({
+            "subject": {"type": "string"},
+            "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
+                                                "commitment", "action", "status"]},
+            "as_of": {"type": "string", "description": "ISO date/time"},
+            "session_scope": _SCOPE_SHORT,
+            "session_id": {"type": "string"},
+        }),
+    },
+    {
+        "name": "trove_retrieve",
+        "description": ("Fill typed evidence slots with exact refs (at most 3 searches), "
+                        "optionally compute; stores the view (view_id) for later turns."),
+        "parameters": _params({
+            "question": {"type": "string"},
+            "slots": {"type": "array", "items": {"type": "object"},
+                      "description": "[{name, type: date|amount|place|person|item, query}]"},
+            "computation": _COMPUTATION,
+            "view_id": {"type": "integer", "description": "Reread a stored view"},
+        }),
+    },
 ]
 
 SCHEMAS_BY_NAME: dict[str, dict] = {schema["name"]: schema for schema in TOOL_SCHEMAS}
@@ -181,6 +250,7 @@ COUNT_LIMITS = {
     ("trove_load_session", "limit"): (50, 200),
     ("trove_expand", "source_limit"): (20, 100),
     ("trove_expand_query", "max_results"): (5, 20),
+    ("trove_evidence_pack", "limit"): (10, 50),
 }
 TIME_ARGUMENTS = frozenset({"time_from", "time_to"})
 MAX_INTEGER = 2**63 - 1
@@ -217,6 +287,14 @@ def _coerce(key: str, value: Any, spec: dict) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
         raise ArgumentError(f"{key} must be true or false")
+    if kind == "object":
+        if not isinstance(value, dict):
+            raise ArgumentError(f"{key} must be an object")
+        return value            # its fields are checked by the handler
+    if kind == "array" and spec["items"]["type"] == "object":
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise ArgumentError(f"{key} must be a list of objects")
+        return value
     if kind == "array":
         if not isinstance(value, list):
             raise ArgumentError(f"{key} must be a list of integers")

@@ -21,7 +21,6 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +28,7 @@ from .storage import codec
 from .storage.owners import Owners
 from .recall import externalized, query_plan, search
 from .diagnostics import health
+from .evidence import handlers as evidence_handlers, refs as evidence_refs
 from .storage.payloads import refs_in
 from .config import TroveConfig
 from .dag import Dag
@@ -134,12 +134,7 @@ def _as_dict(args: Any) -> dict:
 
 
 # ---------------------------------------------------------------- scope
-def iso(ts: float | None) -> str | None:
-    """Unix seconds as an ISO-8601 UTC string (None stays None)."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace(
-        "+00:00", "Z")
+iso = evidence_refs.iso
 
 
 def bound_session(ctx: ToolContext) -> str | None:
@@ -249,6 +244,8 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     """
     item = {"kind": "message", "store_id": row["store_id"], "role": row["role"],
             "time": iso(_row_time(row)), "content_format": row["content_format"]}
+    if exact_ref:   # the ref's quote repeats the content piece: halve the piece
+        budget = max(1, budget // 2)
     if row["session_id"] != access.current:
         item["session_id"] = row["session_id"]
     content = row["content"] if row["content_format"] in ("text", "json") else None
@@ -279,11 +276,12 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     item["has_more"] = more
     if more:
         item["expand"] = continuation(item)
-    if exact_ref:
-        item["exact_ref"] = {"store_id": row["store_id"], "content_hash": row["content_hash"],
-                             "content_format": row["content_format"],
-                             "content_chars": len(content or ""),
-                             "tool_calls_chars": len(calls or "")}
+    if exact_ref:   # the shown content piece as an exact ref (quote == content[start:end])
+        start = content_offset if content is not None else 0
+        item["exact_ref"] = {**evidence_refs.make_ref(row, start, start + len(item.get(
+            "content") or "")), "content_hash": row["content_hash"],
+            "content_format": row["content_format"], "content_chars": len(content or ""),
+            "tool_calls_chars": len(calls or "")}
     return item
 
 
@@ -415,6 +413,11 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     payload["has_more"] = len(fused) > limit
     if content_scope == "both":
         payload["externalized_results"] = _payload_hits(ctx, access, plan, limit)
+    if params.get("include_exact_ref"):
+        for item in payload["results"]:
+            if item["kind"] == "message":
+                item["exact_ref"] = evidence_refs.best_sentence_ref(
+                    hits[("m", item["store_id"])].row, plan)
     if explain:
         payload["stages"] = stages
     if notes + found_notes:
@@ -836,6 +839,30 @@ def tool_doctor(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     return report, Shape(items="checks", on_trim=_mark_more, texts=("detail",))
 
 
+# ---------------------------------------------------------------- evidence tools
+def _evidence_tool(name: str) -> Callable[[dict, ToolContext, int], tuple[dict, Shape]]:
+    """The handler of one evidence tool, given the scope this call may read (via Access)."""
+    def handler(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
+        current = bound_session(ctx)
+        if not current:
+            return _unbound(name, "items")
+        access, cache = Access(ctx, params, current), {}
+
+        def load(store_id: int) -> dict:
+            if store_id not in cache:
+                cache[store_id] = _load_message(ctx, access, store_id)
+            return cache[store_id]
+
+        def grep(query: str) -> list[dict]:
+            found = json.loads(dispatch("trove_grep", {"query": query, "limit": 10,
+                                                       "include_exact_ref": True}, ctx))
+            return [h["exact_ref"] for h in found.get("results", []) if h.get("exact_ref")]
+
+        scope = evidence_handlers.Scope(current, access.search_sessions(), load, grep)
+        return evidence_handlers.HANDLERS[name](params, ctx, cap, scope)
+    return handler
+
+
 HANDLERS: dict[str, Callable[[dict, ToolContext, int], tuple[dict, Shape]]] = {
     "trove_grep": tool_grep,
     "trove_expand": tool_expand,
@@ -847,4 +874,5 @@ HANDLERS: dict[str, Callable[[dict, ToolContext, int], tuple[dict, Shape]]] = {
     "trove_status": tool_status,
     "trove_inspect": tool_inspect,
     "trove_doctor": tool_doctor,
+    **{name: _evidence_tool(name) for name in evidence_handlers.HANDLERS},
 }

@@ -19,3 +19,4 @@ run open_time bench/open_time.py 1000000
 run compaction bench/compaction.py
 run recall_vs_builtin bench/recall_vs_builtin.py
 run prepare bench/prepare.py
+run evidence bench/evidence.py 100

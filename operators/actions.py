@@ -34,6 +34,7 @@ from ..storage.owners import Owners
 from ..storage.migrations import SchemaTooNewError
 from ..ingest.policy import policy_for
 from ..ingest.noise import IGNORED, MessageFilter, SessionFilter
+from ..evidence import assertions, retrieve as evidence_views
 from ..store import UNKNOWN_SOURCE, Store, decode_row
 
 LAST_BACKUP_KEY = "last_backup_path"
@@ -323,6 +324,8 @@ def clean_apply(target: Target, now: float | None = None,
             removed = target.dag.delete_session_nodes_in(conn, ids)
             removed.update(target.store.delete_sessions_in(conn, ids))
             removed["owner_rows"] = Owners.delete_in(conn, ids)
+            removed.update(assertions.delete_sessions_in(conn, ids))
+            removed.update(evidence_views.delete_sessions_in(conn, ids))
     except sqlite3.IntegrityError as exc:
         raise OperatorError(f"nothing was removed: another session came to depend on a "
                             f"candidate while cleaning ({exc}); run the scan again") from None

@@ -314,3 +314,51 @@ def m004_prepared_summaries(conn: sqlite3.Connection) -> None:
         PRIMARY KEY (session_id, first_store_id)
     ) WITHOUT ROWID;
     """)
+
+
+@migration(5)
+def m005_evidence_sidecars(conn: sqlite3.Connection) -> None:
+    """Opt-in evidence state: extracted assertions and stored evidence views.
+
+    ``evidence_assertions`` holds one row per assertion (fact, preference,
+    recommendation, commitment, action, status) with its subject, value, the
+    time it became valid and its exact ref (store_id, start, end, quote) into
+    ``messages``; written only when TROVE_ASSERTIONS_ENABLED is on.
+    ``evidence_views`` keeps what one trove_retrieve turn gathered (question,
+    slots, refs, trace and its hash) so a later turn can cite it; written only
+    when TROVE_RETRIEVE_ENABLED is on. ``evidence_scan`` remembers, per
+    session, the highest store_id already read by the extractor.
+    """
+    run_script(conn, """
+    CREATE TABLE evidence_assertions (
+        assertion_id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        subject_key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        valid_from REAL,
+        store_id INTEGER NOT NULL,
+        start INTEGER NOT NULL,
+        end INTEGER NOT NULL,
+        quote TEXT NOT NULL,
+        extractor TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (store_id, start, end, kind, subject_key)
+    );
+    CREATE INDEX evidence_assertions_subject ON evidence_assertions(subject_key, valid_from);
+    CREATE INDEX evidence_assertions_session ON evidence_assertions(session_id, valid_from);
+    CREATE TABLE evidence_scan (
+        session_id TEXT PRIMARY KEY,
+        last_store_id INTEGER NOT NULL
+    );
+    CREATE TABLE evidence_views (
+        view_id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        question TEXT NOT NULL,
+        body TEXT NOT NULL,
+        trace_hash TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX evidence_views_session ON evidence_views(session_id, created_at);
+    """)

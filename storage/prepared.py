@@ -1,4 +1,4 @@
-"""SQL of the background-prepared summaries table (``prep_summaries``, migration 3).
+"""SQL of the background-prepared summaries table (``prep_summaries``, migration 4).
 
 A worker *claims* a chunk (its first store_id in a session) with a lease, then
 *fills* it with a summary; compaction *takes* a ready one whose sources are

@@ -67,6 +67,8 @@ SETTINGS_TABLE = [
     ("TROVE_BACKGROUND_PREPARE_SHARE", 0.0, "0.8", 0.8, ["1.5", "-0.1", "most"]),
     ("TROVE_THRESHOLD_FULL_SWEEP_ENABLED", False, "yes", True, ["sometimes"]),
     ("TROVE_SUMMARY_PREFIX_TARGET_TOKENS", 0, "8000", 8000, ["-1", "big"]),
+    ("TROVE_ASSERTIONS_ENABLED", False, "on", True, ["maybe"]),
+    ("TROVE_RETRIEVE_ENABLED", False, "yes", True, ["2"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]

@@ -1,0 +1,110 @@
+"""The five evidence tools' handlers, called by ``tools.dispatch`` through one adapter.
+
+``tools.py`` owns scope: it builds a ``Scope`` for each call from
+``tools.Access`` (the sessions a call may read, a ``load(store_id)`` that
+refuses a message outside them, and a ``grep`` that runs trove_grep with exact
+refs), so no handler here decides on its own what may be read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..schemas import ArgumentError, Shape, clamp, offset_arg, parse_time
+from . import assertions, compute, pack, retrieve
+from .refs import iso
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one evidence call may read, decided by the tool layer."""
+
+    current: str
+    sessions: tuple[str, ...] | None        # searched sessions (None = all)
+    load: Callable[[int], dict]             # a message by store_id, within scope (raises)
+    grep: Callable[[str], list[dict]]       # exact refs of trove_grep hits for a query
+
+
+def _mark_more(payload: dict, kept: int) -> None:
+    payload["has_more"] = True
+
+
+def evidence_pack(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
+    """Verify and hydrate a page of exact refs (see ``evidence.pack``)."""
+    payload: dict = {}
+    limit = clamp("trove_evidence_pack", "limit", params, payload)
+    offset = offset_arg(params, "offset")
+    try:
+        payload.update(pack.evidence_pack(params["refs"], scope.load, offset=offset,
+                                          limit=min(limit, max(1, cap // 150)),
+                                          computation=params.get("computation")))
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        trimmed["has_more"], trimmed["next_offset"] = True, offset + kept
+
+    return payload, Shape(items="items", on_trim=on_trim, texts=("before", "after"),
+                          optional=("computation",))
+
+
+def compute_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
+    """Exact arithmetic over verified refs with a hashed trace (see ``evidence.compute``)."""
+    try:
+        return compute.compute(params["operation"], params["inputs"], scope.load,
+                               unit=params.get("unit"),
+                               absolute=bool(params.get("absolute"))), Shape()
+    except compute.ComputeError as exc:
+        raise ArgumentError(f"{exc} (nothing was computed)") from None
+
+
+def compile_evidence(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
+    """Check a proposal's claims and refs; report sufficiency (see ``evidence.pack``)."""
+    try:
+        brief = pack.compile_evidence(params["proposal"], scope.load)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    return brief, Shape(items="claims", on_trim=_mark_more, optional=("computation",))
+
+
+def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
+    """Assertions with exact refs: current values, earlier ones, conflicts (opt-in sidecar)."""
+    if not ctx.config.assertions_enabled:
+        return {"enabled": False, "assertions": [], "note": "assertion extraction is off "
+                "(TROVE_ASSERTIONS_ENABLED=true turns it on; it runs at compaction time)"}, Shape()
+    try:
+        as_of = parse_time(params["as_of"]) if "as_of" in params else None
+    except ValueError as exc:
+        raise ArgumentError(f"as_of: {exc}") from None
+    rows = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
+                            kind=params.get("kind"), as_of=as_of)
+    return {"as_of": iso(as_of), **assertions.state(rows, iso)}, \
+        Shape(items="assertions", on_trim=_mark_more)
+
+
+def retrieve_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
+    """A bounded evidence controller for one answer (opt-in; see ``evidence.retrieve``)."""
+    if not ctx.config.retrieve_enabled:
+        return {"enabled": False, "slots": [], "note": "trove_retrieve is off "
+                "(TROVE_RETRIEVE_ENABLED=true turns it on); use trove_grep with "
+                "include_exact_ref, then trove_evidence_pack / trove_compute"}, Shape()
+    try:
+        if "view_id" in params:
+            return retrieve.load_view(ctx.store.db, params["view_id"], (scope.current,)), \
+                Shape(items="slots", on_trim=_mark_more)
+        return retrieve.retrieve(str(params.get("question", "")), params.get("slots"),
+                                 scope.grep, scope.load, ctx.store.db, scope.current,
+                                 params.get("computation")), \
+            Shape(items="slots", on_trim=_mark_more)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
+HANDLERS: dict[str, Callable[[dict, Any, int, Scope], tuple[dict, Shape]]] = {
+    "trove_evidence_pack": evidence_pack,
+    "trove_compute": compute_tool,
+    "trove_compile_evidence": compile_evidence,
+    "trove_query_state": query_state,
+    "trove_retrieve": retrieve_tool,
+}

@@ -1,0 +1,367 @@
+"""Evidence tools: exact refs, evidence packs, verified computation, compiled briefs."""
+import json
+from datetime import date, datetime, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hermes_trove.evidence import compute, refs, values
+from test_tools import Env, call
+
+DAY = 86400.0
+MAR5 = datetime(2026, 3, 5, 12, tzinfo=timezone.utc).timestamp()    # a Thursday
+
+
+@pytest.fixture
+def env(tmp_path):
+    env = Env(tmp_path)
+    yield env
+    env.db.close()
+
+
+def said(env, session, text, at, role="user"):
+    """Store one message said at ``at``; its store_id."""
+    return env.ingest(session, [{"role": role, "content": text}], at=at)[0]
+
+
+def ref_to(env, store_id, quote, **extra):
+    text = env.store.get_message(store_id)["content"]
+    start = text.index(quote)
+    return {"store_id": store_id, "start": start, "end": start + len(quote), "quote": quote,
+            **extra}
+
+
+@pytest.fixture
+def life(env):
+    """Session A: a move, a first day, trip expenses, restaurants and a changing address."""
+    ids = {
+        "move": said(env, "A", "Big news: I moved to Lisbon on 2026-01-10. Boxes everywhere.",
+                     MAR5 - 50 * DAY),
+        "job": said(env, "A", "Started the new job last Tuesday, the team is nice.", MAR5),
+        "hotel": said(env, "A", "The hotel for the trip cost $420 for three nights.",
+                      MAR5 + DAY),
+        "train": said(env, "A", "Train tickets were $85.50 each way, so fine.", MAR5 + DAY),
+        "euro": said(env, "A", "The museum pass was 30 EUR.", MAR5 + 2 * DAY),
+        "two": said(env, "A", "I flew on 2026-02-01 and came back on 2026-02-09.",
+                    MAR5 + 2 * DAY),
+        "addr1": said(env, "A", "My address is 12 Rua Augusta.", MAR5 - 40 * DAY),
+        "addr2": said(env, "A", "My address is now 7 Avenida da Liberdade.", MAR5 + 3 * DAY),
+        "food1": said(env, "A", "We ate at Cervejaria Ramiro, amazing seafood.", MAR5 + DAY),
+        "food2": said(env, "A", "Lunch at Time Out Market again.", MAR5 + 2 * DAY),
+        "food3": said(env, "A", "Back at cervejaria ramiro for dinner.", MAR5 + 3 * DAY),
+        "other": said(env, "B", "Session B note: I paid $999 on 2026-02-02.", MAR5),
+    }
+    return ids
+
+
+# ---------------------------------------------------------------- exact refs
+def test_expand_and_load_session_refs_quote_the_exact_text(env, life):
+    out = call(env.ctx(), "trove_expand", store_id=life["job"], include_exact_ref=True)
+    ref = out["message"]["exact_ref"]
+    text = env.store.get_message(life["job"])["content"]
+    assert ref["quote"] == text[ref["start"]:ref["end"]] == out["message"]["content"]
+    page = call(env.ctx(), "trove_load_session", include_exact_ref=True)
+    for item in page["messages"]:
+        r = item["exact_ref"]
+        assert r["quote"] == env.store.get_message(r["store_id"])["content"][r["start"]:r["end"]]
+
+
+def test_a_paged_message_ref_covers_the_shown_piece(env):
+    sid = said(env, "A", "word " * 5000, MAR5)
+    out = call(env.ctx(), "trove_expand", store_id=sid, include_exact_ref=True,
+               content_offset=7)
+    ref, message = out["message"]["exact_ref"], out["message"]
+    assert ref["start"] == 7 and ref["quote"] == message["content"]
+    assert ref["quote"] == ("word " * 5000)[ref["start"]:ref["end"]]
+
+
+def test_grep_refs_quote_the_matching_sentence(env, life):
+    out = call(env.ctx(), "trove_grep", query="hotel trip cost", include_exact_ref=True)
+    hit = next(r for r in out["results"] if r.get("store_id") == life["hotel"])
+    assert hit["exact_ref"] == {"store_id": life["hotel"], "start": 0, "end": 50,
+                                "quote": "The hotel for the trip cost $420 for three nights."}
+    move = call(env.ctx(), "trove_grep", query="moved Lisbon", include_exact_ref=True)
+    ref = next(r["exact_ref"] for r in move["results"] if r.get("store_id") == life["move"])
+    assert ref["quote"] == "Big news: I moved to Lisbon on 2026-01-10."
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(min_size=1, max_size=300), data=st.data())
+def test_any_span_verifies_and_a_shifted_unique_quote_is_repaired(text, data):
+    row = {"store_id": 1, "content": text, "content_format": "text", "role": "user",
+           "session_id": "A", "created_at": MAR5, "message_at": None}
+    start = data.draw(st.integers(0, len(text) - 1))
+    end = data.draw(st.integers(start + 1, len(text)))
+    made = refs.make_ref(row, start, end)
+    assert made["quote"] == text[start:end]
+    ok = refs.verify(made, lambda i: row)
+    assert (ok.start, ok.end, ok.status) == (start, end, "verified")
+    shift = data.draw(st.integers(-20, 20).filter(bool))
+    moved = {**made, "start": max(0, start + shift), "end": max(0, end + shift)}
+    if text[moved["start"]:moved["end"]] == made["quote"]:
+        return
+    occurrences = sum(1 for i in range(len(text)) if text.startswith(made["quote"], i))
+    if occurrences == 1:
+        fixed = refs.verify(moved, lambda i: row)
+        assert fixed.status == "repaired" and text[fixed.start:fixed.end] == made["quote"]
+    else:
+        with pytest.raises(refs.RefError):
+            refs.verify(moved, lambda i: row)
+
+
+# ---------------------------------------------------------------- evidence pack
+def test_pack_keeps_said_and_happened_apart(env, life):
+    job = ref_to(env, life["job"], "Started the new job last Tuesday")
+    move = ref_to(env, life["move"], "I moved to Lisbon on 2026-01-10.")
+    out = call(env.ctx(), "trove_evidence_pack", refs=[move, job])
+    first, second = out["items"]
+    assert first["happened"]["date"] == "2026-01-10" and first["said_at"].startswith("2026-01-14")
+    assert second["said_at"].startswith("2026-03-05")
+    assert second["happened"] == {"date": "2026-03-03", "text": "last Tuesday", "rule":
+                                  "the latest such weekday strictly before the message day"}
+    assert out["verified"] == 2 and out["failed"] == 0
+
+
+def test_pack_repairs_only_unambiguous_offsets_and_reports_each_bad_ref(env, life):
+    good = ref_to(env, life["hotel"], "$420")
+    shifted = {**good, "start": good["start"] + 3, "end": good["end"] + 3}
+    tampered = {**ref_to(env, life["hotel"], "$420"), "quote": "$240"}
+    other = ref_to(env, life["other"], "$999")
+    dup = said(env, "A", "ok ok ok", MAR5)
+    ambiguous = {"store_id": dup, "start": 1, "end": 3, "quote": "ok"}
+    out = call(env.ctx(), "trove_evidence_pack", refs=[shifted, tampered, other, ambiguous])
+    fixed, bad, foreign, twice = out["items"]
+    assert fixed["ok"] and fixed["status"] == "repaired" and fixed["ref"] == good
+    assert not bad["ok"] and "not found" in bad["error"]
+    assert not foreign["ok"] and "another session" in foreign["error"]
+    assert not twice["ok"] and "3 times" in twice["error"]
+    allowed = call(env.ctx(), "trove_evidence_pack", refs=[other], session_id="B")
+    assert allowed["items"][0]["ok"] and allowed["items"][0]["amounts"][0]["value"] == 999
+
+
+def test_pack_pages_and_attaches_a_computation(env, life):
+    costs = [ref_to(env, life["hotel"], "$420"), ref_to(env, life["train"], "$85.50")]
+    out = call(env.ctx(), "trove_evidence_pack", refs=costs, limit=1,
+               computation={"operation": "sum"})
+    assert [i["index"] for i in out["items"]] == [0] and out["next_offset"] == 1
+    assert out["computation"]["ok"] and out["computation"]["result"]["value"] == 505.5
+    rest = call(env.ctx(), "trove_evidence_pack", refs=costs, offset=1)
+    assert [i["index"] for i in rest["items"]] == [1] and not rest["has_more"]
+
+
+# ---------------------------------------------------------------- compute
+def test_date_diff_days_weeks_months(env, life):
+    move = ref_to(env, life["move"], "I moved to Lisbon on 2026-01-10.")
+    job = ref_to(env, life["job"], "Started the new job last Tuesday")
+    out = call(env.ctx(), "trove_compute", operation="date_diff", inputs=[move, job])
+    assert out["result"]["value"] == 52 and out["trace_hash"].startswith("sha256:")
+    weeks = call(env.ctx(), "trove_compute", operation="date_diff", inputs=[move, job],
+                 unit="weeks")["result"]
+    assert (weeks["whole_weeks"], weeks["remaining_days"]) == (7, 3)
+    months = call(env.ctx(), "trove_compute", operation="date_diff", inputs=[job, move],
+                  unit="months", absolute=True)["result"]
+    assert (months["value"], months["remaining_days"]) == (1, 21)
+    backwards = call(env.ctx(), "trove_compute", operation="date_diff", inputs=[job, move])
+    assert backwards["result"]["value"] == -52
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("two_dates", "more than one date"),
+    ("mixed_currency", "incompatible units"),
+    ("other_session", "another session"),
+    ("tampered", "not found"),
+    ("no_amount", "no amount"),
+])
+def test_compute_fails_closed(env, life, case, fragment):
+    hotel, euro = ref_to(env, life["hotel"], "$420"), ref_to(env, life["euro"], "30 EUR")
+    inputs = {
+        "two_dates": ("date_diff", [ref_to(env, life["two"], "I flew on 2026-02-01 and came "
+                                           "back on 2026-02-09."),
+                                    ref_to(env, life["move"], "2026-01-10")]),
+        "mixed_currency": ("sum", [hotel, euro]),
+        "other_session": ("sum", [hotel, ref_to(env, life["other"], "$999")]),
+        "tampered": ("sum", [hotel, {**euro, "quote": "31 EUR"}]),
+        "no_amount": ("sum", [ref_to(env, life["food1"], "Cervejaria Ramiro")]),
+    }[case]
+    out = call(env.ctx(), "trove_compute", operation=inputs[0], inputs=inputs[1])
+    assert "error" in out and fragment in out["error"] and "result" not in out
+
+
+def test_the_value_the_model_read_picks_one_candidate_and_must_be_in_the_quote(env, life):
+    both = ref_to(env, life["two"], "I flew on 2026-02-01 and came back on 2026-02-09.")
+    out = call(env.ctx(), "trove_compute", operation="date_diff",
+               inputs=[{**both, "value": "2026-02-01"}, {**both, "value": "2026-02-09"}])
+    assert out["result"]["value"] == 8
+    wrong = call(env.ctx(), "trove_compute", operation="date_diff",
+                 inputs=[{**both, "value": "2026-02-03"}, {**both, "value": "2026-02-09"}])
+    assert "matches none" in wrong["error"]
+    lie = call(env.ctx(), "trove_compute", operation="sum",
+               inputs=[{**ref_to(env, life["hotel"], "$420 for three"), "value": "$500"}])
+    assert "does not match" in lie["error"]
+
+
+def test_sum_difference_count_order_latest(env, life):
+    hotel, train = ref_to(env, life["hotel"], "$420"), ref_to(env, life["train"], "$85.50")
+    total = call(env.ctx(), "trove_compute", operation="sum", inputs=[hotel, train])
+    assert total["result"] == {"value": 505.5, "unit": "USD", "count": 2}
+    assert total["trace"]["parsed"][1]["value"] == 85.5
+    diff = call(env.ctx(), "trove_compute", operation="difference", inputs=[hotel, train])
+    assert diff["result"]["value"] == -334.5
+    foods = [ref_to(env, life["food1"], "Cervejaria Ramiro", value="Cervejaria Ramiro"),
+             ref_to(env, life["food2"], "Time Out Market", value="Time Out Market"),
+             ref_to(env, life["food3"], "cervejaria ramiro", value="cervejaria ramiro")]
+    count = call(env.ctx(), "trove_compute", operation="count_distinct", inputs=foods)
+    assert count["result"]["value"] == 2
+    addresses = [ref_to(env, life["addr2"], "My address is now 7 Avenida da Liberdade."),
+                 ref_to(env, life["addr1"], "My address is 12 Rua Augusta.")]
+    latest = call(env.ctx(), "trove_compute", operation="latest", inputs=addresses)
+    assert latest["result"]["value"] == "My address is now 7 Avenida da Liberdade."
+    assert latest["result"]["superseded"][0]["value"] == "My address is 12 Rua Augusta."
+    order = call(env.ctx(), "trove_compute", operation="order", inputs=[
+        ref_to(env, life["job"], "Started the new job last Tuesday"),
+        ref_to(env, life["move"], "I moved to Lisbon on 2026-01-10.")])
+    assert [o["date"] for o in order["result"]["order"]] == ["2026-01-10", "2026-03-03"]
+
+
+def test_lengths_convert_within_a_dimension_and_the_trace_hash_is_stable(env):
+    sid = said(env, "A", "Ran 5 km in the morning and 800 m in the evening.", MAR5)
+    inputs = [ref_to(env, sid, "5 km"), ref_to(env, sid, "800 m")]
+    first = call(env.ctx(), "trove_compute", operation="sum", inputs=inputs)
+    assert first["result"] == {"value": 5.8, "unit": "km", "count": 2}
+    again = call(env.ctx(), "trove_compute", operation="sum", inputs=inputs)
+    assert again["trace_hash"] == first["trace_hash"] == compute.trace_hash(first["trace"])
+    other = call(env.ctx(), "trove_compute", operation="sum", inputs=inputs, unit="m")
+    assert other["result"]["value"] == 5800 and other["trace_hash"] != first["trace_hash"]
+
+
+@given(a=st.dates(date(1990, 1, 1), date(2060, 1, 1)), b=st.dates(date(1990, 1, 1),
+                                                                  date(2060, 1, 1)))
+def test_date_diff_matches_the_calendar(a, b):
+    rows = {1: f"It started on {a.isoformat()}.", 2: f"It ended on {b:%B} {b.day}, {b.year}."}
+
+    def load(i):
+        return {"store_id": i, "content": rows[i], "content_format": "text", "role": "user",
+                "session_id": "A", "created_at": MAR5, "message_at": None}
+    inputs = [{"store_id": i, "quote": rows[i]} for i in (1, 2)]
+    out = compute.compute("date_diff", inputs, load)
+    assert out["result"]["value"] == (b - a).days
+    months = compute.compute("date_diff", inputs, load, unit="months")["result"]
+    low, high = sorted((a, b))
+    assert values.add_months(low, abs(months["value"])) <= high
+    assert values.add_months(low, abs(months["value"]) + 1) > high
+
+
+@pytest.mark.parametrize("quote, expected", [
+    ("two weeks ago", "2026-02-19"), ("3 days ago", "2026-03-02"), ("yesterday", "2026-03-04"),
+    ("on the 14th", "2026-02-14"), ("on the 2nd", "2026-03-02"), ("March 14", "2025-03-14"),
+    ("next Friday", "2026-03-06"), ("last Thursday", "2026-02-26"), ("14 March 2026", "2026-03-14"),
+    ("a month ago", "2026-02-05"), ("13/04/2026", "2026-04-13"),
+])
+def test_relative_and_absolute_dates(quote, expected):
+    assert values.one_date(quote, MAR5).day.isoformat() == expected
+
+
+def test_may_the_verb_is_not_a_date():
+    assert values.find_dates("Option 4 may help, and it may 2x the speed.", MAR5) == []
+    assert values.one_date("We met on May 4.", MAR5).day.isoformat() == "2025-05-04"
+    assert values.one_date("the 4th of may", MAR5).day.isoformat() == "2025-05-04"
+
+
+@pytest.mark.parametrize("quote, fragment", [
+    ("03/04/2026", "ambiguous"), ("last week", "period"), ("no date here", "no date"),
+    ("2026-02-30", "not a real"), ("on 2026-01-01 and 2026-01-02", "more than one"),
+])
+def test_dates_fail_closed(quote, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        values.one_date(quote, MAR5)
+
+
+@pytest.mark.parametrize("quote, fragment", [
+    ("it weighs 3 pounds", "pounds"), ("$5 and $6", "more than one"), ("nothing", "no amount"),
+])
+def test_amounts_fail_closed(quote, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        values.one_amount(quote)
+
+
+# ---------------------------------------------------------------- compile
+def test_compile_marks_claims_and_sufficiency(env, life):
+    hotel, train = ref_to(env, life["hotel"], "$420"), ref_to(env, life["train"], "$85.50")
+    hotel_sentence = ref_to(env, life["hotel"], "The hotel for the trip cost $420 for three "
+                            "nights.")
+    proposal = {"question": "How much did the trip cost?",
+                "claims": [{"text": "The hotel cost $420", "refs": [hotel_sentence]},
+                           {"text": "Train tickets were $85.50", "refs": [
+                               ref_to(env, life["train"], "Train tickets were $85.50")]}],
+                "computation": {"operation": "sum", "inputs": [hotel, train]}}
+    out = call(env.ctx(), "trove_compile_evidence", proposal=proposal)
+    assert out["sufficiency"] == "sufficient" and all(c["supported"] for c in out["claims"])
+    assert out["computation"]["result"]["value"] == 505.5
+
+    proposal["claims"][0]["text"] = "The hotel cost $450"
+    out = call(env.ctx(), "trove_compile_evidence", proposal=proposal)
+    assert out["sufficiency"] == "insufficient" and not out["claims"][0]["supported"]
+    assert "450" in out["claims"][0]["reasons"][0]
+
+    unrelated = {"question": "q", "claims": [{"text": "The train was delayed by strikes",
+                                             "refs": [hotel_sentence]}]}
+    out = call(env.ctx(), "trove_compile_evidence", proposal=unrelated)
+    assert out["sufficiency"] == "insufficient"
+
+
+def test_compile_sees_conflicts_and_failed_computations(env, life):
+    a = said(env, "A", "My rent is $1200 a month.", MAR5)
+    b = said(env, "A", "My rent is $1350 a month.", MAR5 + DAY)
+    claims = [{"text": "My rent is $1200 a month", "refs": [ref_to(env, a, "My rent is $1200")]},
+              {"text": "My rent is $1350 a month", "refs": [ref_to(env, b, "My rent is $1350")]}]
+    out = call(env.ctx(), "trove_compile_evidence", proposal={"question": "rent?",
+                                                              "claims": claims})
+    assert out["sufficiency"] == "conflicting" and "newer" in out["why"]
+    failed = call(env.ctx(), "trove_compile_evidence", proposal={
+        "question": "total", "claims": claims[:1],
+        "computation": {"operation": "sum", "inputs": [ref_to(env, life["hotel"], "$420"),
+                                                       ref_to(env, life["euro"], "30 EUR")]}})
+    assert failed["sufficiency"] == "insufficient" and "incompatible" in failed["why"]
+
+
+def test_unbound_and_bad_arguments_are_clear(env, life):
+    assert call(env.ctx(session_id=None), "trove_compute", operation="sum",
+                inputs=[{}])["unbound"]
+    assert "list of objects" in call(env.ctx(), "trove_evidence_pack", refs=[1, 2])["error"]
+    assert "must be one of" in call(env.ctx(), "trove_compute", operation="median",
+                                    inputs=[{}])["error"]
+    assert "proposal must be" in call(env.ctx(), "trove_compile_evidence",
+                                      proposal=json.dumps({"x": 1}))["error"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_generated_worlds_are_answered_exactly_through_the_dispatcher(tmp_path, seed):
+    """The bench's worlds (relative dates on), a few seeds: grep -> pack -> compute."""
+    import evidencekit as ek
+    world = ek.make_world(seed)
+    env = Env(tmp_path)
+    try:
+        for message in world.messages:
+            env.store.ensure_session(message.session, source="cli")
+            env.ingest(message.session, [{"role": "user", "content": message.text}],
+                       at=message.at)
+
+        def tool(name, args):
+            return call(env.ctx("s0"), name, **args)
+        for question in world.questions:
+            got = ek.answer(question, tool, {"session_scope": "all"})
+            assert ek.correct(question, got), (question.operation, question.expected, got)
+    finally:
+        env.db.close()
+
+
+@given(cents=st.integers(0, 10**9), form=st.sampled_from(
+    ["${:,.2f}", "{:,.2f} USD", "USD {:,.2f}", "€{:,.2f}", "{:,.2f} euros", "£{:,.2f}"]),
+    words=st.sampled_from(["It cost {}.", "{} in total", "paid {} for it"]))
+def test_written_amounts_parse_back_exactly(cents, form, words):
+    text = form.format(cents / 100)
+    amount = values.one_amount(words.format(text))
+    assert round(amount.value * 100) == cents and amount.text == text
+    code = {"$": "USD", "€": "EUR", "£": "GBP"}.get(form[0]) or ("EUR" if "euro" in form
+                                                                  else "USD")
+    assert amount.unit.dimension == f"currency:{code}"

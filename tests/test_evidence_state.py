@@ -1,0 +1,181 @@
+"""The opt-in evidence state: assertions extracted at compaction time (trove_query_state)
+and stored evidence views (trove_retrieve)."""
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from enginekit import coding_turn, make_engine
+from hermes_trove import tools
+from hermes_trove.evidence import assertions, refs
+
+JAN = datetime(2026, 1, 10, tzinfo=timezone.utc).timestamp()
+DAY = 86400.0
+STATEMENTS = [
+    (JAN, "My address is 12 Rua Augusta. I prefer window seats on trains."),
+    (JAN + 30 * DAY, "Remind me to renew the passport. We decided to fly on Friday."),
+    (JAN + 60 * DAY, "My address is now 7 Avenida da Liberdade, since 2026-03-08."),
+]
+
+
+def run(engine, statements=STATEMENTS, turns=60):
+    """Tell the engine the statements (with their times), then enough turns to compact them."""
+    messages = []
+    for at, text in statements:
+        messages.append({"role": "user", "content": text, "timestamp": at})
+        messages.append({"role": "assistant", "content": "Noted."})
+    for t in range(turns):
+        messages.extend(coding_turn(t))
+        current = 1000 + engine.counter.count_messages(messages)
+        if engine.should_compress(current):
+            messages = engine.compress(messages, current_tokens=current)
+    assert engine.compression_count >= 1
+    return messages
+
+
+def tool(engine, name, **args):
+    return json.loads(tools.dispatch(name, args, engine.tool_context()))
+
+
+def test_query_state_is_off_by_default_and_stores_nothing(tmp_path):
+    engine = make_engine(tmp_path)
+    run(engine)
+    out = tool(engine, "trove_query_state", subject="address")
+    assert out["enabled"] is False and out["assertions"] == []
+    with engine.store.db.reading() as conn:
+        assert conn.execute("SELECT count(*) FROM evidence_assertions").fetchone()[0] == 0
+
+
+def test_deterministic_extraction_at_compaction_keeps_conflicts_and_answers_as_of(tmp_path):
+    engine = make_engine(tmp_path, assertions_enabled="true")
+    run(engine)
+    out = tool(engine, "trove_query_state", subject="address")
+    [address] = out["assertions"]
+    assert address["current"]["value"] == "7 Avenida da Liberdade, since 2026-03-08"
+    assert address["current"]["valid_from"] == "2026-03-08T00:00:00Z"   # the date it states
+    assert address["conflict"] and address["earlier"][0]["value"] == "12 Rua Augusta"
+    for shown in (address["current"], *address["earlier"]):
+        row = engine.store.get_message(shown["ref"]["store_id"])
+        assert refs.ref_text(row)[shown["ref"]["start"]:shown["ref"]["end"]] == shown["ref"]["quote"]
+    then = tool(engine, "trove_query_state", subject="address", as_of="2026-02-01")
+    assert then["assertions"][0]["current"]["value"] == "12 Rua Augusta"
+    assert "conflict" not in then["assertions"][0]
+    kinds = {a["kind"]: a for a in tool(engine, "trove_query_state")["assertions"]}
+    assert kinds["commitment"]["current"]["value"] == "renew the passport"
+    assert kinds["action"]["current"]["value"] == "fly on Friday"
+    assert kinds["preference"]["current"]["value"] == "prefer window seats on trains"
+    only = tool(engine, "trove_query_state", kind="commitment")["assertions"]
+    assert [a["kind"] for a in only] == ["commitment"]
+
+
+def test_the_model_extracts_when_reachable_and_unverifiable_quotes_are_dropped(tmp_path):
+    prompts = []
+
+    def llm(prompt, model, timeout):
+        if "Extract assertions" not in prompt:
+            return "- summary: notes"
+        prompts.append(prompt)
+        ids = [int(line[1:].split()[0]) for line in prompt.splitlines()
+               if line.startswith("[") and " user]" in line]
+        return json.dumps([
+            {"id": ids[0], "kind": "fact", "subject": "home address",
+             "value": "12 Rua Augusta", "quote": "My address is 12 Rua Augusta."},
+            {"id": ids[0], "kind": "fact", "subject": "car", "value": "red",
+             "quote": "My car is red."},            # not in the message: dropped
+        ])
+    engine = make_engine(tmp_path, llm=llm, assertions_enabled="true")
+    run(engine)
+    assert prompts
+    out = tool(engine, "trove_query_state")["assertions"]
+    assert [(a["subject"], a["current"]["extractor"]) for a in out] == [("home address", "model")]
+
+
+def test_a_failing_model_falls_back_to_the_deterministic_extractor(tmp_path):
+    def llm(prompt, model, timeout):
+        if "Extract assertions" in prompt:
+            raise TimeoutError("no model")
+        return "- summary: notes"
+    engine = make_engine(tmp_path, llm=llm, assertions_enabled="true")
+    run(engine)
+    out = tool(engine, "trove_query_state", subject="address")["assertions"]
+    assert out[0]["current"]["extractor"] == "deterministic"
+
+
+def test_other_sessions_assertions_need_scope(tmp_path):
+    engine = make_engine(tmp_path, assertions_enabled="true")
+    run(engine)
+    engine.on_session_start("other", platform="cli")
+    assert tool(engine, "trove_query_state", subject="address")["assertions"] == []
+    found = tool(engine, "trove_query_state", subject="address", session_scope="all")
+    assert found["assertions"][0]["current"]["value"].startswith("7 Avenida")
+
+
+def test_retrieve_fills_slots_computes_and_stores_a_view(tmp_path):
+    engine = make_engine(tmp_path, retrieve_enabled="true")
+    engine.ingest([{"role": "user", "content": "The hotel cost $420 for the Porto trip."},
+                   {"role": "user", "content": "The Porto trip train was $85.50."},
+                   {"role": "user", "content": "What did the Porto trip cost?"}])
+    out = tool(engine, "trove_retrieve", question="Porto trip total?", slots=[
+        {"name": "hotel", "type": "amount", "query": "hotel Porto"},
+        {"name": "train", "type": "amount", "query": "Porto train"}],
+        computation={"operation": "sum"})
+    assert [s["filled"] for s in out["slots"]] == [True, True]
+    assert len(out["calls"]) <= 3 and out["computation"]["result"]["value"] == 505.5
+    again = tool(engine, "trove_retrieve", view_id=out["view_id"])
+    assert again["trace_hash_ok"] and again["trace_hash"] == out["trace_hash"]
+    assert again["computation"]["result"]["value"] == 505.5
+
+
+def test_retrieve_is_bounded_and_off_by_default(tmp_path):
+    off = make_engine(tmp_path / "off")
+    assert tool(off, "trove_retrieve", question="q", slots=[{"type": "date"}])["enabled"] is False
+    engine = make_engine(tmp_path / "on", retrieve_enabled="true")
+    engine.ingest([{"role": "user", "content": "I met Ana on 2026-01-03 and 2026-01-09."}])
+    slots = [{"name": f"s{i}", "type": "date", "query": f"query {i}"} for i in range(5)]
+    out = tool(engine, "trove_retrieve", question="q", slots=slots)
+    assert len(out["calls"]) == 3 and out["slots"][4]["note"] == "over the call budget"
+    two = tool(engine, "trove_retrieve", question="q",
+               slots=[{"name": "met", "type": "date", "query": "met Ana"}])
+    assert two["slots"][0]["filled"] is False     # two dates: cannot fill a date slot
+    assert "error" in tool(engine, "trove_retrieve", question="q", slots=[{"type": "mood"}])
+    assert "not found" in tool(engine, "trove_retrieve", view_id=999)["error"]
+
+
+def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path):
+    engine = make_engine(tmp_path, assertions_enabled="true")
+    texts = [f"My locker code is {i}. " + "padding " * 300 for i in range(30)]
+    ids = engine.store.ingest(engine.canonical_id, [{"role": "user", "content": t}
+                                                    for t in texts]).store_ids
+    calls = []
+
+    def llm(prompt, model, timeout):
+        calls.append(prompt)
+        return "[]"      # the model finds nothing: that is an answer, not a failure
+    stored = assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
+                                        llm_call=llm)
+    assert len(calls) == assertions.MODEL_MAX_CALLS
+    read = sum(p.count(" user]") for p in calls)
+    assert 0 < read < len(texts) and stored == len(texts) - read
+    rows = assertions.query(engine.store.db, None, subject=None, kind=None, as_of=None)
+    assert {r["store_id"] for r in rows} == set(ids[read:])
+    assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
+                                      llm_call=llm) == 0       # the scan mark moved past all
+
+
+def test_deleting_sessions_removes_their_assertions_and_views(tmp_path):
+    from hermes_trove.evidence import retrieve
+    engine = make_engine(tmp_path, assertions_enabled="true", retrieve_enabled="true")
+    run(engine)
+    tool(engine, "trove_retrieve", question="q", slots=[{"type": "item", "query": "address"}])
+    session = engine.canonical_id
+    with engine.store.db.reading() as conn:
+        assert conn.execute("SELECT count(*) FROM evidence_assertions").fetchone()[0] > 0
+    with engine.store.db.transaction() as conn:
+        removed = assertions.delete_sessions_in(conn, [session])
+        removed.update(retrieve.delete_sessions_in(conn, [session]))
+        engine.dag.delete_session_nodes_in(conn, [session])
+        engine.store.delete_sessions_in(conn, [session])
+    assert removed["evidence_assertions"] >= 4 and removed["evidence_views"] == 1
+    with engine.store.db.reading() as conn:
+        for table in ("evidence_assertions", "evidence_views", "evidence_scan"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
