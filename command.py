@@ -59,13 +59,14 @@ def calling_session() -> str | None:
     return session or None
 
 
-def resolve_target() -> ops.Target:
-    """The calling session's live engine, else the configured database."""
+def resolve_target(writable: bool = False) -> ops.Target:
+    """The calling session's live engine, else the configured database (opened
+    read-only unless the subcommand writes)."""
     session = calling_session()
     engine = find_engine(session) if session else None
     if engine is not None:
         return ops.open_target(engine.config, engine)
-    return ops.open_target(load_config())
+    return ops.open_target(load_config(), writable=writable)
 
 
 def handle(raw_args: str = "") -> str:
@@ -77,7 +78,7 @@ def handle(raw_args: str = "") -> str:
     if words == ("help",):
         return help_text()
     try:
-        return action.render(action.run(resolve_target()))
+        return action.render(action.run(resolve_target(ops.writes(words))))
     except ops.OperatorError as exc:
         return f"/trove {' '.join(words)}: {exc}"
     except Exception as exc:  # a command must answer, never break the chat

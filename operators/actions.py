@@ -17,6 +17,7 @@ import os
 import re
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -28,12 +29,14 @@ from .. import tools
 from ..storage.backup import backup_database
 from ..config import TroveConfig, load_config
 from ..dag import Dag
-from ..storage.database import DatabaseError, get_database
+from ..storage.database import (Database, DatabaseError, get_database, open_read_only,
+                                trove_file_problem)
 from ..engine import live_engines
 from ..storage.migrations import SchemaTooNewError
 from ..ingest.policy import policy_for
 from ..ingest.noise import IGNORED, MessageFilter, SessionFilter
 from ..store import UNKNOWN_SOURCE, Store, decode_row
+from .outfile import OutputRefused, atomic_output
 
 LAST_BACKUP_KEY = "last_backup_path"
 LAST_BACKUP_AT_KEY = "last_backup_at"
@@ -76,10 +79,12 @@ class OperatorError(Exception):
 
 @dataclass
 class Target:
-    """What an action works on: the settings, and the live engine when there is one."""
+    """What an action works on: the settings, the live engine when there is one, and
+    whether the action may write (reads use a read-only connection)."""
 
     config: TroveConfig
     engine: Any = None
+    writable: bool = True
 
     @property
     def db_path(self) -> Path:
@@ -87,14 +92,21 @@ class Target:
         return Path(self.config.resolved_database_path)
 
     @property
+    def database(self) -> Database:
+        """The shared connection: read-only unless the action writes or an engine is live."""
+        if self.writable or self.engine is not None:
+            return get_database(self.db_path)
+        return open_read_only(self.db_path)
+
+    @property
     def store(self) -> Store:
         """Messages and sessions on the process-wide shared connection."""
-        return Store(get_database(self.db_path))
+        return Store(self.database)
 
     @property
     def dag(self) -> Dag:
         """Summary nodes on the same connection."""
-        return Dag(get_database(self.db_path))
+        return Dag(self.database)
 
     @property
     def session_id(self) -> str | None:
@@ -110,15 +122,24 @@ def config_for(db_path: str | os.PathLike | None = None) -> TroveConfig:
     return load_config(environ)
 
 
-def open_target(config: TroveConfig, engine: Any = None) -> Target:
-    """A target on an existing database; a missing or unreadable file is an
-    ``OperatorError`` (operators must never create an empty database by typo)."""
-    target = Target(engine.config if engine is not None else config, engine)
-    if engine is None and not target.db_path.is_file():
-        raise OperatorError(f"no trove database at {target.db_path} (pass --db PATH or set "
-                            "TROVE_DATABASE_PATH)")
+def writes(words: tuple[str, ...]) -> bool:
+    """Whether an operator command (``/trove`` words) writes the database: apply paths,
+    backup (it records itself) and rotate. Everything else opens read-only."""
+    return "apply" in words or words[:1] in (("backup",), ("rotate",))
+
+
+def open_target(config: TroveConfig, engine: Any = None, writable: bool = False) -> Target:
+    """A target on an existing trove database; a missing file, or one that is not a
+    trove database, is an ``OperatorError`` with nothing written (operators never
+    create or convert a database by typo). Reads open read-only."""
+    target = Target(engine.config if engine is not None else config, engine, writable)
+    if engine is None:
+        problem = trove_file_problem(target.db_path)
+        if problem is not None and not (writable and "schema version" in problem):
+            raise OperatorError(problem + ("" if target.db_path.exists() else
+                                           " (pass --db PATH or set TROVE_DATABASE_PATH)"))
     try:
-        get_database(target.db_path)
+        target.database
     except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
         raise OperatorError(f"cannot open {target.db_path}: {exc}") from None
     return target
@@ -555,13 +576,36 @@ def export_session(target: Target, session_id: str, write: Callable[[str], Any])
     return {"session_id": session_id, "messages": count}
 
 
-def dag_page(target: Target, session_id: str, out: str | Path) -> dict:
-    """The self-contained HTML view of a session's summary DAG (``dagview``)."""
-    from .dagview import write_dag_html
+def export_to_file(target: Target, session_id: str, out: str | Path,
+                   force: bool = False) -> dict:
+    """``export_session`` into a new file (``outfile``: never the database, never an
+    existing file unless ``force``, renamed into place only when complete)."""
+    require_session(target, session_id)
+    with _output(out, target, force) as handle:
+        report = export_session(target, session_id, handle.write)
+    return {**report, "out": str(Path(out).expanduser().resolve())}
+
+
+def dag_page(target: Target, session_id: str, out: str | Path, force: bool = False) -> dict:
+    """The self-contained HTML view of a session's summary DAG (``dagview``), written
+    like ``export_to_file``."""
+    from .dagview import render_html, dag_data
     canonical = require_session(target, session_id)
-    path = write_dag_html(target.store, target.dag, canonical, out)
+    page = render_html(dag_data(target.store, target.dag, canonical))
+    with _output(out, target, force) as handle:
+        handle.write(page)
     return {"session_id": canonical, "nodes": target.dag.stats(canonical)["nodes"],
-            "path": str(path)}
+            "path": str(Path(out).expanduser().resolve())}
+
+
+@contextmanager
+def _output(out: str | Path, target: Target, force: bool) -> Iterator:
+    """``outfile.atomic_output`` for the target's database, refusals as ``OperatorError``."""
+    try:
+        with atomic_output(out, target.db_path, force) as handle:
+            yield handle
+    except OutputRefused as exc:
+        raise OperatorError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- replay
@@ -576,7 +620,7 @@ def replay_transcript(transcript: str | Path, db_path: str | Path, *, window: in
     db_path = Path(db_path).expanduser().resolve()
     written = None
     if db_path.exists():
-        written = backup(open_target(config_for(db_path)), "pre-replay")
+        written = backup(open_target(config_for(db_path), writable=True), "pre-replay")
     cfg = load_config({"HERMES_HOME": str(db_path.parent), "TROVE_DATABASE_PATH": str(db_path)})
     engine = TroveEngine(cfg)
     engine.use_llm(None)

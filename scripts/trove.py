@@ -74,10 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--limit", type=int, default=100)
     export = add("export", "a session as JSONL, one exact message per line")
     export.add_argument("session")
-    export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    export.add_argument("--out", metavar="FILE", help="write here instead of stdout (a new "
+                        "file; never the database)")
+    export.add_argument("--force", action="store_true", help="replace an existing --out file")
     dag = add("dag", "HTML view of a session's summary DAG")
     dag.add_argument("session")
-    dag.add_argument("--out", metavar="FILE", required=True)
+    dag.add_argument("--out", metavar="FILE", required=True,
+                     help="a new HTML file (never the database)")
+    dag.add_argument("--force", action="store_true", help="replace an existing --out file")
     replay = add("replay", "replay a transcript through the engine (default: a fresh database)")
     replay.add_argument("transcript")
     replay.add_argument("--window", type=int, default=65_536, help="context window in tokens")
@@ -116,7 +120,7 @@ def table(headers: list[str], rows: list[list]) -> str:
 def run_words(words: tuple[str, ...], args) -> tuple[dict, str, int]:
     """Status, doctor and backup run the ``/trove`` actions: same function, same text."""
     action = command.ACTIONS[words]
-    report = action.run(ops.open_target(ops.config_for(args.db)))
+    report = action.run(ops.open_target(ops.config_for(args.db), writable=ops.writes(words)))
     code = 0
     if report.get("status") == "refused":
         code = 2
@@ -210,9 +214,7 @@ def cmd_export(args) -> tuple[dict, str, int]:
     target = ops.open_target(ops.config_for(args.db))
     ops.require_session(target, args.session)
     if args.out:
-        with open(args.out, "w", encoding="utf-8", newline="\n") as handle:
-            report = ops.export_session(target, args.session, handle.write)
-        report["out"] = str(Path(args.out).resolve())
+        report = ops.export_to_file(target, args.session, args.out, force=args.force)
         return report, f"exported {report['messages']} messages of {args.session} to " \
                        f"{report['out']}", 0
     report = ops.export_session(target, args.session, sys.stdout.write)
@@ -223,7 +225,8 @@ def cmd_export(args) -> tuple[dict, str, int]:
 
 def cmd_dag(args) -> tuple[dict, str, int]:
     """Write the DAG page."""
-    report = ops.dag_page(ops.open_target(ops.config_for(args.db)), args.session, args.out)
+    report = ops.dag_page(ops.open_target(ops.config_for(args.db)), args.session, args.out,
+                          force=args.force)
     return report, f"wrote {report['path']} ({report['nodes']} summary nodes of " \
                    f"{report['session_id']})", 0
 
