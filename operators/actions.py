@@ -34,7 +34,8 @@ from ..storage.database import (Database, DatabaseError, get_database, open_read
 from ..engine import live_engines
 from ..storage.migrations import SchemaTooNewError
 from ..ingest.policy import policy_for
-from ..ingest.noise import IGNORED, MessageFilter, SessionFilter
+from ..ingest.noise import (IGNORED, NOISE_MAX_DISTINCT_USER_TEXTS, NOISE_MAX_MESSAGES,
+                            NOISE_MAX_REPLY_CHARS, MessageFilter, SessionFilter, session_noise)
 from ..store import UNKNOWN_SOURCE, Store, decode_row
 from .outfile import OutputRefused, atomic_output
 
@@ -48,22 +49,16 @@ DAY = 86_400.0
 # doctor clean: what counts as junk, and what protects a session.
 EPHEMERAL_PREFIX = "trove-ephemeral-"
 EPHEMERAL_MAX_MESSAGES = 6
-NOISE_SCAN_MAX_MESSAGES = 200        # bigger sessions are never judged noise
 CLEAN_MIN_IDLE_SECONDS = 3600        # younger activity may be a live session elsewhere
 CLEAN_SCAN_MAX_SESSIONS = 100_000
-NOISE_USER_PATTERNS = (
-    re.compile(r"\bHEARTBEAT_OK\b"),              # heartbeat prompts and their acks
-    re.compile(r"^\s*HEARTBEAT\b", re.IGNORECASE),
-    re.compile(r"^\s*\[cron\b", re.IGNORECASE),   # "[Cron delivery: job]", "[cron] ..."
-    re.compile(r"^\s*cron\s*:", re.IGNORECASE),
-)
 CLEAN_RULES = {
     "ignored_pattern": "the session id matches TROVE_IGNORE_SESSION_PATTERNS",
     "empty": "no messages and no summaries",
     "ephemeral": f"{EPHEMERAL_PREFIX}* session with at most {EPHEMERAL_MAX_MESSAGES} messages",
-    "noise": "every user message is heartbeat/cron noise or matches "
-             "TROVE_IGNORE_MESSAGE_PATTERNS (sessions up to "
-             f"{NOISE_SCAN_MAX_MESSAGES} messages)",
+    "noise": f"a small session (up to {NOISE_MAX_MESSAGES} messages) without tool use whose "
+             "user messages are all heartbeat/cron prompts (exact shapes) or match "
+             f"TROVE_IGNORE_MESSAGE_PATTERNS, with at most {NOISE_MAX_DISTINCT_USER_TEXTS} "
+             f"distinct user texts and replies up to {NOISE_MAX_REPLY_CHARS} chars",
 }
 AGE_EDGES = (("< 1 day", DAY), ("1-7 days", 7 * DAY), ("7-30 days", 30 * DAY),
              ("30-90 days", 90 * DAY), ("90-365 days", 365 * DAY))
@@ -246,14 +241,6 @@ def _canonical_groups(rows: list[dict]) -> dict[str, dict]:
     return {sid: g for sid, g in groups.items() if g["row"] is not None}
 
 
-def _is_noise(message: dict, message_filter: MessageFilter) -> bool:
-    """A heartbeat/cron prompt, or a message the configured message patterns drop."""
-    text = codec.message_text(message)
-    if any(p.search(text) for p in NOISE_USER_PATTERNS):
-        return True
-    return message_filter.matches(message) is not None
-
-
 def _junk_rule(target: Target, session_id: str, group: dict, sessions: SessionFilter,
                messages: MessageFilter) -> tuple[str, str] | None:
     """Which clean rule a session falls under, with the reason, or None."""
@@ -268,11 +255,11 @@ def _junk_rule(target: Target, session_id: str, group: dict, sessions: SessionFi
         return "empty", CLEAN_RULES["empty"]
     if session_id.startswith(EPHEMERAL_PREFIX) and count <= EPHEMERAL_MAX_MESSAGES:
         return "ephemeral", f"ephemeral session with {count} messages"
-    if count <= NOISE_SCAN_MAX_MESSAGES:
+    if count <= NOISE_MAX_MESSAGES:
         rows = target.store.session_messages(session_id, limit=count)
-        users = [decode_row(r) for r in rows if r["role"] == "user"]
-        if users and all(_is_noise(m, messages) for m in users):
-            return "noise", f"all {len(users)} user messages are noise"
+        verdict = session_noise([decode_row(r) for r in rows], messages)
+        if verdict.noise:
+            return "noise", "; ".join(verdict.facts)
     return None
 
 

@@ -297,6 +297,20 @@ def test_clean_protects_recently_active_sessions(tmp_path, monkeypatch):
         "empty-1", "trove-ephemeral-abc", "hb-1"}
 
 
+def test_clean_never_proposes_real_work(tmp_path):
+    from test_noise import chat, debugging_session
+    engine, _ = junk_database(tmp_path)
+    for session, messages in (("debug-62", debugging_session()), ("cron-q", chat((
+            "cron: how should we schedule the nightly backups?",
+            "Use a systemd timer at 03:15 UTC with RandomizedDelaySec; " * 12)))):
+        engine.store.ensure_session(session, source="cli")
+        engine.store.ingest(session, messages)
+    scan = ops.clean_scan(ops.open_target(engine.config, engine), now=time.time() + 7200)
+    found = {c["session_id"]: c for c in scan["candidates"]}
+    assert "debug-62" not in found and "cron-q" not in found
+    assert "no tool use" in found["hb-1"]["reason"] and "HEARTBEAT" in found["hb-1"]["reason"]
+
+
 # ---------------------------------------------------------------- doctor repair
 def test_repair_diagnoses_then_rebuilds_behind_a_backup(live):
     db = str(live.config.resolved_database_path)
