@@ -15,11 +15,13 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .operators import actions as ops
 from .config import load_config
 from .engine import find_engine
+from .diagnostics.host import describe_identity
 from .storage.payloads import human_size
 from .tools import iso
 
@@ -69,6 +71,14 @@ def resolve_target(writable: bool = False) -> ops.Target:
     return ops.open_target(load_config(), writable=writable)
 
 
+def database_exists() -> bool:
+    """Whether the configured database file exists (or a live engine holds one)."""
+    session = calling_session()
+    if session and find_engine(session) is not None:
+        return True
+    return Path(load_config().resolved_database_path).exists()
+
+
 def handle(raw_args: str = "") -> str:
     """The host's entry point: parse the words, run the action, answer text (never raise)."""
     words = tuple(str(raw_args or "").lower().split()) or ("status",)
@@ -78,6 +88,10 @@ def handle(raw_args: str = "") -> str:
     if words == ("help",):
         return help_text()
     try:
+        if words in (("doctor",), ("doctor", "full")) and not database_exists():
+            config = load_config()
+            return action.render(ops.doctor_without_database(
+                config, f"no trove database at {config.resolved_database_path}"))
         return action.render(action.run(resolve_target(ops.writes(words))))
     except ops.OperatorError as exc:
         return f"/trove {' '.join(words)}: {exc}"
@@ -138,6 +152,8 @@ def format_status(report: dict) -> str:
     lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
                  + ("" if last["exists"] else " [file missing]") if last["path"]
                  else "last backup: none recorded yet (/trove backup writes one)")
+    if report.get("plugin"):
+        lines.append(f"plugin: {describe_identity(report['plugin'])}")
     lines += [f"config warning: {w}" for w in report.get("config_warnings", [])]
     return "\n".join(lines)
 
@@ -178,8 +194,9 @@ def _engine_line(engine: dict | None) -> str:
 def format_doctor(report: dict) -> str:
     """Overall verdict, then one line per check."""
     lines = [f"trove doctor: overall {MARK[report['overall']]} ({report['database_path']})"]
-    lines += [f"  [{MARK.get(c['status'], c['status'])}] {c['name']}: {c['detail']}"
-              for c in report["checks"]]
+    for c in report["checks"]:
+        lines.append(f"  [{MARK.get(c['status'], c['status'])}] {c['name']}: {c['detail']}")
+        lines += [f"      - {warning}" for warning in c.get("warnings") or ()]
     return "\n".join(lines)
 
 

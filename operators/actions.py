@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..storage import codec, integrity
-from ..diagnostics import health
+from ..diagnostics import health, host
 from ..compaction import tokens
 from .. import tools
 from ..storage.backup import backup_database
@@ -203,7 +203,7 @@ def status(target: Target, session_id: str | None = None) -> dict:
             "live_engine": engine is not None,
             "engine": json_safe(engine.get_status()) if engine is not None else None,
             "session": session_summary(target, session_id) if session_id else None,
-            "last_backup": last_backup(target),
+            "last_backup": last_backup(target), "plugin": host.plugin_identity(),
             "config_warnings": list(target.config.warnings)}
 
 
@@ -215,6 +215,15 @@ def doctor(target: Target, full: bool = False) -> dict:
                                session_id=target.session_id, full=full,
                                offline=target.engine is None)
     return {"database_path": str(target.db_path), **report}
+
+
+def doctor_without_database(config: TroveConfig, problem: str) -> dict:
+    """Doctor when there is no trove database to open: the host-side checks still run,
+    since "nothing stored" is most often a host setting (plugin not enabled)."""
+    checks = [health.check("database", "fail", f"{problem}: the engine creates it on the first "
+                           "message once Hermes loads the plugin (see the host checks below)")]
+    checks += health.check_config(config, {}) + host.check_host(config.hermes_home)
+    return {"database_path": str(config.resolved_database_path), **health.verdict(checks)}
 
 
 # ---------------------------------------------------------------- doctor clean

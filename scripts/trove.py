@@ -136,6 +136,11 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
     if args.full and args.what:
         raise ops.OperatorError("--full applies to plain 'doctor' only")
     words = ("doctor",) + ((args.what,) if args.what else ()) + (("apply",) if args.apply else ())
+    config = ops.config_for(args.db)
+    if not args.what and not Path(config.resolved_database_path).exists():
+        report = ops.doctor_without_database(config, f"no trove database at "
+                                             f"{config.resolved_database_path}")
+        return report, command.format_doctor(report), 1
     return run_words(words + (("full",) if args.full else ()), args)
 
 
