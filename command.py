@@ -88,8 +88,10 @@ def handle(raw_args: str = "") -> str:
     if words == ("help",):
         return help_text()
     try:
-        if words in (("doctor",), ("doctor", "full")) and not database_exists():
+        if words in (("doctor",), ("doctor", "full"), ("status",)) and not database_exists():
             config = load_config()
+            if words == ("status",):
+                return format_status(ops.status_without_database(config, calling_session()))
             return action.render(ops.doctor_without_database(
                 config, f"no trove database at {config.resolved_database_path}"))
         return action.render(action.run(resolve_target(ops.writes(words))))
@@ -140,15 +142,22 @@ def _count(number) -> str:
 def format_status(report: dict) -> str:
     """Database, session, engine, last rotate and last backup, a line each."""
     db = report["database"]
-    depths = ", ".join(f"d{d}: {n}" for d, n in db["nodes_by_depth"].items()) or "none"
-    lines = ["trove status",
-             f"database: {db['path']} ({human_size(db['size_bytes'])}, schema "
-             f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
-             f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
-             f"{_count(report['session_rows'])} session rows"]
-    lines += _session_lines(report.get("session"))
-    lines.append(_engine_line(report.get("engine")))
-    last = report["last_backup"]
+    if db is None:
+        lines = ["trove status", f"database: none yet at {report['database_path']} (the engine "
+                 "creates it on the first message)"]
+        session = report.get("session")
+        lines.append(f"session: {session['session_id']} (nothing stored yet)" if session else
+                     "session: none (HERMES_SESSION_ID is not set)")
+    else:
+        depths = ", ".join(f"d{d}: {n}" for d, n in db["nodes_by_depth"].items()) or "none"
+        lines = ["trove status",
+                 f"database: {db['path']} ({human_size(db['size_bytes'])}, schema "
+                 f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
+                 f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
+                 f"{_count(report['session_rows'])} session rows"]
+        lines += _session_lines(report.get("session"))
+        lines.append(_engine_line(report.get("engine")))
+    last = report["last_backup"] or {"path": None}
     lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
                  + ("" if last["exists"] else " [file missing]") if last["path"]
                  else "last backup: none recorded yet (/trove backup writes one)")

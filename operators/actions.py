@@ -26,6 +26,7 @@ from ..storage import codec, integrity
 from ..diagnostics import health, host
 from ..compaction import tokens
 from .. import tools
+from ..schemas import COUNT_LIMITS
 from ..storage.backup import backup_database
 from ..config import TroveConfig, load_config
 from ..dag import Dag
@@ -63,6 +64,9 @@ CLEAN_RULES = {
 AGE_EDGES = (("< 1 day", DAY), ("1-7 days", 7 * DAY), ("7-30 days", 30 * DAY),
              ("30-90 days", 90 * DAY), ("90-365 days", 365 * DAY))
 OLDEST_BUCKET = "> 1 year"
+GREP_DEFAULT_HITS, GREP_MAX_HITS = COUNT_LIMITS[("trove_grep", "limit")]
+# A replay window must hold a system prompt, a summary and a fresh tail.
+MIN_REPLAY_WINDOW = 4_096
 REPAIR_STEPS = ("rebuild messages_fts from messages", "rebuild nodes_fts from nodes",
                 "REINDEX every index")
 
@@ -135,7 +139,9 @@ def open_target(config: TroveConfig, engine: Any = None, writable: bool = False)
                                            " (pass --db PATH or set TROVE_DATABASE_PATH)"))
     try:
         target.database
-    except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
+    except (DatabaseError, SchemaTooNewError) as exc:
+        raise OperatorError(str(exc)) from None  # already names the file
+    except sqlite3.Error as exc:
         raise OperatorError(f"cannot open {target.db_path}: {exc}") from None
     return target
 
@@ -215,6 +221,16 @@ def doctor(target: Target, full: bool = False) -> dict:
                                session_id=target.session_id, full=full,
                                offline=target.engine is None)
     return {"database_path": str(target.db_path), **report}
+
+
+def status_without_database(config: TroveConfig, session_id: str | None) -> dict:
+    """Status before the first message: no database yet, the host's session id (from
+    the environment) and the plugin code, so an operator sees the setup is live."""
+    return {"database": None, "database_path": str(config.resolved_database_path),
+            "session_rows": 0, "live_engine": False, "engine": None,
+            "session": {"session_id": session_id, "stored": False} if session_id else None,
+            "last_backup": None, "plugin": host.plugin_identity(),
+            "config_warnings": list(config.warnings)}
 
 
 def doctor_without_database(config: TroveConfig, problem: str) -> dict:
@@ -434,6 +450,12 @@ def rotate(target: Target, apply: bool = False) -> dict:
         return {"status": "refused", "reason": "no live trove session here: rotate acts on "
                 "a running agent's session (use /trove rotate inside Hermes)"}
     result = target.engine.rotate(apply=apply)
+    state = (target.store.get_session(target.session_id) or {}).get("state") or {}
+    if result.get("status") == "noop" and not state.get("last_rotate_at"):
+        result["reason"] = (f"nothing to rotate yet: all {result.get('tail_messages', 0)} live "
+                            f"messages are the fresh tail (TROVE_FRESH_TAIL_COUNT="
+                            f"{target.config.fresh_tail_count}); rotate summarizes only older "
+                            "messages")
     if result.get("status") == "rotated":
         result["backup_recorded"] = record_backup(target, result["backup"], "rotate")
     return result
@@ -475,11 +497,30 @@ def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
 
 
 def grep(target: Target, query: str, session_id: str | None = None,
-         limit: int | None = None) -> dict:
-    """``trove_grep`` in one session (with its summaries) or, by default, all sessions."""
+         limit: int | None = None, offset: int = 0) -> dict:
+    """``trove_grep`` in one session (with its summaries) or, by default, all sessions;
+    ``offset`` pages through the tool's best ``GREP_MAX_HITS`` hits (``next_offset``)."""
+    limit = limit or GREP_DEFAULT_HITS
+    if limit < 1 or offset < 0 or offset + limit > GREP_MAX_HITS:
+        raise OperatorError(f"offset + limit must stay within the {GREP_MAX_HITS} best hits "
+                            f"(got offset {offset}, limit {limit}); narrow the query instead")
     caller, scope = _scope(target, session_id)
-    args = {"query": query, **scope, **({"limit": limit} if limit else {})}
-    return call_tool(target, "trove_grep", args, caller)
+    report = call_tool(target, "trove_grep", {"query": query, **scope,
+                                              "limit": offset + limit}, caller)
+    hits = report.get("results", [])
+    more = len(hits) > offset + limit or bool(report.get("has_more"))
+    report["results"] = hits[offset:offset + limit]
+    report["offset"] = offset
+    report["next_offset"] = (offset + limit) if more and offset + limit < GREP_MAX_HITS else None
+    report["terms"] = query_terms(query)
+    return report
+
+
+def query_terms(query: str) -> list[str]:
+    """The words a grep looks for (quoted phrases split, ``-excluded`` words left out),
+    for highlighting."""
+    words = re.findall(r"(?<![\w-])-?[\w.]+", query)
+    return list(dict.fromkeys(w for w in words if not w.startswith("-") and len(w) > 1))
 
 
 def parse_ref(text: str) -> tuple[str, Any]:
@@ -612,6 +653,9 @@ def replay_transcript(transcript: str | Path, db_path: str | Path, *, window: in
     database backed up first), offline with the deterministic summarizer."""
     from ..engine import TroveEngine
     from .replay import HOST_OVERHEAD_TOKENS, load_transcript, replay
+    if window < MIN_REPLAY_WINDOW:
+        raise OperatorError(f"--window must be at least {MIN_REPLAY_WINDOW:,} tokens, not "
+                            f"{window:,}")
     messages = load_transcript(transcript)
     db_path = Path(db_path).expanduser().resolve()
     written = None

@@ -9,7 +9,8 @@ Every command takes ``--db PATH`` (default: the configured database, see
 docs/configuration.md) and ``--json``; human-readable text is the default. The
 work is done by ``operator_actions`` (the same functions as ``/trove``), reads
 of messages go through ``tools.dispatch``. See docs/operators.md.
-Exit codes: 0 done, 1 doctor found a failure, 2 error or refusal (with a message).
+Exit codes: 0 done, 1 doctor found a failure or doctor repair found problems, 2 error or
+refusal (with a message).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +33,24 @@ from hermes_trove.tools import iso  # noqa: E402
 
 SNIPPET_CHARS = 100
 DOCTOR_CHOICES = ("repair", "clean", "source", "retention")
+
+
+def bounded(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high], else a clear error (never clamped)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
+            raise argparse.ArgumentTypeError(f"must be {span}, not {value:,}")
+        return value
+    return parse
+
+
+GREP_MAX = ops.GREP_MAX_HITS
+PAGE_MAX = ops.COUNT_LIMITS[("trove_load_session", "limit")][1]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,17 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     scope = grep.add_mutually_exclusive_group()
     scope.add_argument("--session", help="one session, with its summaries")
     scope.add_argument("--all", action="store_true", help="every session (the default)")
-    grep.add_argument("--limit", type=int)
+    grep.add_argument("--limit", type=bounded(1, GREP_MAX), default=10,
+                      help=f"hits per page (1-{GREP_MAX}, default 10)")
+    grep.add_argument("--offset", type=bounded(0, GREP_MAX - 1), default=0,
+                      help="skip this many hits (next page: the offset the output names)")
     expand = add("expand", "exact text of m<store_id>, sources of n<node_id>, or a payload ref")
     expand.add_argument("id")
     expand.add_argument("--session", help="read as this session (default: any session)")
-    expand.add_argument("--offset", type=int, default=0, help="first source of a node page")
+    expand.add_argument("--offset", type=bounded(0), default=0,
+                        help="first source of a node page")
     load = add("load-session", "one page of a session's raw messages")
     load.add_argument("session")
-    load.add_argument("--after", type=int, default=0, help="store_id cursor (next_cursor)")
-    load.add_argument("--limit", type=int, default=50)
+    load.add_argument("--after", type=bounded(0), default=0,
+                      help="store_id cursor (next_cursor)")
+    load.add_argument("--limit", type=bounded(1, PAGE_MAX), default=50,
+                      help=f"messages per page (1-{PAGE_MAX})")
     sessions = add("sessions", "sessions with message counts and time ranges")
-    sessions.add_argument("--limit", type=int, default=100)
+    sessions.add_argument("--limit", type=bounded(1, ops.CLEAN_SCAN_MAX_SESSIONS),
+                          default=100)
     export = add("export", "a session as JSONL, one exact message per line")
     export.add_argument("session")
     export.add_argument("--out", metavar="FILE", help="write here instead of stdout (a new "
@@ -84,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     dag.add_argument("--force", action="store_true", help="replace an existing --out file")
     replay = add("replay", "replay a transcript through the engine (default: a fresh database)")
     replay.add_argument("transcript")
-    replay.add_argument("--window", type=int, default=65_536, help="context window in tokens")
-    replay.add_argument("--overhead", type=int, help="host tokens around the messages")
+    replay.add_argument("--window", type=bounded(ops.MIN_REPLAY_WINDOW),
+                        default=65_536, help="context window in tokens")
+    replay.add_argument("--overhead", type=bounded(0),
+                        help="host tokens around the messages")
     replay.add_argument("--session", default="replay-session")
     return parser
 
@@ -99,6 +128,17 @@ def dump_json(value) -> str:
     except UnicodeEncodeError:
         text = json.dumps(value, indent=2, ensure_ascii=True, default=str)
     return text
+
+
+def highlight(text: str, terms: list[str]) -> str:
+    """``text`` with each query term in bold (ANSI) when stdout is a terminal or
+    ``TROVE_COLOR=always``; plain otherwise, so pipes get the exact snippet."""
+    wanted = os.environ.get("TROVE_COLOR", "auto")
+    if not terms or wanted == "never" or (wanted != "always" and not sys.stdout.isatty()):
+        return text
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)),
+                         re.IGNORECASE)
+    return pattern.sub(lambda m: f"\033[1;31m{m.group(0)}\033[0m", text)
 
 
 def one_line(text, limit: int = SNIPPET_CHARS) -> str:
@@ -126,7 +166,21 @@ def run_words(words: tuple[str, ...], args) -> tuple[dict, str, int]:
         code = 2
     elif report.get("overall") == "fail" or report.get("status") == "still_failing":
         code = 1
-    return report, action.render(report), code
+    elif words[:2] == ("doctor", "repair") and report.get("status") == "preview":
+        code = 1  # repair found problems (the text names the fix)
+    return report, cli_hints(action.render(report)), code
+
+
+CLI_HINTS = ((re.compile(r"/trove (doctor(?: \w+)?) apply\b"), r"trove.py \1 --apply"),
+             (re.compile(r"/trove (backup|doctor(?: \w+)?|status)\b"), r"trove.py \1"))
+
+
+def cli_hints(text: str) -> str:
+    """The shared ``/trove`` text with its hints naming the CLI's own commands
+    (``trove.py doctor repair --apply``); rotate exists only inside Hermes."""
+    for pattern, replacement in CLI_HINTS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def cmd_doctor(args) -> tuple[dict, str, int]:
@@ -157,14 +211,17 @@ def cmd_sessions(args) -> tuple[dict, str, int]:
 def cmd_grep(args) -> tuple[dict, str, int]:
     """Search one session or all of them."""
     target = ops.open_target(ops.config_for(args.db))
-    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit)
+    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit,
+                      offset=args.offset)
     rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",
              r.get("session_id") or args.session or "", r.get("role") or f"d{r.get('depth')}",
-             r.get("time") or r.get("time_to") or "", one_line(r.get("snippet"))]
+             r.get("time") or r.get("time_to") or "",
+             highlight(one_line(r.get("snippet")), report.get("terms", []))]
             for r in report["results"]]
     text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
     notes = [f"note: {n}" for n in report.get("notes", [])]
-    more = ["more results: raise --limit"] if report.get("has_more") else []
+    more = [f"more results: --offset {report['next_offset']}"] if report.get("next_offset") \
+        else []
     return report, "\n".join([text] + notes + more), 0
 
 
@@ -243,7 +300,8 @@ def cmd_replay(args) -> tuple[dict, str, int]:
                                    session_id=args.session, overhead=args.overhead)
     lines = [f"replayed {report['messages']} messages in {report['turns']} turns into "
              f"{report['database_path']} (session {report['session_id']})",
-             f"stored {report['stored']}, {report['compactions']} compactions, "
+             f"stored {report['stored']} messages in session {report['session_id']}, "
+             f"{report['compactions']} compactions, "
              f"{report['nodes']} summary nodes, largest prompt {report['max_prompt_tokens']:,} "
              f"tokens of a {report['window']:,} window, {report['seconds']} s"]
     if report["backup"]:
@@ -266,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         report, text, code = COMMANDS[args.command](args)
+    except BrokenPipeError:  # `export ... | head -1`: the reader left, not an error of ours
+        return quiet_exit()
     except (ops.OperatorError, TranscriptError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -281,7 +341,15 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `trove.py ... | head`: the reader left, not an error of ours
-        sys.stdout = open(os.devnull, "w")
+        return quiet_exit(code)
+    return code
+
+
+def quiet_exit(code: int = 0) -> int:
+    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush
+    does not print a second error, and exit with ``code``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
     return code
 
 
