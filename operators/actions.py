@@ -545,12 +545,22 @@ def expand(target: Target, ref: str, session_id: str | None = None,
     if key == "node_id" and source_offset:
         args["source_offset"] = source_offset
     data = call_tool(target, "trove_expand", args, caller)
+    if key == "node_id":
+        node = target.dag.get_node(value)
+        data["summary"] = node["text"] if node else None  # the node's own text, then sources
     if key == "store_id":
         data["message"] = _whole_text(target, data["message"], caller, scope,
                                       lambda page: page["message"])
     elif key == "externalized_ref":
         data = _whole_text(target, data, caller, scope, lambda page: page)
     return data
+
+
+def describe(target: Target, ref: str, session_id: str | None = None) -> dict:
+    """``trove_describe``: metadata and a preview of a node, message or payload."""
+    key, value = parse_ref(ref)
+    caller, scope = _scope(target, session_id)
+    return call_tool(target, "trove_describe", {key: value, **scope}, caller)
 
 
 def _whole_text(target: Target, item: dict, caller: str, scope: dict,

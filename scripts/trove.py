@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     expand.add_argument("--session", help="read as this session (default: any session)")
     expand.add_argument("--offset", type=bounded(0), default=0,
                         help="first source of a node page")
+    describe = add("describe", "metadata and a preview of n<node_id>, m<store_id> or a "
+                   "payload ref (trove_describe)")
+    describe.add_argument("id")
+    describe.add_argument("--session", help="read as this session (default: any session)")
     load = add("load-session", "one page of a session's raw messages")
     load.add_argument("session")
     load.add_argument("--after", type=bounded(0), default=0,
@@ -141,10 +145,17 @@ def highlight(text: str, terms: list[str]) -> str:
     return pattern.sub(lambda m: f"\033[1;31m{m.group(0)}\033[0m", text)
 
 
-def one_line(text, limit: int = SNIPPET_CHARS) -> str:
-    """A text squeezed onto one table cell."""
+def one_line(text, limit: int = SNIPPET_CHARS, terms: list[str] = ()) -> str:
+    """A text squeezed onto one table cell; when cut, the window holds the first match
+    of ``terms`` (a summary's snippet must show why it matched)."""
     flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    lowered = flat.lower()
+    found = [at for at in (lowered.find(t.lower()) for t in terms) if at >= 0]
+    start = max(0, min(min(found) - limit // 3, len(flat) - limit + 2)) if found else 0
+    piece = flat[start:start + limit - 2]
+    return ("…" if start else "") + piece + ("…" if start + len(piece) < len(flat) else "")
 
 
 def table(headers: list[str], rows: list[list]) -> str:
@@ -216,7 +227,8 @@ def cmd_grep(args) -> tuple[dict, str, int]:
     rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",
              r.get("session_id") or args.session or "", r.get("role") or f"d{r.get('depth')}",
              r.get("time") or r.get("time_to") or "",
-             highlight(one_line(r.get("snippet")), report.get("terms", []))]
+             highlight(one_line(r.get("snippet"), terms=report.get("terms", [])),
+                       report.get("terms", []))]
             for r in report["results"]]
     text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
     notes = [f"note: {n}" for n in report.get("notes", [])]
@@ -250,6 +262,8 @@ def cmd_expand(args) -> tuple[dict, str, int]:
         return report, f"{report['externalized_ref']} ({report.get('kind')}, " \
                        f"{report.get('mime')}, {report.get('size_text')})\n{report['content']}", 0
     lines = [f"n{report['node_id']} depth {report['depth']}: {report['child_count']} sources"]
+    if report.get("summary") is not None:
+        lines.append(f"summary:\n{report['summary']}\nsources:")
     for source in report.get("sources", []):
         if source["kind"] == "summary":
             lines.append(f"-- n{source['node_id']} (summary, depth {source['depth']})\n"
@@ -258,6 +272,20 @@ def cmd_expand(args) -> tuple[dict, str, int]:
             lines.append("-- " + render_message(source))
     if report.get("has_more"):
         lines.append(f"more sources: --offset {report['next_source_offset']}")
+    return report, "\n".join(lines), 0
+
+
+def cmd_describe(args) -> tuple[dict, str, int]:
+    """One line of metadata per field, then the preview."""
+    report = ops.describe(ops.open_target(ops.config_for(args.db)), args.id,
+                          session_id=args.session)
+    skip = ("preview", "expand", "kind")
+    head = (f"n{report['node_id']} summary" if report.get("kind") == "summary" else
+            f"m{report['store_id']} message" if report.get("kind") == "message" else
+            str(report.get("externalized_ref") or report.get("kind")))
+    lines = [head] + [f"  {k}: {v}" for k, v in report.items() if k not in skip]
+    if report.get("preview"):
+        lines.append(f"preview: {report['preview']}")
     return report, "\n".join(lines), 0
 
 
@@ -313,7 +341,8 @@ COMMANDS = {
     "status": lambda a: run_words(("status",), a),
     "backup": lambda a: run_words(("backup",), a),
     "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
-    "load-session": cmd_load_session, "export": cmd_export, "dag": cmd_dag, "replay": cmd_replay,
+    "load-session": cmd_load_session, "describe": cmd_describe, "export": cmd_export,
+    "dag": cmd_dag, "replay": cmd_replay,
 }
 
 
