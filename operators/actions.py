@@ -236,7 +236,7 @@ def status_without_database(config: TroveConfig, session_id: str | None) -> dict
 def doctor_without_database(config: TroveConfig, problem: str) -> dict:
     """Doctor when there is no trove database to open: the host-side checks still run,
     since "nothing stored" is most often a host setting (plugin not enabled)."""
-    checks = [health.check("database", "fail", f"{problem}: the engine creates it on the first "
+    checks = [health.check("database", "warn", f"{problem}: the engine creates it on the first "
                            "message once Hermes loads the plugin (see the host checks below)")]
     checks += health.check_config(config, {}) + host.check_host(config.hermes_home)
     return {"database_path": str(config.resolved_database_path), **health.verdict(checks)}

@@ -205,7 +205,7 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
     if not args.what and not Path(config.resolved_database_path).exists():
         report = ops.doctor_without_database(config, f"no trove database at "
                                              f"{config.resolved_database_path}")
-        return report, command.format_doctor(report), 1
+        return report, command.format_doctor(report), int(report["overall"] == "fail")
     return run_words(words + (("full",) if args.full else ()), args)
 
 
