@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--all", action="store_true", help="every session (the default)")
     grep.add_argument("--limit", type=bounded(1, GREP_MAX), default=10,
                       help=f"hits per page (1-{GREP_MAX}, default 10)")
+    grep.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                      help="highlight matches (auto: on a terminal, unless NO_COLOR is set)")
     grep.add_argument("--offset", type=bounded(0, GREP_MAX - 1), default=0,
                       help="skip this many hits (next page: the offset the output names)")
     expand = add("expand", "exact text of m<store_id>, sources of n<node_id>, or a payload ref")
@@ -134,11 +136,13 @@ def dump_json(value) -> str:
     return text
 
 
-def highlight(text: str, terms: list[str]) -> str:
-    """``text`` with each query term in bold (ANSI) when stdout is a terminal or
-    ``TROVE_COLOR=always``; plain otherwise, so pipes get the exact snippet."""
-    wanted = os.environ.get("TROVE_COLOR", "auto")
-    if not terms or wanted == "never" or (wanted != "always" and not sys.stdout.isatty()):
+def highlight(text: str, terms: list[str], color: str = "auto") -> str:
+    """``text`` with each query term in bold red (ANSI) with ``--color always``, or with
+    ``auto`` when stdout is a terminal and ``NO_COLOR`` is unset; plain otherwise, so
+    pipes get the exact snippet."""
+    if color == "auto":
+        color = "always" if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else "never"
+    if not terms or color == "never":
         return text
     pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)),
                          re.IGNORECASE)
@@ -228,7 +232,7 @@ def cmd_grep(args) -> tuple[dict, str, int]:
              r.get("session_id") or args.session or "", r.get("role") or f"d{r.get('depth')}",
              r.get("time") or r.get("time_to") or "",
              highlight(one_line(r.get("snippet"), terms=report.get("terms", [])),
-                       report.get("terms", []))]
+                       report.get("terms", []), args.color)]
             for r in report["results"]]
     text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
     notes = [f"note: {n}" for n in report.get("notes", [])]
