@@ -312,15 +312,20 @@ def test_clean_never_proposes_real_work(tmp_path):
 
 
 # ---------------------------------------------------------------- doctor repair
-def test_repair_diagnoses_then_rebuilds_behind_a_backup(live):
-    db = str(live.config.resolved_database_path)
+def drop_from_message_fts(db, store_id: int = 2) -> None:
+    """Damage the message index: delete one row's FTS entry (what repair must find)."""
     conn = sqlite3.connect(db)
     row = conn.execute("SELECT store_id, body, tags FROM messages_fts_source"
-                       " WHERE store_id = 2").fetchone()
+                       " WHERE store_id = ?", (store_id,)).fetchone()
     conn.execute("INSERT INTO messages_fts(messages_fts, rowid, body, tags)"
                  " VALUES ('delete', ?, ?, ?)", row)
     conn.commit()
     conn.close()
+
+
+def test_repair_diagnoses_then_rebuilds_behind_a_backup(live):
+    db = str(live.config.resolved_database_path)
+    drop_from_message_fts(db)
     preview = command.handle("doctor repair")
     assert "messages_fts_rows: 80 rows, 79 indexed" in preview and "would: rebuild" in preview
     assert live.store.fts_row_counts()["fts_docs"] == 79

@@ -2,7 +2,6 @@
 exit codes, broken pipes, replay input checks, rotate and status before any work."""
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 from enginekit import make_engine
 from hermes_trove import command
 from hermes_trove.storage import database
+from test_command import drop_from_message_fts
 from test_cli import SCRIPT, home, run, run_json  # noqa: F401 (fixture)
 
 
@@ -55,13 +55,7 @@ def test_repair_exits_1_on_problems_and_hints_name_cli_commands(home, tmp_path):
     db = tmp_path / "broken" / "trove.db"
     db.parent.mkdir()
     shutil.copy(home / "trove.db", db)
-    conn = sqlite3.connect(db)
-    row = conn.execute("SELECT store_id, body, tags FROM messages_fts_source"
-                       " WHERE store_id = 2").fetchone()
-    conn.execute("INSERT INTO messages_fts(messages_fts, rowid, body, tags)"
-                 " VALUES ('delete', ?, ?, ?)", row)
-    conn.commit()
-    conn.close()
+    drop_from_message_fts(db)
     done = run(home, "--db", db, "doctor", "repair")
     assert done.returncode == 1
     assert "apply: trove.py doctor repair --apply" in done.stdout and "/trove" not in done.stdout
@@ -118,3 +112,21 @@ def test_rotate_on_a_small_never_rotated_session_says_why(tmp_path, monkeypatch)
     finally:
         for key in list(database._registry):
             database.forget_database(key)
+
+
+def test_slash_reads_never_convert_a_foreign_configured_file(tmp_path, monkeypatch):
+    import sqlite3
+    state = tmp_path / "state.db"
+    conn = sqlite3.connect(state)
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    before = state.read_bytes()
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    monkeypatch.setenv("TROVE_DATABASE_PATH", str(state))
+    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    for words in ("status", "doctor", "doctor clean", "doctor retention", "backup"):
+        text = command.handle(words)
+        assert f"{state} is not a trove database" in text, text
+    assert state.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "state.db"]
