@@ -133,8 +133,8 @@ def open_target(config: TroveConfig, engine: Any = None, writable: bool = False)
     create or convert a database by typo). Reads open read-only."""
     target = Target(engine.config if engine is not None else config, engine, writable)
     if engine is None:
-        problem = trove_file_problem(target.db_path)
-        if problem is not None and not (writable and "schema version" in problem):
+        problem = trove_file_problem(target.db_path, allow_older=writable)
+        if problem is not None:
             raise OperatorError(problem + ("" if target.db_path.exists() else
                                            " (pass --db PATH or set TROVE_DATABASE_PATH)"))
     try:

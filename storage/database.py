@@ -123,13 +123,13 @@ def _connect_read_only(path: str, immutable: bool = False) -> sqlite3.Connection
     return conn
 
 
-def trove_file_problem(path: str | os.PathLike) -> str | None:
+def trove_file_problem(path: str | os.PathLike, allow_older: bool = False) -> str | None:
     """Why ``path`` is not an openable trove database (None when it is one).
 
     Reads the file header, then the schema through a read-only connection, so
     an unrelated SQLite file (Hermes's ``state.db``) or an empty file is named,
     never converted. A trove schema newer or older than this code is reported
-    too: a read must not migrate."""
+    too: a read must not migrate (``allow_older`` for a writing command, which may)."""
     file = Path(path).expanduser()
     if not file.is_file():
         return f"no trove database at {file}"
@@ -150,10 +150,11 @@ def trove_file_problem(path: str | os.PathLike) -> str | None:
     if version > migrations.latest_version():
         return (f"{file} has trove schema version {version}, newer than this hermes-trove "
                 f"(up to {migrations.latest_version()}): update the plugin")
-    if version < migrations.latest_version():
+    if version < migrations.latest_version() and not allow_older:
         return (f"{file} has trove schema version {version}; this hermes-trove needs "
                 f"{migrations.latest_version()}: a read does not migrate, so start Hermes with "
-                "the plugin once or run 'trove.py backup' (which migrates after reading)")
+                "the plugin once, or run a writing command such as 'trove.py backup' "
+                "(it migrates)")
     return None
 
 

@@ -138,7 +138,7 @@ def test_status_without_a_live_engine_reads_the_configured_database(tmp_path, mo
 
 def test_status_without_any_database_answers_clearly(tmp_path):
     text = command.handle("status")
-    assert f"no trove database at {tmp_path / 'trove.db'}" in text
+    assert f"database: none yet at {tmp_path / 'trove.db'}" in text
     assert not (tmp_path / "trove.db").exists()  # a status must not create one
 
 

@@ -130,3 +130,22 @@ def test_slash_reads_never_convert_a_foreign_configured_file(tmp_path, monkeypat
         assert f"{state} is not a trove database" in text, text
     assert state.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
         "state.db"]
+
+
+def test_an_older_trove_schema_is_read_only_refused_and_migrated_by_a_write(tmp_path):
+    import sqlite3
+    from hermes_trove.storage import migrations
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    version, _, first = migrations.MIGRATIONS[0]
+    conn.execute("CREATE TABLE trove_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                 " applied_at REAL NOT NULL)")
+    first(conn)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+    before = db.read_bytes()
+    done = run(tmp_path, "--db", db, "status")
+    assert done.returncode == 2 and f"has trove schema version {version}" in done.stderr
+    assert "a read does not migrate" in done.stderr and db.read_bytes() == before
+    assert run(tmp_path, "--db", db, "backup").returncode == 0
+    assert run(tmp_path, "--db", db, "status").returncode == 0
