@@ -239,8 +239,11 @@ KNOWN_NAMES = tuple(_RULES)  # also the order in which enabled patterns run
 # Every named detector: (family name in TROVE_SENSITIVE_PATTERNS, entry, what it finds).
 CATALOG = tuple((family, rule.entry, rule.doc) for family, rules in _RULES.items()
                 for rule in rules)
-# Strings never scanned: the keys that identify a message or part, and inline data URLs.
-UNSCANNED_KEYS = frozenset({"role", "id", "type", "tool_call_id", "name", "tool_name"})
+# Strings never scanned: the keys that identify a message or part, and opaque provider
+# blobs that must go back byte-exact (a signed thinking block, encrypted reasoning, base64
+# media); inline ``data:`` URLs are skipped too.
+UNSCANNED_KEYS = frozenset({"role", "id", "type", "tool_call_id", "name", "tool_name",
+                            "signature", "encrypted_content", "data"})
 
 
 def _outside_placeholders(text: str, rule) -> tuple[str, int]:
@@ -282,8 +285,9 @@ class Redactor:
 
         Content and its parts, ``reasoning``/``reasoning_details``, ``refusal``,
         tool-call arguments (a JSON string or an object), image URLs, tool results:
-        a secret can hide in any of them. Only identifying keys (``UNSCANNED_KEYS``:
-        role, ids, types, names) and inline ``data:`` URLs are left as they are.
+        a secret can hide in any of them. Only identifying keys and opaque provider blobs
+        (``UNSCANNED_KEYS``: role, ids, types, names, signature, encrypted_content, data)
+        and inline ``data:`` URLs are left as they are.
         The input is not changed.
         """
         return self._walk(message)

@@ -390,3 +390,12 @@ def test_false_positives_on_the_bundled_sample_are_rare():
     messages = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
     hits = sum(ALL.redact_message(m)[1] for m in messages)
     assert len(messages) > 100 and hits == 0
+
+
+def test_opaque_provider_blobs_round_trip_exactly():
+    blob = f"{JWT}+{OPENAI}"  # looks like secrets, but is a signed/encrypted payload
+    message = {"role": "assistant", "content": "ok",
+               "reasoning_details": [{"type": "reasoning.encrypted", "data": blob},
+                                     {"type": "reasoning.text", "text": "t", "signature": blob}],
+               "content_blocks": [{"type": "thinking", "encrypted_content": blob}]}
+    assert ALL.redact_message(message) == (message, 0)
