@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -138,16 +139,52 @@ def _config_checks(document: dict, path: Path) -> list[dict]:
     return results
 
 
+def hermes_python() -> str | None:
+    """The interpreter that runs the ``hermes`` command (its script's ``#!`` line), or
+    None when ``hermes`` is not on PATH or is not a Python script."""
+    found = shutil.which("hermes")
+    if not found:
+        return None
+    try:
+        with open(found, "rb") as handle:
+            first = handle.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None
+    command = first[2:].split()
+    return command[-1] if command and Path(command[-1]).name.startswith("python") else None
+
+
+def _missing_in(python: str) -> list[str] | None:
+    """Runtime packages ``python`` cannot import (None when it cannot be asked)."""
+    code = ("import importlib.util, sys; print(' '.join(n for n in sys.argv[1:]"
+            " if importlib.util.find_spec(n) is None))")
+    try:
+        done = subprocess.run([python, "-c", code, *RUNTIME_PACKAGES], capture_output=True,
+                              text=True, timeout=GIT_TIMEOUT_S * 3, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.split() if done.returncode == 0 else None
+
+
 def _package_check() -> dict:
-    """tiktoken and regex importable in this Python (the host's, when run inside Hermes)."""
+    """tiktoken and regex importable in the Python that runs Hermes: this one inside the
+    host; from the CLI, the ``hermes`` command's interpreter when it can be found."""
+    python = sys.executable
     missing = [name for name in RUNTIME_PACKAGES if importlib.util.find_spec(name) is None]
+    other = hermes_python()
+    if other and Path(other).resolve() != Path(sys.executable).resolve():
+        asked = _missing_in(other)
+        if asked is not None:
+            python, missing = other, asked
     if missing:
-        return _check("runtime_packages", "warn", f"not importable in {sys.executable}: "
+        return _check("runtime_packages", "warn", f"not importable in {python}: "
                       f"{', '.join(missing)} (token counts fall back to estimates, message "
-                      f"patterns are off); fix: {sys.executable} -m pip install -r "
-                      f"{PLUGIN_ROOT / 'requirements.txt'}", missing=missing)
+                      f"patterns are off); fix: {python} -m pip install -r "
+                      f"{PLUGIN_ROOT / 'requirements.txt'}", missing=missing, python=python)
     return _check("runtime_packages", "ok", f"{', '.join(RUNTIME_PACKAGES)} importable in "
-                  f"{sys.executable}")
+                  f"{python}", python=python)
 
 
 def _install_check(home: Path, identity: dict) -> dict:

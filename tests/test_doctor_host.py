@@ -123,3 +123,28 @@ def test_real_host_logs_each_config_warning_once(tmp_path, fake_llm, caplog):
     assert len(logged) == 1
     assert "unknown setting 'trove.bogus_knob'" in str(doctor)
     assert "[ok] host_plugin_enabled" in str(doctor)
+
+
+def fake_hermes(folder, packages_present):
+    """A ``hermes`` script whose interpreter is a fake Python answering the import probe."""
+    folder.mkdir()
+    fake_python = folder / "python3"
+    missing = " ".join(p for p in host.RUNTIME_PACKAGES if p not in packages_present)
+    fake_python.write_text(f"#!/bin/sh\necho '{missing}'\n")
+    fake_python.chmod(0o755)
+    script = folder / "hermes"
+    script.write_text(f"#!{fake_python}\nprint('hermes')\n")
+    script.chmod(0o755)
+    return fake_python
+
+
+@pytest.mark.parametrize("present,status", [(("tiktoken", "regex"), "ok"), (("tiktoken",), "warn")])
+def test_packages_are_checked_in_the_python_that_runs_hermes(tmp_path, monkeypatch, present,
+                                                             status):
+    python = fake_hermes(tmp_path / "bin", present)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert host.hermes_python() == str(python)
+    check = by_name(host.check_host(home_with(tmp_path, GOOD)))["runtime_packages"]
+    assert check["status"] == status and check["python"] == str(python)
+    if status == "warn":
+        assert f"fix: {python} -m pip install -r" in check["detail"] and "regex" in check["detail"]
