@@ -101,5 +101,16 @@ def register(ctx) -> None:
     if cfg.enable_slash_command:
         from .command import register_command
         register_command(ctx)
-    for warning in cfg.warnings:
-        log.warning("hermes-trove config: %s", warning)
+    log_config_warnings(cfg.warnings)
+
+
+_logged_warnings: set[str] = set()
+
+
+def log_config_warnings(warnings) -> None:
+    """Log each config warning once per process: the host runs ``register`` more than
+    once (plugin discovery, then again for the agent), which logged every one twice."""
+    for warning in warnings:
+        if warning not in _logged_warnings:
+            _logged_warnings.add(warning)
+            log.warning("hermes-trove config: %s", warning)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .operators import actions as ops
 from .config import load_config
 from .binding import forks
 from .engine import find_engine
+from .diagnostics.host import describe_identity
 from .storage.payloads import human_size
 from .tools import iso
 
@@ -51,13 +53,22 @@ def calling_session() -> str | None:
     return forks.host_session_hint() or None
 
 
-def resolve_target() -> ops.Target:
-    """The calling session's live engine, else the configured database."""
+def resolve_target(writable: bool = False) -> ops.Target:
+    """The calling session's live engine, else the configured database (opened
+    read-only unless the subcommand writes)."""
     session = calling_session()
     engine = find_engine(session) if session else None
     if engine is not None:
         return ops.open_target(engine.config, engine)
-    return ops.open_target(load_config())
+    return ops.open_target(load_config(), writable=writable)
+
+
+def database_exists() -> bool:
+    """Whether the configured database file exists (or a live engine holds one)."""
+    session = calling_session()
+    if session and find_engine(session) is not None:
+        return True
+    return Path(load_config().resolved_database_path).exists()
 
 
 def handle(raw_args: str = "") -> str:
@@ -69,7 +80,13 @@ def handle(raw_args: str = "") -> str:
     if words == ("help",):
         return help_text()
     try:
-        return action.render(action.run(resolve_target()))
+        if words in (("doctor",), ("doctor", "full"), ("status",)) and not database_exists():
+            config = load_config()
+            if words == ("status",):
+                return format_status(ops.status_without_database(config, calling_session()))
+            return action.render(ops.doctor_without_database(
+                config, f"no trove database at {config.resolved_database_path}"))
+        return action.render(action.run(resolve_target(ops.writes(words))))
     except ops.OperatorError as exc:
         return f"/trove {' '.join(words)}: {exc}"
     except Exception as exc:  # a command must answer, never break the chat
@@ -117,19 +134,28 @@ def _count(number) -> str:
 def format_status(report: dict) -> str:
     """Database, session, engine, last rotate and last backup, a line each."""
     db = report["database"]
-    depths = ", ".join(f"d{d}: {n}" for d, n in db["nodes_by_depth"].items()) or "none"
-    lines = ["trove status",
-             f"database: {db['path']} ({human_size(db['size_bytes'])}, schema "
-             f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
-             f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
-             f"{_count(report['session_rows'])} session rows"]
-    lines += _session_lines(report.get("session"))
-    lines.append(_engine_line(report.get("engine")))
-    lines += _summary_work_lines(report.get("engine"))
-    last = report["last_backup"]
+    if db is None:
+        lines = ["trove status", f"database: none yet at {report['database_path']} (the engine "
+                 "creates it on the first message)"]
+        session = report.get("session")
+        lines.append(f"session: {session['session_id']} (nothing stored yet)" if session else
+                     "session: none (HERMES_SESSION_ID is not set)")
+    else:
+        depths = ", ".join(f"d{d}: {n}" for d, n in db["nodes_by_depth"].items()) or "none"
+        lines = ["trove status",
+                 f"database: {db['path']} ({human_size(db['size_bytes'])}, schema "
+                 f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
+                 f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
+                 f"{_count(report['session_rows'])} session rows"]
+        lines += _session_lines(report.get("session"))
+        lines.append(_engine_line(report.get("engine")))
+        lines += _summary_work_lines(report.get("engine"))
+    last = report["last_backup"] or {"path": None}
     lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
                  + ("" if last["exists"] else " [file missing]") if last["path"]
                  else "last backup: none recorded yet (/trove backup writes one)")
+    if report.get("plugin"):
+        lines.append(f"plugin: {describe_identity(report['plugin'])}")
     lines += [f"config warning: {w}" for w in report.get("config_warnings", [])]
     return "\n".join(lines)
 
@@ -205,8 +231,9 @@ def _switch_text(switch: dict | None) -> str:
 def format_doctor(report: dict) -> str:
     """Overall verdict, then one line per check."""
     lines = [f"trove doctor: overall {MARK[report['overall']]} ({report['database_path']})"]
-    lines += [f"  [{MARK.get(c['status'], c['status'])}] {c['name']}: {c['detail']}"
-              for c in report["checks"]]
+    for c in report["checks"]:
+        lines.append(f"  [{MARK.get(c['status'], c['status'])}] {c['name']}: {c['detail']}")
+        lines += [f"      - {warning}" for warning in c.get("warnings") or ()]
     return "\n".join(lines)
 
 

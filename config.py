@@ -27,7 +27,8 @@ CONFIG_FILE_NAME = "config.yaml"
 CONFIG_SECTION = "trove"
 DEFAULT_DATABASE_FILE = "trove.db"
 KNOWN_SENSITIVE_PATTERNS = frozenset(
-    {"api_key", "bearer_token", "password_assignment", "private_key"}
+    {"api_key", "bearer_token", "password_assignment", "private_key", "secret_assignment",
+     "webhook_url"}
 )
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -153,9 +154,11 @@ class TroveConfig:
     sensitive_patterns_enabled: bool = _bool(
         False, "Redact secrets found by TROVE_SENSITIVE_PATTERNS before storing.")
     sensitive_patterns: tuple[str, ...] = _list(
-        ("api_key", "bearer_token", "password_assignment", "private_key"),
+        ("api_key", "bearer_token", "password_assignment", "private_key",
+         "secret_assignment", "webhook_url"),
         "Named secret detectors to apply; known: api_key, bearer_token, "
-        "password_assignment, private_key.")
+        "password_assignment, private_key, secret_assignment, webhook_url "
+        "(docs/configuration.md lists every entry).")
     cross_owner_recall: bool = _bool(
         False, "Let cross-session tools (trove_recall, session_scope all, a named "
         "session_id) read sessions of other owners (other gateway users) too.")

@@ -152,13 +152,15 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_status",
-        "description": "Engine status: bound session, context pressure, database size, config.",
+        "description": ("What matters now: context pressure, the compaction trigger and why, "
+                        "the last compaction, what is stored, problems."),
         "parameters": _params({}),
     },
     {
         "name": "trove_inspect",
         "description": ("Inventory of this session's memory: summary frontier, carried nodes, "
-                        "counts, last compaction and skip reasons. Metadata only."),
+                        "counts, last compaction and skip reasons, plus every setting and the "
+                        "database. Metadata only."),
         "parameters": _params({}),
     },
     {

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from .storage import codec
 from .storage.owners import Owners
 from .recall import externalized, query_plan, search
-from .diagnostics import health
+from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers, refs as evidence_refs
 from .storage.payloads import refs_in
 from .config import TroveConfig
@@ -813,23 +813,29 @@ def _status_snapshot(ctx: ToolContext) -> dict:
 
 
 def tool_status(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Engine status, database statistics, token counter and the configuration in force."""
-    status = _status_snapshot(ctx)
-    counter = getattr(getattr(ctx.count_tokens, "__self__", None), "name", None)
-    report = health.status_report(ctx.store, ctx.dag, ctx.config, status,
-                                  session_id=bound_session(ctx), counter_name=counter)
-    return report, Shape(optional=("config", "engine"))
+    """What matters now, compactly (``brief.model_status``); the inventory is trove_inspect."""
+    report = brief.model_status(ctx.store, ctx.dag, ctx.config, _status_snapshot(ctx),
+                                session_id=bound_session(ctx))
+    if report["last_compaction"] and report["last_compaction"].get("at"):
+        report["last_compaction"]["at"] = iso(report["last_compaction"]["at"])
+    return report, Shape(optional=("last_compaction", "background_prepare"))
 
 
 def tool_inspect(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Operator inventory of this session: frontier, carried nodes, counts, last decisions."""
+    """Operator inventory of this session: frontier, carried nodes, counts, last decisions,
+    plus the full status (engine snapshot, database, token counter, every setting)."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_inspect", "frontier")
-    report = health.inspect_report(ctx.store, ctx.dag, _status_snapshot(ctx), current)
+    status = _status_snapshot(ctx)
+    counter = getattr(getattr(ctx.count_tokens, "__self__", None), "name", None)
+    report = {**health.inspect_report(ctx.store, ctx.dag, status, current),
+              "status": health.status_report(ctx.store, ctx.dag, ctx.config, status,
+                                             session_id=current, counter_name=counter)}
     for node in report["frontier"]:
         node["time_from"], node["time_to"] = iso(node["time_from"]), iso(node["time_to"])
-    return report, Shape(items="frontier", on_trim=_mark_more, optional=("carried_node_ids",))
+    return report, Shape(items="frontier", on_trim=_mark_more,
+                         optional=("status", "carried_node_ids"))
 
 
 def tool_doctor(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:

@@ -22,6 +22,7 @@ from ..config import TroveConfig, check_reachability
 from ..dag import Dag
 from ..storage.database import Database
 from ..store import Store
+from . import host
 
 QUICK_CHECK_MAX_BYTES = 256 * 1024 * 1024
 LARGE_ROW_WARN_CHARS = 200_000
@@ -264,11 +265,16 @@ def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | No
                  lambda: check_fts(store, dag, config, now),
                  lambda: check_config(config, status),
                  lambda: check_lifecycle(status, session_nodes, offline),
-                 lambda: check_pressure(status, config)):
+                 lambda: check_pressure(status, config),
+                 lambda: host.check_host(config.hermes_home)):
         try:
             checks += part()
         except Exception as exc:  # one broken check must not hide the others
             checks.append(check("doctor_error", "fail", f"{type(exc).__name__}: {exc}"[:300]))
+    return verdict(checks)
+
+
+def verdict(checks: list[dict]) -> dict:
+    """The doctor report for ``checks``: ``overall`` is the worst status."""
     worst = max((SEVERITY.get(c["status"], 0) for c in checks), default=0)
-    overall = {0: "ok", 1: "warn", 2: "fail"}[worst]
-    return {"overall": overall, "checks": checks}
+    return {"overall": {0: "ok", 1: "warn", 2: "fail"}[worst], "checks": checks}

@@ -188,3 +188,66 @@ def _plain_texts(message: dict) -> Iterator[str]:
 def _normalized_json(message: dict) -> str:
     return json.dumps(codec.clean_message(message), sort_keys=True, ensure_ascii=False,
                       default=str)
+
+
+# ---------------------------------------------------------------- whole-session noise
+# Machine-made prompts of heartbeat and cron runs: exact shapes, case-sensitive, so a
+# person writing "Heartbeat service on prod keeps crashing" or "cron: how should we
+# schedule..." is never mistaken for one.
+HEARTBEAT_CRON_SHAPES = (
+    re.compile(r"\bHEARTBEAT_OK\b"),                      # heartbeat prompts and their acks
+    re.compile(r"\bHEARTBEAT\.md\b"),                     # "Read HEARTBEAT.md; reply ..."
+    re.compile(r"^\s*HEARTBEAT\s*$"),                     # the bare keyword, alone
+    re.compile(r"^\s*\[(?:Cron delivery|cron)\b[^\]\n]{0,80}\]"),  # "[Cron delivery: job]"
+)
+NOISE_MAX_MESSAGES = 40          # a longer session holds real work, whatever it says
+NOISE_MAX_DISTINCT_USER_TEXTS = 3  # heartbeats repeat; a person varies what they write
+NOISE_MAX_REPLY_CHARS = 400      # an ack or a short digest, not an explanation
+
+
+class NoiseVerdict(NamedTuple):
+    """Whether a whole session is heartbeat/cron noise, and the facts that decided it."""
+
+    noise: bool
+    facts: tuple[str, ...]
+
+
+def _shape_of(text: str) -> str | None:
+    """The heartbeat/cron shape a user text has, or None."""
+    return next((p.pattern for p in HEARTBEAT_CRON_SHAPES if p.search(text)), None)
+
+
+def session_noise(messages: list[dict], message_filter: MessageFilter | None = None
+                  ) -> NoiseVerdict:
+    """Judge a whole session (decoded messages, in order): noise only when it is small,
+    uses no tools, every user message is a heartbeat/cron shape (or matches
+    ``TROVE_IGNORE_MESSAGE_PATTERNS``), its user texts barely vary and every reply is
+    short. ``facts`` explain the verdict (the first failed test when it is not noise),
+    so ``doctor clean`` can say why a session is a candidate."""
+    if len(messages) > NOISE_MAX_MESSAGES:
+        return NoiseVerdict(False, (f"{len(messages)} messages (> {NOISE_MAX_MESSAGES})",))
+    if any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+        return NoiseVerdict(False, ("uses tools",))
+    users = [m for m in messages if m.get("role") == "user"]
+    if not users:
+        return NoiseVerdict(False, ("no user messages",))
+    kinds = []
+    for message in users:
+        text = codec.message_text(message)
+        shape = _shape_of(text)
+        pattern = message_filter.matches(message) if message_filter is not None else None
+        if shape is None and pattern is None:
+            return NoiseVerdict(False, (f"user message {' '.join(text.split())[:60]!r} is "
+                                        "not heartbeat/cron",))
+        kinds.append(f"shape {shape!r}" if shape else f"pattern {pattern!r}")
+    distinct = {re.sub(r"\d+", "#", " ".join(codec.message_text(m).split())) for m in users}
+    if len(distinct) > NOISE_MAX_DISTINCT_USER_TEXTS:
+        return NoiseVerdict(False, (f"{len(distinct)} different user texts",))
+    longest = max((len(codec.message_text(m)) for m in messages if m.get("role") != "user"),
+                  default=0)
+    if longest > NOISE_MAX_REPLY_CHARS:
+        return NoiseVerdict(False, (f"a reply of {longest} chars",))
+    return NoiseVerdict(True, (
+        f"{len(messages)} messages, no tool use",
+        f"all {len(users)} user messages are noise ({', '.join(sorted(set(kinds)))})",
+        f"{len(distinct)} distinct user text(s)", f"longest reply {longest} chars"))

@@ -53,12 +53,15 @@ def _not_a_reference(value: str) -> bool:
 
 
 class _Rule:
-    """One regex whose named groups (the first one that matched) hold the secret."""
+    """One regex whose named groups (the first one that matched) hold the secret;
+    ``entry`` names it in the catalog and ``doc`` says what it finds."""
 
-    def __init__(self, pattern: str, *, label: str, groups: Sequence[str] = ("secret",),
+    def __init__(self, pattern: str, *, label: str, entry: str, doc: str,
+                 groups: Sequence[str] = ("secret",),
                  check: Callable[[str], bool] | None = None, hashed: bool = True):
         self.regex = re.compile(pattern)
         self.label, self.groups, self.check, self.hashed = label, tuple(groups), check, hashed
+        self.entry, self.doc = entry, doc
 
     def placeholder(self, secret: str) -> str:
         return f"[REDACTED:{self.label}:sha256={_hash8(secret)}]" if self.hashed \
@@ -83,6 +86,9 @@ class _Rule:
 
 class _PemRule:
     """PEM private key blocks, BEGIN to the matching END (or to the end of a truncated body)."""
+
+    entry = "pem_private_key"
+    doc = "PEM private key blocks (RSA, EC, OPENSSH, ENCRYPTED ...), BEGIN to END"
 
     begin = re.compile(r"-----BEGIN (?P<label>[A-Z0-9]{1,20}(?: [A-Z0-9]{1,20}){0,3} )?"
                        r"PRIVATE KEY(?P<block> BLOCK)?-----")
@@ -123,42 +129,121 @@ class _PemRule:
         return self.body.match(text, match.end()).end()
 
 
+def _mixed(value: str) -> bool:
+    """Looks generated: a letter and a digit, or upper and lower case letters."""
+    return _letter_and_digit(value) or (bool(re.search(r"[a-z]", value))
+                                        and bool(re.search(r"[A-Z]", value)))
+
+
+def _secretish(value: str) -> bool:
+    """A value that looks generated, not a name in code (``settings.SECRET_KEY``)."""
+    return _letter_and_digit(value) or (len(value) >= 20 and "." not in value
+                                        and _mixed(value))
+
+
+_PASSWORD_VALUE = (r"(?:\\\"(?P<edq>[^\"\\\r\n]{1,256})\\\""
+                   r"|\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,256})\"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,256})'"
+                   r"|(?P<bare>[^\s\"'\\,;&<>(){}\[\]]{1,256}))")
+_PASSWORD_GROUPS = ("edq", "dq", "sq", "bare")
+_ASSIGN = r"[\"']?[ \t]*[:=][ \t]*[\"']?"
+
 _RULES: dict[str, tuple] = {
     "private_key": (_PemRule(),),
     "api_key": (
         _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>sk-[A-Za-z0-9_-]{20,})", label="api_key",
+              entry="openai_style_key", doc="sk-... keys (OpenAI, Anthropic sk-ant-, DeepSeek "
+              "and other OpenAI-compatible providers), bare or assigned",
               check=lambda s: _letter_and_digit(s[3:])),
         _Rule(r"(?<![A-Za-z0-9])(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])",
-              label="api_key"),
+              label="api_key", entry="aws_access_key_id", doc="AWS access key ids AKIA/ASIA..."),
         _Rule(r"(?<![A-Za-z0-9_])(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}"
-              r"|github_pat_[A-Za-z0-9_]{22,})", label="api_key"),
-        _Rule(r"(?<![A-Za-z0-9-])(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})", label="api_key",
-              check=_letter_and_digit),
+              r"|github_pat_[A-Za-z0-9_]{22,})", label="api_key", entry="github_token",
+              doc="GitHub tokens ghp_/gho_/ghu_/ghs_/ghr_ and github_pat_"),
+        _Rule(r"(?<![A-Za-z0-9-])(?P<secret>(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,})",
+              label="api_key", entry="slack_token",
+              doc="Slack bot/user/app tokens xoxb-, xoxp-, xoxe-, xapp-", check=_letter_and_digit),
         _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>AIza[0-9A-Za-z_-]{35})(?![A-Za-z0-9_-])",
-              label="api_key"),
-        _Rule(r"(?i)(?<![A-Za-z0-9])(?:x-)?api[_-]?key[\"']?[ \t]*[:=][ \t]*[\"']?"
-              rf"(?P<secret>{_TOKEN}{{8,}})", label="api_key", check=_letter_and_digit),
+              label="api_key", entry="google_api_key", doc="Google API keys AIza..."),
+        _Rule(r"(?<![A-Za-z0-9_])(?P<secret>[sr]k_(?:live|test)_[A-Za-z0-9]{16,})",
+              label="api_key", entry="stripe_key",
+              doc="Stripe secret and restricted keys sk_live_, rk_live_ (and _test_)"),
+        _Rule(r"(?<![A-Za-z0-9_])(?P<secret>hf_[A-Za-z0-9]{30,})(?![A-Za-z0-9_])",
+              label="api_key", entry="huggingface_token", doc="Hugging Face tokens hf_...",
+              check=lambda s: _mixed(s[3:])),
+        _Rule(r"(?<![A-Za-z0-9_.-])(?P<secret>SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64})"
+              r"(?![A-Za-z0-9_-])", label="api_key", entry="sendgrid_key",
+              doc="SendGrid API keys SG.<id>.<secret>"),
+        _Rule(r"(?<![A-Za-z0-9])(?P<secret>SK[0-9a-f]{32})(?![A-Za-z0-9])", label="api_key",
+              entry="twilio_api_key", doc="Twilio API key SIDs SK + 32 hex digits"),
+        _Rule(r"(?<![A-Za-z0-9_])(?P<secret>npm_[A-Za-z0-9]{36})(?![A-Za-z0-9])",
+              label="api_key", entry="npm_token", doc="npm access tokens npm_..."),
+        _Rule(r"(?i)(?<![A-Za-z0-9])(?:x-)?api[_-]?key" + _ASSIGN +
+              rf"(?P<secret>{_TOKEN}{{8,}})", label="api_key", entry="api_key_assignment",
+              doc="api_key=, apiKey:, X-API-Key: values with a letter and a digit",
+              check=_letter_and_digit),
     ),
     "bearer_token": (
         _Rule(r"(?i)(?<![A-Za-z0-9-])authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
               rf"(?:bearer|basic|token|digest)[ \t]+(?P<secret>{_TOKEN}{{8,}}=*)",
-              label="bearer_token"),
+              label="bearer_token", entry="authorization_header",
+              doc="Authorization: Bearer/Basic/Token/Digest credentials"),
         _Rule(rf"(?<![A-Za-z0-9])(?i:bearer)[ \t]+(?P<secret>{_TOKEN}{{16,}}=*)",
-              label="bearer_token", check=_letter_and_digit),
+              label="bearer_token", entry="bearer_value", doc="Bearer <token> anywhere",
+              check=_letter_and_digit),
+        _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\."
+              r"[A-Za-z0-9_-]*)", label="bearer_token", entry="jwt",
+              doc="bare JSON Web Tokens eyJ...eyJ... (cookies, query strings, JSON, logs)"),
     ),
     "password_assignment": (
-        _Rule(r"(?i:pass(?:word|wd|phrase))\\?[\"']?[ \t]*[:=][ \t]*"
-              r"(?:\\\"(?P<edq>[^\"\\\r\n]{1,256})\\\""
-              r"|\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,256})\"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,256})'"
-              r"|(?P<bare>[^\s\"'\\,;&<>(){}\[\]]{1,256}))",
-              label="password", groups=("edq", "dq", "sq", "bare"), check=_not_a_reference,
-              hashed=False),
+        _Rule(r"(?i:pass(?:word|wd|phrase))\\?" + r"[\"']?[ \t]*[:=][ \t]*" + _PASSWORD_VALUE,
+              label="password", entry="password_assignment", groups=_PASSWORD_GROUPS,
+              doc="password=, passwd:, \"passphrase\": values (quoted values whole)",
+              check=_not_a_reference, hashed=False),
+        _Rule(r"(?<=_)(?i:pass|pwd)(?![A-Za-z0-9])\\?" + r"[\"']?[ \t]*[:=][ \t]*"
+              + _PASSWORD_VALUE, label="password", entry="env_password",
+              doc="environment-style DB_PASS=, SMTP_PWD: values", groups=_PASSWORD_GROUPS,
+              check=_not_a_reference, hashed=False),
+        _Rule(r"(?<![A-Za-z0-9_-])(?:mysql|mysqldump|mysqladmin|mariadb)"
+              r"(?:[ \t]+[^\s]{1,200}){0,12}?[ \t]+-p(?:'(?P<sq>[^'\r\n]{1,256})'"
+              r"|\"(?P<dq>[^\"\r\n]{1,256})\"|(?P<bare>[^\s\"'\\;&|<>]{1,256}))",
+              label="password", entry="mysql_cli_password", groups=("sq", "dq", "bare"),
+              doc="mysql/mysqldump/mariadb -p<password> on a command line",
+              check=_not_a_reference, hashed=False),
         _Rule(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://"
               r"[^\s:/@?#\[\]\"'\\]{0,256}:(?P<secret>[^\s/@?#\"'\\]{1,256})@",
-              label="password", hashed=False),
+              label="password", entry="url_userinfo",
+              doc="user:password@ in URLs (database DSNs, git remotes, image URLs)",
+              hashed=False),
+    ),
+    "secret_assignment": (
+        _Rule(r"(?i)(?<![A-Za-z0-9])(?:aws[_-]?)?secret[_-]?access[_-]?key" + _ASSIGN +
+              r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])", label="secret",
+              entry="aws_secret_access_key",
+              doc="AWS secret access keys (aws_secret_access_key, SecretAccessKey)"),
+        _Rule(r"(?i)(?<![A-Za-z0-9])(?:client[_-]?secret|secret(?:[_-]?key)?"
+              r"|(?:access|refresh|auth|api|private|session|id)[_-]?token)" + _ASSIGN +
+              rf"(?P<secret>{_TOKEN}{{8,}})", label="secret", entry="secret_assignment",
+              doc="SECRET_KEY=, client_secret=, \"access_token\":, _authToken= (npmrc), "
+              "refresh_token ... values that look generated", check=_secretish),
+    ),
+    "webhook_url": (
+        _Rule(r"(?i)hooks\.slack\.com/(?:services|workflows|triggers)/"
+              r"(?P<secret>[A-Za-z0-9_/-]{20,})", label="webhook_url", entry="slack_webhook",
+              doc="Slack incoming-webhook URLs hooks.slack.com/services/..."),
+        _Rule(r"(?i)discord(?:app)?\.com/api/webhooks/(?P<secret>[0-9]{5,30}/[A-Za-z0-9_-]{20,})",
+              label="webhook_url", entry="discord_webhook",
+              doc="Discord webhook URLs discord.com/api/webhooks/<id>/<token>"),
     ),
 }
 KNOWN_NAMES = tuple(_RULES)  # also the order in which enabled patterns run
+# Every named detector: (family name in TROVE_SENSITIVE_PATTERNS, entry, what it finds).
+CATALOG = tuple((family, rule.entry, rule.doc) for family, rules in _RULES.items()
+                for rule in rules)
+# Strings never scanned: the keys that identify a message or part, and opaque provider
+# blobs that must go back byte-exact (a signed thinking block, encrypted reasoning, base64
+# media); inline ``data:`` URLs are skipped too.
+UNSCANNED_KEYS = frozenset({"role", "id", "type", "tool_call_id", "name", "tool_name",
+                            "signature", "encrypted_content", "data"})
 
 
 def _outside_placeholders(text: str, rule) -> tuple[str, int]:
@@ -196,61 +281,41 @@ class Redactor:
         return text, total
 
     def redact_message(self, message: dict) -> tuple[dict, int]:
-        """A new message with secrets redacted in its text, text parts and tool-call arguments.
+        """A new message with secrets redacted in every string field, however nested.
 
-        Covers string content (so tool results too), ``text`` of content parts
-        (recursing into nested ``content`` lists), ``reasoning`` text and each
-        ``tool_calls[].function.arguments`` string. The input is not changed.
+        Content and its parts, ``reasoning``/``reasoning_details``, ``refusal``,
+        tool-call arguments (a JSON string or an object), image URLs, tool results:
+        a secret can hide in any of them. Only identifying keys and opaque provider blobs
+        (``UNSCANNED_KEYS``: role, ids, types, names, signature, encrypted_content, data)
+        and inline ``data:`` URLs are left as they are.
+        The input is not changed.
         """
-        out, total = dict(message), 0
-        for key in ("content", "reasoning", "reasoning_content"):
-            if key in out:
-                out[key], count = self._content(out[key])
-                total += count
-        if isinstance(out.get("tool_calls"), list):
-            out["tool_calls"], count = self._tool_calls(out["tool_calls"])
-            total += count
-        return out, total
+        return self._walk(message)
 
-    def _content(self, value):
+    def _walk(self, value):
+        """``value`` with every scannable string redacted, and the count."""
         if isinstance(value, str):
-            return self.redact(value)
-        if not isinstance(value, list):
-            return value, 0
-        parts, total = [], 0
-        for part in value:
-            if isinstance(part, (str, list)):
-                part, count = self._content(part)
-            elif isinstance(part, dict):
-                part, count = self._part(part)
-            else:
-                count = 0
-            parts.append(part)
-            total += count
-        return parts, total
-
-    def _part(self, part: dict) -> tuple[dict, int]:
-        out, total = dict(part), 0
-        if isinstance(out.get("text"), str):
-            out["text"], total = self.redact(out["text"])
-        if isinstance(out.get("content"), (str, list)):
-            out["content"], count = self._content(out["content"])
-            total += count
-        return out, total
-
-    def _tool_calls(self, calls: list) -> tuple[list, int]:
-        out, total = [], 0
-        for call in calls:
-            fn = call.get("function") if isinstance(call, dict) else None
-            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                arguments, count = self.redact(fn["arguments"])
-                call = {**call, "function": {**fn, "arguments": arguments}}
+            return (value, 0) if value.startswith("data:") else self.redact(value)
+        if isinstance(value, list):
+            out, total = [], 0
+            for item in value:
+                item, count = self._walk(item)
+                out.append(item)
                 total += count
-            out.append(call)
-        return out, total
+            return out, total
+        if isinstance(value, dict):
+            out, total = {}, 0
+            for key, item in value.items():
+                if key not in UNSCANNED_KEYS:
+                    item, count = self._walk(item)
+                    total += count
+                out[key] = item
+            return out, total
+        return value, 0
 
     def describe(self) -> dict:
         """The redaction contract for status output: names and placeholder formats, no secrets."""
         return {"enabled": list(self.enabled_names), "unknown": list(self.unknown),
-                "known": list(KNOWN_NAMES), "placeholder": PLACEHOLDER_FORMAT,
+                "known": list(KNOWN_NAMES),
+                "catalog": {f: [e for fam, e, _ in CATALOG if fam == f] for f in KNOWN_NAMES}, "placeholder": PLACEHOLDER_FORMAT,
                 "password_placeholder": PASSWORD_PLACEHOLDER}

@@ -17,25 +17,30 @@ import os
 import re
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..storage import codec, integrity
-from ..diagnostics import health
+from ..diagnostics import health, host
 from ..compaction import tokens
 from .. import tools
+from ..schemas import COUNT_LIMITS
 from ..storage.backup import backup_database
 from ..config import TroveConfig, load_config
 from ..dag import Dag
-from ..storage.database import DatabaseError, get_database
+from ..storage.database import (Database, DatabaseError, get_database, open_read_only,
+                                trove_file_problem)
 from ..engine import live_engines
 from ..storage.owners import Owners
 from ..storage.migrations import SchemaTooNewError
 from ..ingest.policy import policy_for
-from ..ingest.noise import IGNORED, MessageFilter, SessionFilter
+from ..ingest.noise import (IGNORED, NOISE_MAX_DISTINCT_USER_TEXTS, NOISE_MAX_MESSAGES,
+                            NOISE_MAX_REPLY_CHARS, MessageFilter, SessionFilter, session_noise)
 from ..evidence import assertions, retrieve as evidence_views
 from ..store import UNKNOWN_SOURCE, Store, decode_row
+from .outfile import OutputRefused, atomic_output
 
 LAST_BACKUP_KEY = "last_backup_path"
 LAST_BACKUP_AT_KEY = "last_backup_at"
@@ -47,26 +52,23 @@ DAY = 86_400.0
 # doctor clean: what counts as junk, and what protects a session.
 EPHEMERAL_PREFIX = "trove-ephemeral-"
 EPHEMERAL_MAX_MESSAGES = 6
-NOISE_SCAN_MAX_MESSAGES = 200        # bigger sessions are never judged noise
 CLEAN_MIN_IDLE_SECONDS = 3600        # younger activity may be a live session elsewhere
 CLEAN_SCAN_MAX_SESSIONS = 100_000
-NOISE_USER_PATTERNS = (
-    re.compile(r"\bHEARTBEAT_OK\b"),              # heartbeat prompts and their acks
-    re.compile(r"^\s*HEARTBEAT\b", re.IGNORECASE),
-    re.compile(r"^\s*\[cron\b", re.IGNORECASE),   # "[Cron delivery: job]", "[cron] ..."
-    re.compile(r"^\s*cron\s*:", re.IGNORECASE),
-)
 CLEAN_RULES = {
     "ignored_pattern": "the session id matches TROVE_IGNORE_SESSION_PATTERNS",
     "empty": "no messages and no summaries",
     "ephemeral": f"{EPHEMERAL_PREFIX}* session with at most {EPHEMERAL_MAX_MESSAGES} messages",
-    "noise": "every user message is heartbeat/cron noise or matches "
-             "TROVE_IGNORE_MESSAGE_PATTERNS (sessions up to "
-             f"{NOISE_SCAN_MAX_MESSAGES} messages)",
+    "noise": f"a small session (up to {NOISE_MAX_MESSAGES} messages) without tool use whose "
+             "user messages are all heartbeat/cron prompts (exact shapes) or match "
+             f"TROVE_IGNORE_MESSAGE_PATTERNS, with at most {NOISE_MAX_DISTINCT_USER_TEXTS} "
+             f"distinct user texts and replies up to {NOISE_MAX_REPLY_CHARS} chars",
 }
 AGE_EDGES = (("< 1 day", DAY), ("1-7 days", 7 * DAY), ("7-30 days", 30 * DAY),
              ("30-90 days", 90 * DAY), ("90-365 days", 365 * DAY))
 OLDEST_BUCKET = "> 1 year"
+GREP_DEFAULT_HITS, GREP_MAX_HITS = COUNT_LIMITS[("trove_grep", "limit")]
+# A replay window must hold a system prompt, a summary and a fresh tail.
+MIN_REPLAY_WINDOW = 4_096
 REPAIR_STEPS = ("rebuild messages_fts from messages", "rebuild nodes_fts from nodes",
                 "REINDEX every index")
 
@@ -78,10 +80,12 @@ class OperatorError(Exception):
 
 @dataclass
 class Target:
-    """What an action works on: the settings, and the live engine when there is one."""
+    """What an action works on: the settings, the live engine when there is one, and
+    whether the action may write (reads use a read-only connection)."""
 
     config: TroveConfig
     engine: Any = None
+    writable: bool = True
 
     @property
     def db_path(self) -> Path:
@@ -89,14 +93,21 @@ class Target:
         return Path(self.config.resolved_database_path)
 
     @property
+    def database(self) -> Database:
+        """The shared connection: read-only unless the action writes or an engine is live."""
+        if self.writable or self.engine is not None:
+            return get_database(self.db_path)
+        return open_read_only(self.db_path)
+
+    @property
     def store(self) -> Store:
         """Messages and sessions on the process-wide shared connection."""
-        return Store(get_database(self.db_path))
+        return Store(self.database)
 
     @property
     def dag(self) -> Dag:
         """Summary nodes on the same connection."""
-        return Dag(get_database(self.db_path))
+        return Dag(self.database)
 
     @property
     def session_id(self) -> str | None:
@@ -112,16 +123,27 @@ def config_for(db_path: str | os.PathLike | None = None) -> TroveConfig:
     return load_config(environ)
 
 
-def open_target(config: TroveConfig, engine: Any = None) -> Target:
-    """A target on an existing database; a missing or unreadable file is an
-    ``OperatorError`` (operators must never create an empty database by typo)."""
-    target = Target(engine.config if engine is not None else config, engine)
-    if engine is None and not target.db_path.is_file():
-        raise OperatorError(f"no trove database at {target.db_path} (pass --db PATH or set "
-                            "TROVE_DATABASE_PATH)")
+def writes(words: tuple[str, ...]) -> bool:
+    """Whether an operator command (``/trove`` words) writes the database: apply paths,
+    backup (it records itself) and rotate. Everything else opens read-only."""
+    return "apply" in words or words[:1] in (("backup",), ("rotate",))
+
+
+def open_target(config: TroveConfig, engine: Any = None, writable: bool = False) -> Target:
+    """A target on an existing trove database; a missing file, or one that is not a
+    trove database, is an ``OperatorError`` with nothing written (operators never
+    create or convert a database by typo). Reads open read-only."""
+    target = Target(engine.config if engine is not None else config, engine, writable)
+    if engine is None:
+        problem = trove_file_problem(target.db_path, allow_older=writable)
+        if problem is not None:
+            raise OperatorError(problem + ("" if target.db_path.exists() else
+                                           " (pass --db PATH or set TROVE_DATABASE_PATH)"))
     try:
-        get_database(target.db_path)
-    except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
+        target.database
+    except (DatabaseError, SchemaTooNewError) as exc:
+        raise OperatorError(str(exc)) from None  # already names the file
+    except sqlite3.Error as exc:
         raise OperatorError(f"cannot open {target.db_path}: {exc}") from None
     return target
 
@@ -189,7 +211,7 @@ def status(target: Target, session_id: str | None = None) -> dict:
             "live_engine": engine is not None,
             "engine": json_safe(engine.get_status()) if engine is not None else None,
             "session": session_summary(target, session_id) if session_id else None,
-            "last_backup": last_backup(target),
+            "last_backup": last_backup(target), "plugin": host.plugin_identity(),
             "config_warnings": list(target.config.warnings)}
 
 
@@ -201,6 +223,25 @@ def doctor(target: Target, full: bool = False) -> dict:
                                session_id=target.session_id, full=full,
                                offline=target.engine is None)
     return {"database_path": str(target.db_path), **report}
+
+
+def status_without_database(config: TroveConfig, session_id: str | None) -> dict:
+    """Status before the first message: no database yet, the host's session id (from
+    the environment) and the plugin code, so an operator sees the setup is live."""
+    return {"database": None, "database_path": str(config.resolved_database_path),
+            "session_rows": 0, "live_engine": False, "engine": None,
+            "session": {"session_id": session_id, "stored": False} if session_id else None,
+            "last_backup": None, "plugin": host.plugin_identity(),
+            "config_warnings": list(config.warnings)}
+
+
+def doctor_without_database(config: TroveConfig, problem: str) -> dict:
+    """Doctor when there is no trove database to open: the host-side checks still run,
+    since "nothing stored" is most often a host setting (plugin not enabled)."""
+    checks = [health.check("database", "warn", f"{problem}: the engine creates it on the first "
+                           "message once Hermes loads the plugin (see the host checks below)")]
+    checks += health.check_config(config, {}) + host.check_host(config.hermes_home)
+    return {"database_path": str(config.resolved_database_path), **health.verdict(checks)}
 
 
 # ---------------------------------------------------------------- doctor clean
@@ -227,14 +268,6 @@ def _canonical_groups(rows: list[dict]) -> dict[str, dict]:
     return {sid: g for sid, g in groups.items() if g["row"] is not None}
 
 
-def _is_noise(message: dict, message_filter: MessageFilter) -> bool:
-    """A heartbeat/cron prompt, or a message the configured message patterns drop."""
-    text = codec.message_text(message)
-    if any(p.search(text) for p in NOISE_USER_PATTERNS):
-        return True
-    return message_filter.matches(message) is not None
-
-
 def _junk_rule(target: Target, session_id: str, group: dict, sessions: SessionFilter,
                messages: MessageFilter) -> tuple[str, str] | None:
     """Which clean rule a session falls under, with the reason, or None."""
@@ -249,11 +282,11 @@ def _junk_rule(target: Target, session_id: str, group: dict, sessions: SessionFi
         return "empty", CLEAN_RULES["empty"]
     if session_id.startswith(EPHEMERAL_PREFIX) and count <= EPHEMERAL_MAX_MESSAGES:
         return "ephemeral", f"ephemeral session with {count} messages"
-    if count <= NOISE_SCAN_MAX_MESSAGES:
+    if count <= NOISE_MAX_MESSAGES:
         rows = target.store.session_messages(session_id, limit=count)
-        users = [decode_row(r) for r in rows if r["role"] == "user"]
-        if users and all(_is_noise(m, messages) for m in users):
-            return "noise", f"all {len(users)} user messages are noise"
+        verdict = session_noise([decode_row(r) for r in rows], messages)
+        if verdict.noise:
+            return "noise", "; ".join(verdict.facts)
     return None
 
 
@@ -422,6 +455,12 @@ def rotate(target: Target, apply: bool = False) -> dict:
         return {"status": "refused", "reason": "no live trove session here: rotate acts on "
                 "a running agent's session (use /trove rotate inside Hermes)"}
     result = target.engine.rotate(apply=apply)
+    state = (target.store.get_session(target.session_id) or {}).get("state") or {}
+    if result.get("status") == "noop" and not state.get("last_rotate_at"):
+        result["reason"] = (f"nothing to rotate yet: all {result.get('tail_messages', 0)} live "
+                            f"messages are the fresh tail (TROVE_FRESH_TAIL_COUNT="
+                            f"{target.config.fresh_tail_count}); rotate summarizes only older "
+                            "messages")
     if result.get("status") == "rotated":
         result["backup_recorded"] = record_backup(target, result["backup"], "rotate")
     return result
@@ -464,11 +503,30 @@ def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
 
 
 def grep(target: Target, query: str, session_id: str | None = None,
-         limit: int | None = None) -> dict:
-    """``trove_grep`` in one session (with its summaries) or, by default, all sessions."""
+         limit: int | None = None, offset: int = 0) -> dict:
+    """``trove_grep`` in one session (with its summaries) or, by default, all sessions;
+    ``offset`` pages through the tool's best ``GREP_MAX_HITS`` hits (``next_offset``)."""
+    limit = limit or GREP_DEFAULT_HITS
+    if limit < 1 or offset < 0 or offset + limit > GREP_MAX_HITS:
+        raise OperatorError(f"offset + limit must stay within the {GREP_MAX_HITS} best hits "
+                            f"(got offset {offset}, limit {limit}); narrow the query instead")
     caller, scope = _scope(target, session_id)
-    args = {"query": query, **scope, **({"limit": limit} if limit else {})}
-    return call_tool(target, "trove_grep", args, caller)
+    report = call_tool(target, "trove_grep", {"query": query, **scope,
+                                              "limit": offset + limit}, caller)
+    hits = report.get("results", [])
+    more = len(hits) > offset + limit or bool(report.get("has_more"))
+    report["results"] = hits[offset:offset + limit]
+    report["offset"] = offset
+    report["next_offset"] = (offset + limit) if more and offset + limit < GREP_MAX_HITS else None
+    report["terms"] = query_terms(query)
+    return report
+
+
+def query_terms(query: str) -> list[str]:
+    """The words a grep looks for (quoted phrases split, ``-excluded`` words left out),
+    for highlighting."""
+    words = re.findall(r"(?<![\w-])-?[\w.]+", query)
+    return list(dict.fromkeys(w for w in words if not w.startswith("-") and len(w) > 1))
 
 
 def parse_ref(text: str) -> tuple[str, Any]:
@@ -493,12 +551,22 @@ def expand(target: Target, ref: str, session_id: str | None = None,
     if key == "node_id" and source_offset:
         args["source_offset"] = source_offset
     data = call_tool(target, "trove_expand", args, caller)
+    if key == "node_id":
+        node = target.dag.get_node(value)
+        data["summary"] = node["text"] if node else None  # the node's own text, then sources
     if key == "store_id":
         data["message"] = _whole_text(target, data["message"], caller, scope,
                                       lambda page: page["message"])
     elif key == "externalized_ref":
         data = _whole_text(target, data, caller, scope, lambda page: page)
     return data
+
+
+def describe(target: Target, ref: str, session_id: str | None = None) -> dict:
+    """``trove_describe``: metadata and a preview of a node, message or payload."""
+    key, value = parse_ref(ref)
+    caller, scope = _scope(target, session_id)
+    return call_tool(target, "trove_describe", {key: value, **scope}, caller)
 
 
 def _whole_text(target: Target, item: dict, caller: str, scope: dict,
@@ -561,13 +629,36 @@ def export_session(target: Target, session_id: str, write: Callable[[str], Any])
     return {"session_id": session_id, "messages": count}
 
 
-def dag_page(target: Target, session_id: str, out: str | Path) -> dict:
-    """The self-contained HTML view of a session's summary DAG (``dagview``)."""
-    from .dagview import write_dag_html
+def export_to_file(target: Target, session_id: str, out: str | Path,
+                   force: bool = False) -> dict:
+    """``export_session`` into a new file (``outfile``: never the database, never an
+    existing file unless ``force``, renamed into place only when complete)."""
+    require_session(target, session_id)
+    with _output(out, target, force) as handle:
+        report = export_session(target, session_id, handle.write)
+    return {**report, "out": str(Path(out).expanduser().resolve())}
+
+
+def dag_page(target: Target, session_id: str, out: str | Path, force: bool = False) -> dict:
+    """The self-contained HTML view of a session's summary DAG (``dagview``), written
+    like ``export_to_file``."""
+    from .dagview import render_html, dag_data
     canonical = require_session(target, session_id)
-    path = write_dag_html(target.store, target.dag, canonical, out)
+    page = render_html(dag_data(target.store, target.dag, canonical))
+    with _output(out, target, force) as handle:
+        handle.write(page)
     return {"session_id": canonical, "nodes": target.dag.stats(canonical)["nodes"],
-            "path": str(path)}
+            "path": str(Path(out).expanduser().resolve())}
+
+
+@contextmanager
+def _output(out: str | Path, target: Target, force: bool) -> Iterator:
+    """``outfile.atomic_output`` for the target's database, refusals as ``OperatorError``."""
+    try:
+        with atomic_output(out, target.db_path, force) as handle:
+            yield handle
+    except OutputRefused as exc:
+        raise OperatorError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- replay
@@ -578,11 +669,14 @@ def replay_transcript(transcript: str | Path, db_path: str | Path, *, window: in
     database backed up first), offline with the deterministic summarizer."""
     from ..engine import TroveEngine
     from .replay import HOST_OVERHEAD_TOKENS, load_transcript, replay
+    if window < MIN_REPLAY_WINDOW:
+        raise OperatorError(f"--window must be at least {MIN_REPLAY_WINDOW:,} tokens, not "
+                            f"{window:,}")
     messages = load_transcript(transcript)
     db_path = Path(db_path).expanduser().resolve()
     written = None
     if db_path.exists():
-        written = backup(open_target(config_for(db_path)), "pre-replay")
+        written = backup(open_target(config_for(db_path), writable=True), "pre-replay")
     cfg = load_config({"HERMES_HOME": str(db_path.parent), "TROVE_DATABASE_PATH": str(db_path)})
     engine = TroveEngine(cfg)
     engine.use_llm(None)

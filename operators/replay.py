@@ -23,6 +23,9 @@ class TranscriptError(ValueError):
     """The transcript file cannot be read as OpenAI-format messages."""
 
 
+VALID_ROLES = ("system", "user", "assistant", "tool")
+
+
 def load_transcript(path: str | Path) -> list[dict]:
     """Messages from a JSON list, a ``{"messages": [...]}`` object, or JSONL (one per line)."""
     text = Path(path).read_text(encoding="utf-8")
@@ -37,9 +40,14 @@ def load_transcript(path: str | Path) -> list[dict]:
             messages = [json.loads(line) for line in text.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
         raise TranscriptError(f"{path}: not JSON or JSONL ({exc})") from exc
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m
-                                                 for m in messages):
+    if not isinstance(messages, list):
         raise TranscriptError(f"{path}: expected a list of messages with a 'role' each")
+    for number, message in enumerate(messages, 1):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in VALID_ROLES:
+            raise TranscriptError(f"{path}: message {number} has no valid role ({role!r}; "
+                                  f"expected one of {', '.join(VALID_ROLES)}); nothing was "
+                                  "stored")
     return messages
 
 

@@ -9,7 +9,8 @@ Every command takes ``--db PATH`` (default: the configured database, see
 docs/configuration.md) and ``--json``; human-readable text is the default. The
 work is done by ``operator_actions`` (the same functions as ``/trove``), reads
 of messages go through ``tools.dispatch``. See docs/operators.md.
-Exit codes: 0 done, 1 doctor found a failure, 2 error or refusal (with a message).
+Exit codes: 0 done, 1 doctor found a failure or doctor repair found problems, 2 error or
+refusal (with a message).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +33,24 @@ from hermes_trove.tools import iso  # noqa: E402
 
 SNIPPET_CHARS = 100
 DOCTOR_CHOICES = ("repair", "clean", "source", "retention")
+
+
+def bounded(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high], else a clear error (never clamped)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
+            raise argparse.ArgumentTypeError(f"must be {span}, not {value:,}")
+        return value
+    return parse
+
+
+GREP_MAX = ops.GREP_MAX_HITS
+PAGE_MAX = ops.COUNT_LIMITS[("trove_load_session", "limit")][1]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,27 +81,46 @@ def build_parser() -> argparse.ArgumentParser:
     scope = grep.add_mutually_exclusive_group()
     scope.add_argument("--session", help="one session, with its summaries")
     scope.add_argument("--all", action="store_true", help="every session (the default)")
-    grep.add_argument("--limit", type=int)
+    grep.add_argument("--limit", type=bounded(1, GREP_MAX), default=10,
+                      help=f"hits per page (1-{GREP_MAX}, default 10)")
+    grep.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                      help="highlight matches (auto: on a terminal, unless NO_COLOR is set)")
+    grep.add_argument("--offset", type=bounded(0, GREP_MAX - 1), default=0,
+                      help="skip this many hits (next page: the offset the output names)")
     expand = add("expand", "exact text of m<store_id>, sources of n<node_id>, or a payload ref")
     expand.add_argument("id")
     expand.add_argument("--session", help="read as this session (default: any session)")
-    expand.add_argument("--offset", type=int, default=0, help="first source of a node page")
+    expand.add_argument("--offset", type=bounded(0), default=0,
+                        help="first source of a node page")
+    describe = add("describe", "metadata and a preview of n<node_id>, m<store_id> or a "
+                   "payload ref (trove_describe)")
+    describe.add_argument("id")
+    describe.add_argument("--session", help="read as this session (default: any session)")
     load = add("load-session", "one page of a session's raw messages")
     load.add_argument("session")
-    load.add_argument("--after", type=int, default=0, help="store_id cursor (next_cursor)")
-    load.add_argument("--limit", type=int, default=50)
+    load.add_argument("--after", type=bounded(0), default=0,
+                      help="store_id cursor (next_cursor)")
+    load.add_argument("--limit", type=bounded(1, PAGE_MAX), default=50,
+                      help=f"messages per page (1-{PAGE_MAX})")
     sessions = add("sessions", "sessions with message counts and time ranges")
-    sessions.add_argument("--limit", type=int, default=100)
+    sessions.add_argument("--limit", type=bounded(1, ops.CLEAN_SCAN_MAX_SESSIONS),
+                          default=100)
     export = add("export", "a session as JSONL, one exact message per line")
     export.add_argument("session")
-    export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    export.add_argument("--out", metavar="FILE", help="write here instead of stdout (a new "
+                        "file; never the database)")
+    export.add_argument("--force", action="store_true", help="replace an existing --out file")
     dag = add("dag", "HTML view of a session's summary DAG")
     dag.add_argument("session")
-    dag.add_argument("--out", metavar="FILE", required=True)
+    dag.add_argument("--out", metavar="FILE", required=True,
+                     help="a new HTML file (never the database)")
+    dag.add_argument("--force", action="store_true", help="replace an existing --out file")
     replay = add("replay", "replay a transcript through the engine (default: a fresh database)")
     replay.add_argument("transcript")
-    replay.add_argument("--window", type=int, default=65_536, help="context window in tokens")
-    replay.add_argument("--overhead", type=int, help="host tokens around the messages")
+    replay.add_argument("--window", type=bounded(ops.MIN_REPLAY_WINDOW),
+                        default=65_536, help="context window in tokens")
+    replay.add_argument("--overhead", type=bounded(0),
+                        help="host tokens around the messages")
     replay.add_argument("--session", default="replay-session")
     return parser
 
@@ -97,10 +136,30 @@ def dump_json(value) -> str:
     return text
 
 
-def one_line(text, limit: int = SNIPPET_CHARS) -> str:
-    """A text squeezed onto one table cell."""
+def highlight(text: str, terms: list[str], color: str = "auto") -> str:
+    """``text`` with each query term in bold red (ANSI) with ``--color always``, or with
+    ``auto`` when stdout is a terminal and ``NO_COLOR`` is unset; plain otherwise, so
+    pipes get the exact snippet."""
+    if color == "auto":
+        color = "always" if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else "never"
+    if not terms or color == "never":
+        return text
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)),
+                         re.IGNORECASE)
+    return pattern.sub(lambda m: f"\033[1;31m{m.group(0)}\033[0m", text)
+
+
+def one_line(text, limit: int = SNIPPET_CHARS, terms: list[str] = ()) -> str:
+    """A text squeezed onto one table cell; when cut, the window holds the first match
+    of ``terms`` (a summary's snippet must show why it matched)."""
     flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    lowered = flat.lower()
+    found = [at for at in (lowered.find(t.lower()) for t in terms) if at >= 0]
+    start = max(0, min(min(found) - limit // 3, len(flat) - limit + 2)) if found else 0
+    piece = flat[start:start + limit - 2]
+    return ("…" if start else "") + piece + ("…" if start + len(piece) < len(flat) else "")
 
 
 def table(headers: list[str], rows: list[list]) -> str:
@@ -116,13 +175,27 @@ def table(headers: list[str], rows: list[list]) -> str:
 def run_words(words: tuple[str, ...], args) -> tuple[dict, str, int]:
     """Status, doctor and backup run the ``/trove`` actions: same function, same text."""
     action = command.ACTIONS[words]
-    report = action.run(ops.open_target(ops.config_for(args.db)))
+    report = action.run(ops.open_target(ops.config_for(args.db), writable=ops.writes(words)))
     code = 0
     if report.get("status") == "refused":
         code = 2
     elif report.get("overall") == "fail" or report.get("status") == "still_failing":
         code = 1
-    return report, action.render(report), code
+    elif words[:2] == ("doctor", "repair") and report.get("status") == "preview":
+        code = 1  # repair found problems (the text names the fix)
+    return report, cli_hints(action.render(report)), code
+
+
+CLI_HINTS = ((re.compile(r"/trove (doctor(?: \w+)?) apply\b"), r"trove.py \1 --apply"),
+             (re.compile(r"/trove (backup|doctor(?: \w+)?|status)\b"), r"trove.py \1"))
+
+
+def cli_hints(text: str) -> str:
+    """The shared ``/trove`` text with its hints naming the CLI's own commands
+    (``trove.py doctor repair --apply``); rotate exists only inside Hermes."""
+    for pattern, replacement in CLI_HINTS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def cmd_doctor(args) -> tuple[dict, str, int]:
@@ -132,6 +205,11 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
     if args.full and args.what:
         raise ops.OperatorError("--full applies to plain 'doctor' only")
     words = ("doctor",) + ((args.what,) if args.what else ()) + (("apply",) if args.apply else ())
+    config = ops.config_for(args.db)
+    if not args.what and not Path(config.resolved_database_path).exists():
+        report = ops.doctor_without_database(config, f"no trove database at "
+                                             f"{config.resolved_database_path}")
+        return report, command.format_doctor(report), int(report["overall"] == "fail")
     return run_words(words + (("full",) if args.full else ()), args)
 
 
@@ -148,14 +226,18 @@ def cmd_sessions(args) -> tuple[dict, str, int]:
 def cmd_grep(args) -> tuple[dict, str, int]:
     """Search one session or all of them."""
     target = ops.open_target(ops.config_for(args.db))
-    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit)
+    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit,
+                      offset=args.offset)
     rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",
              r.get("session_id") or args.session or "", r.get("role") or f"d{r.get('depth')}",
-             r.get("time") or r.get("time_to") or "", one_line(r.get("snippet"))]
+             r.get("time") or r.get("time_to") or "",
+             highlight(one_line(r.get("snippet"), terms=report.get("terms", [])),
+                       report.get("terms", []), args.color)]
             for r in report["results"]]
     text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
     notes = [f"note: {n}" for n in report.get("notes", [])]
-    more = ["more results: raise --limit"] if report.get("has_more") else []
+    more = [f"more results: --offset {report['next_offset']}"] if report.get("next_offset") \
+        else []
     return report, "\n".join([text] + notes + more), 0
 
 
@@ -184,6 +266,8 @@ def cmd_expand(args) -> tuple[dict, str, int]:
         return report, f"{report['externalized_ref']} ({report.get('kind')}, " \
                        f"{report.get('mime')}, {report.get('size_text')})\n{report['content']}", 0
     lines = [f"n{report['node_id']} depth {report['depth']}: {report['child_count']} sources"]
+    if report.get("summary") is not None:
+        lines.append(f"summary:\n{report['summary']}\nsources:")
     for source in report.get("sources", []):
         if source["kind"] == "summary":
             lines.append(f"-- n{source['node_id']} (summary, depth {source['depth']})\n"
@@ -192,6 +276,20 @@ def cmd_expand(args) -> tuple[dict, str, int]:
             lines.append("-- " + render_message(source))
     if report.get("has_more"):
         lines.append(f"more sources: --offset {report['next_source_offset']}")
+    return report, "\n".join(lines), 0
+
+
+def cmd_describe(args) -> tuple[dict, str, int]:
+    """One line of metadata per field, then the preview."""
+    report = ops.describe(ops.open_target(ops.config_for(args.db)), args.id,
+                          session_id=args.session)
+    skip = ("preview", "expand", "kind")
+    head = (f"n{report['node_id']} summary" if report.get("kind") == "summary" else
+            f"m{report['store_id']} message" if report.get("kind") == "message" else
+            str(report.get("externalized_ref") or report.get("kind")))
+    lines = [head] + [f"  {k}: {v}" for k, v in report.items() if k not in skip]
+    if report.get("preview"):
+        lines.append(f"preview: {report['preview']}")
     return report, "\n".join(lines), 0
 
 
@@ -210,9 +308,7 @@ def cmd_export(args) -> tuple[dict, str, int]:
     target = ops.open_target(ops.config_for(args.db))
     ops.require_session(target, args.session)
     if args.out:
-        with open(args.out, "w", encoding="utf-8", newline="\n") as handle:
-            report = ops.export_session(target, args.session, handle.write)
-        report["out"] = str(Path(args.out).resolve())
+        report = ops.export_to_file(target, args.session, args.out, force=args.force)
         return report, f"exported {report['messages']} messages of {args.session} to " \
                        f"{report['out']}", 0
     report = ops.export_session(target, args.session, sys.stdout.write)
@@ -223,7 +319,8 @@ def cmd_export(args) -> tuple[dict, str, int]:
 
 def cmd_dag(args) -> tuple[dict, str, int]:
     """Write the DAG page."""
-    report = ops.dag_page(ops.open_target(ops.config_for(args.db)), args.session, args.out)
+    report = ops.dag_page(ops.open_target(ops.config_for(args.db)), args.session, args.out,
+                          force=args.force)
     return report, f"wrote {report['path']} ({report['nodes']} summary nodes of " \
                    f"{report['session_id']})", 0
 
@@ -235,7 +332,8 @@ def cmd_replay(args) -> tuple[dict, str, int]:
                                    session_id=args.session, overhead=args.overhead)
     lines = [f"replayed {report['messages']} messages in {report['turns']} turns into "
              f"{report['database_path']} (session {report['session_id']})",
-             f"stored {report['stored']}, {report['compactions']} compactions, "
+             f"stored {report['stored']} messages in session {report['session_id']}, "
+             f"{report['compactions']} compactions, "
              f"{report['nodes']} summary nodes, largest prompt {report['max_prompt_tokens']:,} "
              f"tokens of a {report['window']:,} window, {report['seconds']} s"]
     if report["backup"]:
@@ -247,7 +345,8 @@ COMMANDS = {
     "status": lambda a: run_words(("status",), a),
     "backup": lambda a: run_words(("backup",), a),
     "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
-    "load-session": cmd_load_session, "export": cmd_export, "dag": cmd_dag, "replay": cmd_replay,
+    "load-session": cmd_load_session, "describe": cmd_describe, "export": cmd_export,
+    "dag": cmd_dag, "replay": cmd_replay,
 }
 
 
@@ -258,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         report, text, code = COMMANDS[args.command](args)
+    except BrokenPipeError:  # `export ... | head -1`: the reader left, not an error of ours
+        return quiet_exit()
     except (ops.OperatorError, TranscriptError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -273,7 +374,15 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `trove.py ... | head`: the reader left, not an error of ours
-        sys.stdout = open(os.devnull, "w")
+        return quiet_exit(code)
+    return code
+
+
+def quiet_exit(code: int = 0) -> int:
+    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush
+    does not print a second error, and exit with ``code``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
     return code
 
 

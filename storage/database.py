@@ -8,6 +8,11 @@ the same ``Database``: one connection, serialized by a re-entrant lock.
 
 Opening is cheap by design: pragmas, pending migrations and a structural check
 that reads only the schema. The deep FTS integrity check is never run here.
+
+Operator reads (``trove.py status``, ``grep``, ``export`` ...) must never turn a
+file into a trove database: ``trove_file_problem`` looks at a file without
+writing, and ``open_read_only`` opens a trove database with ``mode=ro`` and
+``query_only``: no journal-mode switch, no migration, no write.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -28,7 +34,12 @@ REQUIRED_OBJECTS = (
     "session_carry", "trove_meta", "messages_fts_insert", "nodes_fts_insert",
 )
 
+# The tables every trove database has had since migration 1 (read-only probe).
+TROVE_MARKERS = ("trove_migrations", "trove_meta", "sessions", "messages", "nodes")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
 _registry: dict[str, "Database"] = {}
+_read_only: dict[str, "Database"] = {}
 _registry_lock = threading.Lock()
 
 
@@ -39,15 +50,19 @@ class DatabaseError(RuntimeError):
 class Database:
     """A connection plus the lock that serializes its use across threads."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, read_only: bool = False):
         self.path = path
+        self.read_only = read_only
         self.lock = threading.RLock()
         self.opened_at = time.time()
         self.open_seconds = 0.0
         started = time.perf_counter()
         try:
-            self.conn = _connect(path)
-            migrations.migrate(self.conn)
+            if read_only:
+                self.conn = _connect_read_only(path)
+            else:
+                self.conn = _connect(path)
+                migrations.migrate(self.conn)
             self.missing_objects = structural_check(self.conn)
         except migrations.SchemaTooNewError:
             raise
@@ -94,6 +109,77 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def _connect_read_only(path: str, immutable: bool = False) -> sqlite3.Connection:
+    """A connection that cannot write: ``mode=ro`` and ``query_only``, no WAL switch.
+    ``immutable`` also skips locks and the ``-shm`` file (a probe of a foreign file)."""
+    uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve())) + "?mode=ro"
+    uri += "&immutable=1" if immutable else ""
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                           timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return conn
+
+
+def trove_file_problem(path: str | os.PathLike, allow_older: bool = False) -> str | None:
+    """Why ``path`` is not an openable trove database (None when it is one).
+
+    Reads the file header, then the schema through a read-only connection, so
+    an unrelated SQLite file (Hermes's ``state.db``) or an empty file is named,
+    never converted. A trove schema newer or older than this code is reported
+    too: a read must not migrate (``allow_older`` for a writing command, which may)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        return f"no trove database at {file}"
+    with open(file, "rb") as handle:
+        header = handle.read(len(SQLITE_MAGIC))
+    if header != SQLITE_MAGIC:
+        return f"{file} is not a trove database ({'an empty file' if not header else 'not SQLite'})"
+    try:
+        names, version = _schema_names(file, immutable=True)
+        wal = Path(f"{file}-wal")
+        if "trove_migrations" not in names and wal.is_file() and wal.stat().st_size:
+            names, version = _schema_names(file)  # a live file's schema may be in its WAL
+    except sqlite3.Error as exc:
+        return f"{file} is not a trove database (cannot read it: {exc})"
+    missing = [name for name in TROVE_MARKERS if name not in names]
+    if missing or version < 1:
+        return f"{file} is not a trove database (no {', '.join(missing) or 'schema version'})"
+    if version > migrations.latest_version():
+        return (f"{file} has trove schema version {version}, newer than this hermes-trove "
+                f"(up to {migrations.latest_version()}): update the plugin")
+    if version < migrations.latest_version() and not allow_older:
+        return (f"{file} has trove schema version {version}; this hermes-trove needs "
+                f"{migrations.latest_version()}: a read does not migrate, so start Hermes with "
+                "the plugin once, or run a writing command such as 'trove.py backup' "
+                "(it migrates)")
+    return None
+
+
+def _schema_names(file: Path, immutable: bool = False) -> tuple[set[str], int]:
+    """The schema's object names and ``user_version``, read without writing."""
+    conn = _connect_read_only(str(file), immutable=immutable)
+    try:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        return names, migrations.schema_version(conn)
+    finally:
+        conn.close()
+
+
+def open_read_only(path: str | os.PathLike) -> Database:
+    """The process-wide read-only ``Database`` for an existing trove file (see
+    ``trove_file_problem``, which callers run first)."""
+    key = resolve_path(path)
+    with _registry_lock:
+        db = _read_only.get(key)
+        if db is None:
+            db = Database(key, read_only=True)
+            _read_only[key] = db
+        return db
+
+
 def structural_check(conn: sqlite3.Connection) -> list[str]:
     """Names of required tables, views and triggers that are missing (schema read only)."""
     present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
@@ -123,6 +209,7 @@ def forget_database(path: str | os.PathLike) -> None:
     """Close and drop the shared connection for ``path`` (tests, restore, repair)."""
     key = resolve_path(path)
     with _registry_lock:
-        db = _registry.pop(key, None)
-    if db is not None:
-        db.close()
+        found = [_registry.pop(key, None), _read_only.pop(key, None)]
+    for db in found:
+        if db is not None:
+            db.close()

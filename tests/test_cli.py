@@ -199,7 +199,7 @@ def test_dag_writes_a_page(home, tmp_path):
     out = tmp_path / "page.html"
     report = run_json(home, "dag", "alpha", "--out", out)
     assert report["nodes"] > 0 and out.read_text(encoding="utf-8").startswith("<!doctype html>")
-    assert "wrote" in run(home, "dag", "alpha", "--out", out).stdout
+    assert "wrote" in run(home, "dag", "alpha", "--out", out, "--force").stdout
 
 
 @pytest.mark.parametrize("args,message", [
@@ -225,7 +225,89 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path):
     bogus = tmp_path / "notes.db"
     bogus.write_text("not sqlite at all " * 100)
     done = run(tmp_path, "--db", bogus, "status")
-    assert done.returncode == 2 and f"cannot open {bogus}" in done.stderr
+    assert done.returncode == 2 and f"{bogus} is not a trove database" in done.stderr
+
+
+def snapshot(folder):
+    """Every file in a folder with its bytes (what a read-only command must not change)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def foreign_files(folder):
+    """An unrelated SQLite file (rollback journal, like a host's state.db with a
+    ``sessions`` table), a WAL-mode one, and a 0-byte file."""
+    folder.mkdir()
+    state = sqlite3.connect(folder / "state.db")
+    state.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT)")
+    state.execute("INSERT INTO sessions VALUES ('s1', 'hello')")
+    state.commit()
+    state.close()
+    wal = sqlite3.connect(folder / "wal.db")
+    wal.execute("PRAGMA journal_mode = WAL")
+    wal.execute("CREATE TABLE t (x)")
+    wal.commit()
+    wal.close()
+    (folder / "empty.db").write_bytes(b"")
+    return ["state.db", "wal.db", "empty.db"]
+
+
+READ_COMMANDS = [["status"], ["doctor"], ["doctor", "clean"], ["doctor", "repair"],
+                 ["doctor", "source"], ["doctor", "retention"], ["sessions"], ["grep", "x"],
+                 ["expand", "n1"], ["load-session", "s1"], ["export", "s1"]]
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS + [["backup"], ["doctor", "repair", "--apply"]],
+                         ids=" ".join)
+def test_a_foreign_file_is_named_and_left_untouched(tmp_path, args):
+    folder = tmp_path / "foreign"
+    names = foreign_files(folder)
+    before = snapshot(folder)
+    for name in names:
+        done = run(tmp_path, "--db", folder / name, *args)
+        assert done.returncode == 2, done.stdout
+        assert f"error: {folder / name} is not a trove database" in done.stderr
+    assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS[:7], ids=" ".join)
+def test_read_commands_do_not_write_a_trove_database(home, tmp_path, args):
+    db = tmp_path / "ro" / "trove.db"
+    db.parent.mkdir()
+    shutil.copy(home / "trove.db", db)
+    conn = sqlite3.connect(db)  # a checkpointed copy in rollback mode: any WAL switch shows
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    before = snapshot(db.parent)
+    done = run(home, "--db", db, *args)
+    assert done.returncode in (0, 1), done.stderr
+    assert snapshot(db.parent) == before
+
+
+@pytest.mark.parametrize("command", ["export", "dag"])
+def test_out_never_overwrites_the_database_or_an_existing_file(home, tmp_path, command):
+    db = tmp_path / "safe" / "trove.db"
+    db.parent.mkdir()
+    shutil.copy(home / "trove.db", db)
+    (db.parent / "trove.db-wal").write_bytes(b"")
+    (db.parent / "link.db").symlink_to(db)
+    kept = tmp_path / "kept.txt"
+    kept.write_text("mine")
+    before = snapshot(db.parent)
+    for out, why in [(db, "it is the trove database"), (str(db) + "-wal", "database file -wal"),
+                     (str(db) + "-shm", "database file -shm"),
+                     (db.parent / "link.db", "it is the trove database"),
+                     (kept, "the file exists (pass --force"), (tmp_path, "is a directory")]:
+        for force in ([], ["--force"]):
+            if why.startswith("the file exists") and force:
+                continue
+            done = run(home, "--db", db, command, "beta", "--out", out, *force)
+            assert done.returncode == 2 and why in done.stderr, (out, done.stderr)
+    after = snapshot(db.parent)
+    after.pop("trove.db-shm")  # a reader of a WAL database maps it; the data files stay
+    assert after == before and kept.read_text() == "mine"
+    done = run(home, "--db", db, command, "beta", "--out", kept, "--force")
+    assert done.returncode == 0 and kept.read_text() != "mine"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".kept")] == []
 
 
 def test_apply_paths_back_up_first(home, tmp_path):

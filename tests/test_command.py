@@ -138,7 +138,7 @@ def test_status_without_a_live_engine_reads_the_configured_database(tmp_path, mo
 
 def test_status_without_any_database_answers_clearly(tmp_path):
     text = command.handle("status")
-    assert f"no trove database at {tmp_path / 'trove.db'}" in text
+    assert f"database: none yet at {tmp_path / 'trove.db'}" in text
     assert not (tmp_path / "trove.db").exists()  # a status must not create one
 
 
@@ -300,16 +300,35 @@ def test_clean_protects_recently_active_sessions(tmp_path, monkeypatch):
         "empty-1", "trove-ephemeral-abc", "hb-1"}
 
 
+def test_clean_never_proposes_real_work(tmp_path):
+    from test_noise import chat, debugging_session
+    engine, _ = junk_database(tmp_path)
+    for session, messages in (("debug-62", debugging_session()), ("cron-q", chat((
+            "cron: how should we schedule the nightly backups?",
+            "Use a systemd timer at 03:15 UTC with RandomizedDelaySec; " * 12)))):
+        engine.store.ensure_session(session, source="cli")
+        engine.store.ingest(session, messages)
+    scan = ops.clean_scan(ops.open_target(engine.config, engine), now=time.time() + 7200)
+    found = {c["session_id"]: c for c in scan["candidates"]}
+    assert "debug-62" not in found and "cron-q" not in found
+    assert "no tool use" in found["hb-1"]["reason"] and "HEARTBEAT" in found["hb-1"]["reason"]
+
+
 # ---------------------------------------------------------------- doctor repair
-def test_repair_diagnoses_then_rebuilds_behind_a_backup(live):
-    db = str(live.config.resolved_database_path)
+def drop_from_message_fts(db, store_id: int = 2) -> None:
+    """Damage the message index: delete one row's FTS entry (what repair must find)."""
     conn = sqlite3.connect(db)
     row = conn.execute("SELECT store_id, body, tags FROM messages_fts_source"
-                       " WHERE store_id = 2").fetchone()
+                       " WHERE store_id = ?", (store_id,)).fetchone()
     conn.execute("INSERT INTO messages_fts(messages_fts, rowid, body, tags)"
                  " VALUES ('delete', ?, ?, ?)", row)
     conn.commit()
     conn.close()
+
+
+def test_repair_diagnoses_then_rebuilds_behind_a_backup(live):
+    db = str(live.config.resolved_database_path)
+    drop_from_message_fts(db)
     preview = command.handle("doctor repair")
     assert "messages_fts_rows: 80 rows, 79 indexed" in preview and "would: rebuild" in preview
     assert live.store.fts_row_counts()["fts_docs"] == 79

@@ -52,7 +52,8 @@ SETTINGS_TABLE = [
     ("TROVE_LARGE_OUTPUT_TRANSCRIPT_GC_ENABLED", False, "no", False, ["n0"]),
     ("TROVE_SENSITIVE_PATTERNS_ENABLED", False, "ON", True, ["enabled"]),
     ("TROVE_SENSITIVE_PATTERNS",
-     ("api_key", "bearer_token", "password_assignment", "private_key"),
+     ("api_key", "bearer_token", "password_assignment", "private_key", "secret_assignment",
+      "webhook_url"),
      "api_key, private_key", ("api_key", "private_key"), []),
     ("TROVE_CROSS_OWNER_RECALL", False, "true", True, ["everyone"]),
     ("TROVE_CONTEXT_THRESHOLD_OVERRIDES", "", '{"gpt-5*": 0.6, "claude-*": 0.4}',
@@ -328,7 +329,8 @@ def test_unknown_sensitive_pattern_names_are_kept_and_reported(home):
     assert cfg.sensitive_patterns == ("api_key", "aws_secret")
     assert "aws_secret" in cfg.warnings[0] and "api_key" not in cfg.warnings[0].split("[")[1]
     assert config.KNOWN_SENSITIVE_PATTERNS == {
-        "api_key", "bearer_token", "password_assignment", "private_key"}
+        "api_key", "bearer_token", "password_assignment", "private_key", "secret_assignment",
+        "webhook_url"}
 
 
 def test_reachability_fine_for_defaults_on_a_large_window():

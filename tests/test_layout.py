@@ -112,7 +112,8 @@ def test_no_name_collides_with_the_hosts_packages():
                        if f.parts and not f.parts[0].endswith((".dist-info", ".data"))}
     except metadata.PackageNotFoundError:
         pass
-    ours = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}
+    ours = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir()
+                                                 if p.is_dir() and not p.name.startswith(("_", "."))}
     assert "tools" in ours  # tools.py exists; it is only ever imported inside the package
     clashes = (ours & host_names) - {"tools"}
     assert not clashes, f"plugin names that shadow host packages: {sorted(clashes)}"

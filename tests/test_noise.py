@@ -130,3 +130,76 @@ def test_no_patterns_means_no_work():
     filt = MessageFilter(())
     assert not filt.enabled
     assert filt.matches({"role": "user", "content": "x"}) is None
+
+
+# ---------------------------------------------------------------- whole-session noise
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from hermes_trove.ingest.noise import NOISE_MAX_MESSAGES, session_noise  # noqa: E402
+
+
+def chat(*pairs):
+    """Alternating user/assistant messages."""
+    return [{"role": role, "content": text} for pair in pairs
+            for role, text in zip(("user", "assistant"), pair)]
+
+
+def debugging_session():
+    """62 messages of real work whose first user message starts with 'Heartbeat'."""
+    messages = chat(("Heartbeat service on prod keeps crashing after the deploy, logs attached",
+                     "Let me look at the service logs."))
+    for i in range(15):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{i}", "type": "function",
+            "function": {"name": "terminal", "arguments": f'{{"command": "journalctl -n {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i}: OOM"})
+        messages += chat((f"what about attempt {i}?", f"attempt {i} shows the same OOM"))
+    return messages
+
+
+@pytest.mark.parametrize("messages", [
+    debugging_session(),
+    chat(("cron: how should we schedule the nightly backups so they avoid the deploy window?",
+          "Use a systemd timer at 03:15 UTC with RandomizedDelaySec; " * 12)),
+    chat(("HEARTBEAT_OK", "HEARTBEAT_OK"), ("now a real question about deploys", "sure")),
+    chat(("Heartbeat", "ok")),                       # a person's word, not the prompt
+    chat(*[(f"[Cron delivery: job{i}] variant text {chr(97 + i)}", "ok") for i in range(5)]),
+])
+def test_real_work_is_never_noise(messages):
+    verdict = session_noise(messages)
+    assert not verdict.noise and verdict.facts
+
+
+@pytest.mark.parametrize("messages", [
+    chat(("Read HEARTBEAT.md; reply HEARTBEAT_OK", "HEARTBEAT_OK")),
+    chat(*[("[Cron delivery: digest] ping 12", "pong")] * 3),
+    chat(("HEARTBEAT", "HEARTBEAT_OK"), ("HEARTBEAT", "HEARTBEAT_OK")),
+])
+def test_heartbeat_and_cron_sessions_are_noise_with_reasons(messages):
+    verdict = session_noise(messages)
+    assert verdict.noise
+    assert "no tool use" in verdict.facts[0] and "user messages are noise" in verdict.facts[1]
+
+
+def test_configured_message_patterns_count_as_noise():
+    messages = chat(("nightly report for the team", "report sent"))
+    assert not session_noise(messages).noise
+    verdict = session_noise(messages, MessageFilter(["^nightly report"]))
+    assert verdict.noise and "pattern '^nightly report'" in verdict.facts[1]
+
+
+noise_session = st.lists(st.sampled_from(chat(("HEARTBEAT_OK", "HEARTBEAT_OK"),
+                                              ("[Cron delivery: x] ping", "pong"))),
+                         min_size=1, max_size=3 * NOISE_MAX_MESSAGES)
+
+
+@settings(max_examples=60, deadline=None)
+@given(noise_session, st.integers(min_value=0, max_value=200), st.booleans())
+def test_tool_use_or_size_always_protects(messages, at, by_size):
+    if by_size:
+        messages = (messages * (NOISE_MAX_MESSAGES + 1))[:NOISE_MAX_MESSAGES + 1]
+    else:
+        messages = list(messages)
+        messages.insert(at % (len(messages) + 1), {"role": "tool", "tool_call_id": "c",
+                                                   "content": "HEARTBEAT_OK"})
+    assert not session_noise(messages).noise

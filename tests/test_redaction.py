@@ -4,6 +4,7 @@ import hashlib
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -244,7 +245,7 @@ def test_describe_never_contains_a_secret():
 def test_redact_message_covers_content_parts_tool_calls_and_results():
     assistant = {"role": "assistant", "content": [
         {"type": "text", "text": f"using {OPENAI}"},
-        {"type": "image_url", "image_url": {"url": "https://x/password=abc.png"}}],
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,password=abc"}}],
         "reasoning": "the password=hunter2 from the note",
         "tool_calls": [{"id": "c1", "type": "function", "function": {
             "name": "terminal", "arguments": json.dumps({"cmd": f"export KEY={AWS}"})}}]}
@@ -254,7 +255,7 @@ def test_redact_message_covers_content_parts_tool_calls_and_results():
     assert count == 3
     assert OPENAI not in json.dumps(out) and AWS not in json.dumps(out)
     assert out["reasoning"] == f"the password={PASSWORD_PLACEHOLDER} from the note"
-    assert out["content"][1] == assistant["content"][1]  # only text parts are redacted
+    assert out["content"][1] == assistant["content"][1]  # inline data URLs are not scanned
     assert json.loads(out["tool_calls"][0]["function"]["arguments"])["cmd"].startswith(
         "export KEY=[REDACTED:api_key:")
     tool = {"role": "tool", "tool_call_id": "c1", "content": f"{RSA}\nok"}
@@ -273,8 +274,128 @@ def test_redact_message_covers_content_parts_tool_calls_and_results():
     "-----BEGIN PRIVATE KEY-----" * 8_000, "Bearer " * 30_000, "api_key=" * 25_000,
     "http://" + "a" * 100_000 + ":" + "b" * 100_000,
     'password="' + "\\a" * 100_000,
+    "mysql " * 30_000, "mysql -x" + " -q" * 50_000, "eyJaaaaa." * 20_000, "_pass=" * 30_000,
+    "secret=" * 25_000, "hooks.slack.com/services/" * 8_000, "SG." * 60_000,
 ])
 def test_patterns_stay_linear_on_hostile_input(hostile):
     started = time.perf_counter()
     ALL.redact(hostile)
     assert time.perf_counter() - started < 2.0
+
+
+# ---------------------------------------------------------------- the catalog
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkFuYSJ9."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+STRIPE = "sk_live_51HcDeFgHiJkLmNoPqRsTuVwXy"
+HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+SENDGRID = "SG.AbCdEfGhIjKlMnOpQrStUv.0123456789abcdefghijABCDEFGHIJ_-0123456789x"
+TWILIO = "SK0123456789abcdef0123456789abcdef"
+NPM = "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+SLACK_HOOK = "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+
+
+@pytest.mark.parametrize("text,secret,label", [
+    (f"token {JWT} expires", JWT, "bearer_token"),
+    (f"Cookie: session={JWT}; theme=dark", JWT, "bearer_token"),
+    (f'{{"id_token": "{JWT}"}}', JWT, "bearer_token"),
+    (f"aws_secret_access_key = {AWS_SECRET}", AWS_SECRET, "secret"),
+    (f'"SecretAccessKey": "{AWS_SECRET}",', AWS_SECRET, "secret"),
+    (f"stripe.api_key = '{STRIPE}'", STRIPE, "api_key"),
+    ("STRIPE_RK=rk_live_51HcDeFgHiJkLmNoPqRsTuV", "rk_live_51HcDeFgHiJkLmNoPqRsTuV", "api_key"),
+    ("SECRET_KEY=django-insecure-8f3k2j1h0g9f", "django-insecure-8f3k2j1h0g9f", "secret"),
+    ("client_secret=Q7w8E9r0T1y2U3i4", "Q7w8E9r0T1y2U3i4", "secret"),
+    ('{"access_token": "ya29.a0AfH6SMBx3y7"}', "ya29.a0AfH6SMBx3y7", "secret"),
+    (f"//registry.npmjs.org/:_authToken={NPM}", NPM, "api_key"),
+    ("//npm.example/:_authToken=0f3c9a7e-1b2d-4c5e-8f9a-0b1c2d3e4f5a",
+     "0f3c9a7e-1b2d-4c5e-8f9a-0b1c2d3e4f5a", "secret"),
+    (f"HF_TOKEN={HF}", HF, "api_key"),
+    (f"sendgrid key {SENDGRID}", SENDGRID, "api_key"),
+    (f"twilio {TWILIO}", TWILIO, "api_key"),
+    ("SLACK_APP_TOKEN=xapp-1-A0123456789-1234567890123-abcdef0123456789",
+     "xapp-1-A0123456789-1234567890123-abcdef0123456789", "api_key"),
+    (f"curl -X POST https://hooks.slack.com/services/{SLACK_HOOK} -d '{{}}'", SLACK_HOOK,
+     "webhook_url"),
+    ("https://discord.com/api/webhooks/123456789012345678/AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+     "123456789012345678/AbCdEfGhIjKlMnOpQrStUvWxYz012345", "webhook_url"),
+    ("key sk-a3f9c2e1b4d5a6f7e8d9c0b1a2f3e4d5", "sk-a3f9c2e1b4d5a6f7e8d9c0b1a2f3e4d5", "api_key"),
+    ("OPENAI_KEY:sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGhIjKl",
+     "sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGhIjKl", "api_key"),
+])
+def test_catalog_positives(text, secret, label):
+    out = redacted(text)
+    assert secret not in out and f"[REDACTED:{label}:sha256={h8(secret)}]" in out
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("DB_PASS=hunter2", "hunter2"),
+    ("export SMTP_PASS='correct horse'", "correct horse"),
+    ("mysql -u root -pS3cr3t! -h db.internal app", "S3cr3t!"),
+    ("mysqldump -uadmin -p'p@ss word' shop > dump.sql", "p@ss word"),
+])
+def test_catalog_password_positives(text, secret):
+    out = redacted(text)
+    assert secret not in out and PASSWORD_PLACEHOLDER in out
+
+
+@pytest.mark.parametrize("text", [
+    "eyJhbGciOiJIUzI1NiJ9 is only a header",
+    "SECRET_KEY = settings.SECRET_KEY",
+    "client_secret=client_secret",
+    'access_token = response.json()["access_token"]',
+    "secret_access_key: ${AWS_SECRET}",
+    "sk_live_ prefix is documented",
+    "from huggingface_hub import hf_hub_download",
+    "SG.example.com is a hostname",
+    "SKU0123456789abcdef0123456789abcdef",
+    "mysql -u root -p -h db.internal app",
+    "mysql -P 3306 -h db",
+    "mysql -p$MYSQL_PWD app",
+    "DB_PASS=$DB_PASS",
+    "bypass = True",
+    "tests pass: 12",
+    "https://hooks.slack.com/services/",
+    "xapp is a word",
+    "the npm_config_cache folder",
+])
+def test_catalog_near_misses(text):
+    assert redacted(text) == text
+
+
+def test_every_catalog_entry_is_documented_and_tested():
+    from hermes_trove.ingest.redaction import CATALOG
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    for family, entry, doc in CATALOG:
+        assert f"`{entry}`" in docs and doc, entry
+
+
+@pytest.mark.parametrize("field,value,path", [
+    ("reasoning_details", [{"type": "reasoning.text", "text": f"use {OPENAI}"}],
+     lambda m: m["reasoning_details"][0]["text"]),
+    ("refusal", f"I will not print {OPENAI}", lambda m: m["refusal"]),
+    ("tool_calls", [{"id": "c", "type": "function", "function": {
+        "name": "db", "arguments": {"dsn": "postgres://app:hunter2@db/x"}}}],
+     lambda m: m["tool_calls"][0]["function"]["arguments"]["dsn"]),
+    ("content", [{"type": "image_url", "image_url": {"url": "https://ana:hunter2@img.example/a.png"}}],
+     lambda m: m["content"][0]["image_url"]["url"]),
+])
+def test_every_string_field_is_scanned(field, value, path):
+    out, count = ALL.redact_message({"role": "assistant", field: value})
+    assert count == 1 and OPENAI not in str(out) and "hunter2" not in str(out)
+    assert "[REDACTED:" in path(out)
+
+
+def test_false_positives_on_the_bundled_sample_are_rare():
+    sample = Path(__file__).resolve().parent.parent / "samples" / "coding-session.jsonl"
+    messages = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
+    hits = sum(ALL.redact_message(m)[1] for m in messages)
+    assert len(messages) > 100 and hits == 0
+
+
+def test_opaque_provider_blobs_round_trip_exactly():
+    blob = f"{JWT}+{OPENAI}"  # looks like secrets, but is a signed/encrypted payload
+    message = {"role": "assistant", "content": "ok",
+               "reasoning_details": [{"type": "reasoning.encrypted", "data": blob},
+                                     {"type": "reasoning.text", "text": "t", "signature": blob}],
+               "content_blocks": [{"type": "thinking", "encrypted_content": blob}]}
+    assert ALL.redact_message(message) == (message, 0)

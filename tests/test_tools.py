@@ -503,10 +503,13 @@ def test_recall_prefers_the_current_session_on_equal_text(env):
 def test_status_inspect_doctor(env, planted):
     ctx = env.ctx()
     status = call(ctx, "trove_status")
-    assert status["database"]["messages"] == 5 and status["database"]["schema_version"] >= 1
-    assert status["config"]["settings"]["TROVE_TOOL_RESPONSE_MAX_TOKENS"]["source"] == "default"
-    assert status["token_counter"].startswith(("tiktoken", "estimate"))
+    assert status["bound"] and status["stored"]["messages"] == 4 and "pressure" in status
+    assert "config" not in status and "database" not in status  # the inventory: trove_inspect
     inspect = call(ctx, "trove_inspect")
+    full = inspect["status"]
+    assert full["database"]["messages"] == 5 and full["database"]["schema_version"] >= 1
+    assert full["config"]["settings"]["TROVE_TOOL_RESPONSE_MAX_TOKENS"]["source"] == "default"
+    assert full["token_counter"].startswith(("tiktoken", "estimate"))
     assert inspect["frontier"][0]["node_id"] == planted["leaf"] and inspect["messages"] == 4
     assert "text" not in json.dumps(inspect["frontier"])
     doctor = call(ctx, "trove_doctor")
@@ -541,7 +544,8 @@ def test_status_survives_a_failing_status_callable(env):
     def broken():
         raise RuntimeError("boom")
 
-    assert "boom" in call(env.ctx(status=broken), "trove_status")["engine"]["status_error"]
+    assert "status unavailable: RuntimeError: boom" in \
+        call(env.ctx(status=broken), "trove_status")["problems"]
 
 
 # ---------------------------------------------------------------- bounds and arguments
