@@ -54,6 +54,11 @@ SETTINGS_TABLE = [
     ("TROVE_SENSITIVE_PATTERNS",
      ("api_key", "bearer_token", "password_assignment", "private_key"),
      "api_key, private_key", ("api_key", "private_key"), []),
+    ("TROVE_TIMEZONE", "UTC", "Europe/Paris", "Europe/Paris", [""]),
+    ("TROVE_ROLLUPS_ENABLED", False, "yes", True, ["maybe"]),
+    ("TROVE_ROLLUP_SUMMARY_TOKENS", 1500, "100", 100, ["99", "20001"]),
+    ("TROVE_ROLLUPS_MAX_BUILDS_PER_PASS", 8, "1", 1, ["0"]),
+    ("TROVE_ROLLUPS_LOOKBACK_DAYS", 93, "400", 400, ["0", "36601"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]
@@ -394,3 +399,10 @@ def test_docs_table_matches_code():
         if kind in ("int", "float"):
             expected = config.accepted_values(f).split(" with ", 1)[1]
             assert re.sub(r"\bx\b", "value", value_range) == expected, env
+
+
+def test_unknown_time_zone_falls_back_to_utc(home):
+    cfg = load_config({"TROVE_TIMEZONE": "Mars/Olympus_Mons"}, home)
+    assert cfg.timezone == "UTC"
+    assert any("TROVE_TIMEZONE" in w and "UTC" in w for w in cfg.warnings)
+    assert load_config({"TROVE_TIMEZONE": "Asia/Tokyo"}, home).timezone == "Asia/Tokyo"
