@@ -33,6 +33,22 @@ def zone(name: str | None) -> tzinfo:
                          "Europe/Paris, or UTC)") from None
 
 
+def zone_or_utc(name: str | None) -> tzinfo:
+    """The zone of a validated setting; UTC should the name stop being known."""
+    try:
+        return zone(name)
+    except ValueError:
+        return timezone.utc
+
+
+def iso(ts: float | None) -> str | None:
+    """Unix seconds as an ISO-8601 UTC string (None stays None)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")
+
+
 def check_date(day: date) -> date:
     """A date inside the supported years, else a ValueError the model can act on."""
     if not MIN_YEAR <= day.year <= MAX_YEAR:

@@ -11,9 +11,12 @@ rows through ``Store`` / ``Dag`` so the row shapes stay defined once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
+from . import timekeys
 from .database import Database
+
+Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
 MESSAGE_TIME = "COALESCE(message_at, created_at)"
 ROLLUP_COLUMNS = ("rollup_id, kind, period_key, time_zone, period_start, period_end, text,"
@@ -116,6 +119,50 @@ class Timeline:
         uncovered = len(self.message_ids_between(start, end, sessions, uncovered=True,
                                                  limit=1_000_000))
         return f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|u{uncovered}"
+
+    # ------------------------------------------------------------------ watermarks
+    def feeding_sessions(self, start: float, end: float, eligible: Eligible) -> list[str]:
+        """Sessions with material in the window that may feed rollups, sorted."""
+        return sorted({s for s, source in self.sessions_between(start, end)
+                       if eligible(s, source)})
+
+    def current_mark(self, kind: str, key: str, time_zone: str, eligible: Eligible) -> str:
+        """What a period's rollup would be built from now ("" = nothing to roll up).
+
+        A day: the material fingerprint of its feeding sessions. A week or a
+        month: each child period's rollup id and build time, ``pending`` for a
+        child with material but no rollup yet, ``-`` for an empty child; so a
+        rebuilt day changes its week's mark and its month's.
+        """
+        tz = timekeys.zone(time_zone)
+        start, end = timekeys.bounds(kind, key, tz)
+        if kind == "day":
+            sessions = self.feeding_sessions(start, end, eligible)
+            if not sessions:
+                return ""
+            return f"s{len(sessions)}|" + self.material_mark(start, end, sessions)
+        marks = []
+        for child_kind, child_key in timekeys.children_of(kind, key):
+            child = self.get_rollup(child_kind, child_key, time_zone)
+            if child is not None:
+                marks.append(f"{child['rollup_id']}@{child['built_at']!r}")
+            else:
+                c_start, c_end = timekeys.bounds(child_kind, child_key, tz)
+                marks.append("pending" if self.feeding_sessions(c_start, c_end, eligible)
+                             else "-")
+        return "" if all(m == "-" for m in marks) else ",".join(marks)
+
+    def freshness(self, rollup: dict, eligible: Eligible) -> str:
+        """``ready`` when a rollup and every rollup under it match their sources now,
+        else ``stale`` (a late message, a new summary, a rebuilt or missing child)."""
+        if self.current_mark(rollup["kind"], rollup["period_key"], rollup["time_zone"],
+                             eligible) != rollup["watermark"]:
+            return "stale"
+        children = [c["id"] for c in self.sources(rollup["rollup_id"]) if c["kind"] == "rollup"]
+        for child in self.get_rollups(children).values():
+            if self.freshness(child, eligible) != "ready":
+                return "stale"
+        return "ready"
 
     # ------------------------------------------------------------------ rollups
     def get_rollup(self, kind: str, key: str, time_zone: str) -> dict | None:
