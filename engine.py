@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from .compaction import assemble, fallback, tokens
 from .storage import codec, integrity
@@ -33,6 +33,7 @@ from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .compaction.message_memo import MessageMemo
 from .storage.payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
+from .compaction import rollups
 from .compaction.summarize import CircuitBreaker, Summarizer
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
@@ -139,6 +140,7 @@ class TroveEngine(ContextEngine):
         self.last_compaction: dict = {}
         self.errors: list[str] = []
         self._llm_override: tuple | None = None
+        self.clock: Callable[[], float] = time.time   # the tools' and rollups' "now"
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -322,6 +324,18 @@ class TroveEngine(ContextEngine):
         every host compaction too), so nothing is torn down."""
         if messages:
             self.ingest(messages)
+        self._start_rollups()
+
+    def _start_rollups(self) -> None:
+        """A background rollup pass when rollups are on (never on the turn's path)."""
+        if not self.config.rollups_enabled or not self.stores:
+            return
+        try:
+            rollups.start_background(self.store, self.dag, self.summarizer(),
+                                     self.counter.count_text, rollups.settings_of(self.config),
+                                     self.policy.feeds_rollups, self.clock)
+        except Exception as exc:  # rollups must never break a turn
+            self.errors.append(f"rollups: {exc}")
 
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
@@ -434,7 +448,9 @@ class TroveEngine(ContextEngine):
             self._ensure_bound()
             if not self.stores:
                 return self._compress_unstored(messages, current_tokens, focus_topic)
-            return self._compress(messages, current_tokens, focus_topic, force)
+            result = self._compress(messages, current_tokens, focus_topic, force)
+            self._start_rollups()
+            return result
         except Exception as exc:  # never break the agent
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True
@@ -774,7 +790,8 @@ class TroveEngine(ContextEngine):
             conversation_id=self.conversation_id,
             current_turn_store_id=self.current_turn_store_id, status=self.get_status,
             llm_call=self.llm_call("compression"),
-            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads)
+            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads,
+            now=self.clock)
 
     # ------------------------------------------------------------------ status
     def get_status(self) -> dict:

@@ -10,6 +10,7 @@ rows through ``Store`` / ``Dag`` so the row shapes stay defined once.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
@@ -130,7 +131,8 @@ class Timeline:
         """What a period's rollup would be built from now ("" = nothing to roll up).
 
         A day: the material fingerprint of its feeding sessions. A week or a
-        month: each child period's rollup id and build time, ``pending`` for a
+        month: each child period's rollup id and a digest of the child's own
+        watermark (not a clock), ``pending`` for a
         child with material but no rollup yet, ``-`` for an empty child; so a
         rebuilt day changes its week's mark and its month's.
         """
@@ -145,7 +147,8 @@ class Timeline:
         for child_kind, child_key in timekeys.children_of(kind, key):
             child = self.get_rollup(child_kind, child_key, time_zone)
             if child is not None:
-                marks.append(f"{child['rollup_id']}@{child['built_at']!r}")
+                digest = hashlib.sha1(child["watermark"].encode()).hexdigest()[:12]
+                marks.append(f"{child['rollup_id']}@{digest}")
             else:
                 c_start, c_end = timekeys.bounds(child_kind, child_key, tz)
                 marks.append("pending" if self.feeding_sessions(c_start, c_end, eligible)
