@@ -200,6 +200,11 @@ class Timeline:
                 f"SELECT {ROLLUP_COLUMNS} FROM rollups ORDER BY period_start DESC LIMIT ?",
                 (limit,))]
 
+    def count_rollups(self) -> int:
+        """How many rollups exist (every zone)."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT count(*) FROM rollups").fetchone()[0]
+
     def save_rollup(self, rollup: NewRollup, now: float) -> int:
         """Write a rollup, or rewrite the one of the same period in place (its id, and
         so its parents' lineage, stays), with its sources and sessions: one transaction."""
