@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 BUCKET_SECONDS = 900          # finer than any zone offset (+05:45, +12:45)
 ITEM_CHARS = 4000             # a source's text as the summarizer sees it (lineage stays whole)
 SOURCE_SCAN = 100_000         # raw messages of one day read at most
+EPOCH_FLOOR = 40 * 86400.0    # a lookback never reaches before February 1970 (any zone)
 _running: set[str] = set()
 _running_lock = threading.Lock()
 
@@ -76,19 +77,25 @@ def settings_of(config) -> Settings:
 # ---------------------------------------------------------------- what exists
 def periods_with_material(timeline: Timeline, settings: Settings, eligible: Eligible,
                           now: float) -> list[tuple[str, str]]:
-    """Day, week and month periods of the lookback window holding material that may feed
-    rollups, days first, each kind oldest first."""
+    """Day, week and month periods holding material that may feed rollups, days first,
+    each kind oldest first.
+
+    The window reaches back ``lookback_days``, widened to the Monday on or before the
+    first day of that month, so every week and month listed has all its days scanned
+    (a week never waits forever for a day outside the window)."""
     tz = timekeys.zone(settings.time_zone)
-    since = now - settings.lookback_days * 86400.0
-    days = sorted({timekeys.local_date(b, tz) for b in
-                   timeline.active_buckets(since, now, BUCKET_SECONDS)}
-                  | {timekeys.local_date(b + BUCKET_SECONDS - 1, tz) for b in
-                     timeline.active_buckets(since, now, BUCKET_SECONDS)})
+    oldest = timekeys.local_date(max(now - settings.lookback_days * 86400.0, EPOCH_FLOOR), tz)
+    month = timekeys.month_first(oldest.year, oldest.month)
+    since = timekeys.midnight(timekeys.week_monday(month), tz)
+    buckets = timeline.active_buckets(since, now, BUCKET_SECONDS)
+    days = sorted({timekeys.local_date(max(b, since), tz) for b in buckets}
+                  | {timekeys.local_date(min(b + BUCKET_SECONDS, now) - 1, tz) for b in buckets})
     fed = [d for d in days if timeline.feeding_sessions(
         *timekeys.bounds("day", d.isoformat(), tz), eligible)]
     out = [("day", d.isoformat()) for d in fed]
-    for kind in ("week", "month"):
-        out += [(kind, k) for k in sorted({timekeys.key_of(kind, d) for d in fed})]
+    out += [("week", k) for k in sorted({timekeys.key_of("week", d) for d in fed})]
+    out += [("month", k) for k in sorted({timekeys.key_of("month", d) for d in fed
+                                          if d >= month})]
     return out
 
 

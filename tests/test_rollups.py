@@ -359,3 +359,13 @@ def test_doctor_lineage_check_reports_dangling_sources(world):
     problems = world.timeline.lineage_problems()
     assert problems == [{"rollup_id": day["rollup_id"], "ordinal": 0,
                          "missing": f"message {world.ids['wed'][0]}"}]
+
+
+def test_a_short_lookback_still_covers_whole_weeks_and_months(world):
+    # one day back from Thursday the 19th reaches into March: the scan starts on the Monday
+    # before March 1st, so last week's Thursday and its week are still rolled up
+    report = world.build(lookback_days=1)
+    assert {("day", "2026-03-12"), ("week", "2026-W11")} <= {
+        (b["kind"], b["key"]) for b in report.built}
+    world.now = at(2, 9, month=5)                 # May 2nd, one day back: March is out of reach
+    assert world.build(lookback_days=1).built == []
