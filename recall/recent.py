@@ -52,7 +52,7 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
                             key=lambda r: (KIND_RANK[r["kind"]], -r["period_end"]))
         for rollup in candidates:
             span = (rollup["period_start"], rollup["period_end"])
-            if _inside(span, covered) or not rollup_ok(rollup):
+            if _inside(span, covered, half_open=True) or not rollup_ok(rollup):
                 continue
             if timeline.freshness(rollup, eligible) != "ready":
                 found.skipped_stale += 1
@@ -87,11 +87,13 @@ def message_time(row: dict) -> float:
     return row["message_at"] if row.get("message_at") is not None else row["created_at"]
 
 
-def _inside(span: tuple, covered: list[tuple[float, float]]) -> bool:
+def _inside(span: tuple, covered: list[tuple[float, float]], half_open: bool = False) -> bool:
+    """Whether a time span lies inside a covered period ``[a, b)``: a closed span of
+    message times must end before ``b``; a half-open period may end at ``b``."""
     first, last = span
     if first is None or last is None:
         return False
-    return any(a <= first and last < b for a, b in covered)
+    return any(a <= first and (last <= b if half_open else last < b) for a, b in covered)
 
 
 def overview(nodes: list[dict], start: float, end: float) -> list[dict]:

@@ -117,8 +117,11 @@ class Timeline:
             leaves = conn.execute(
                 f"SELECT count(*), COALESCE(max(node_id), 0) FROM nodes WHERE depth = 0"
                 f" AND time_from >= ? AND time_from < ?{where}", [start, end, *params]).fetchone()
-        uncovered = len(self.message_ids_between(start, end, sessions, uncovered=True,
-                                                 limit=1_000_000))
+            uncovered = conn.execute(
+                f"SELECT count(*) FROM messages m WHERE {MESSAGE_TIME} >= ?"
+                f" AND {MESSAGE_TIME} < ?{where.replace('session_id', 'm.session_id')}"
+                " AND NOT EXISTS (SELECT 1 FROM node_edges e WHERE e.child_store_id = m.store_id)",
+                [start, end, *params]).fetchone()[0]
         return f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|u{uncovered}"
 
     # ------------------------------------------------------------------ watermarks

@@ -369,3 +369,11 @@ def test_a_short_lookback_still_covers_whole_weeks_and_months(world):
         (b["kind"], b["key"]) for b in report.built}
     world.now = at(2, 9, month=5)                 # May 2nd, one day back: March is out of reach
     assert world.build(lookback_days=1).built == []
+
+
+def test_a_month_rollup_is_not_repeated_by_its_last_day(world):
+    world.say("wed", 31, "papaya month-end check")    # the day ends where the month ends
+    world.now = at(2, 9, month=4)
+    world.build(max_builds=50)
+    march = call(world.ctx(), "trove_recent", period="march", session_scope="all")
+    assert [(i["period"], i["key"]) for i in march["items"]] == [("month", "2026-03")]
