@@ -103,12 +103,12 @@ def status(timeline: Timeline, settings: Settings, eligible: Eligible, now: floa
     """Every period with material in the lookback window: ``ready``, ``stale``,
     ``pending`` (finished, no rollup yet) or ``open`` (not finished yet)."""
     tz = timekeys.zone(settings.time_zone)
-    rows = []
+    rows, memo = [], {}
     for kind, key in periods_with_material(timeline, settings, eligible, now):
         start, end = timekeys.bounds(kind, key, tz)
         rollup = timeline.get_rollup(kind, key, settings.time_zone)
         if rollup is not None:
-            state = timeline.freshness(rollup, eligible)
+            state = timeline.freshness(rollup, eligible, memo)
         else:
             state = "open" if end > now else "pending"
         rows.append({"kind": kind, "key": key, "state": state, "start": start, "end": end,
@@ -176,13 +176,14 @@ class _Builder:
             depth = 2
         if not sources:
             raise ValueError("no sources")
-        result = self._summarize(items, depth)
+        sizes = [self.count(i.text) for i in items]
+        result = self._summarize(items, sizes, depth)
         header = f"[{kind} {key}, {len(set(sessions))} session(s), {count} message(s)]\n"
         text = header + result.text
         return self.timeline.save_rollup(NewRollup(
             kind=kind, period_key=key, time_zone=self.settings.time_zone, period_start=start,
             period_end=end, text=text, token_count=self.count(text),
-            source_token_count=sum(self.count(i.text) for i in items), level=result.level,
+            source_token_count=sum(sizes), level=result.level,
             model=result.model, message_count=count, time_from=span[0], time_to=span[1],
             watermark=mark, sources=sources, session_ids=sessions), now)
 
@@ -229,13 +230,12 @@ class _Builder:
             times += [t for t in (child["time_from"], child["time_to"]) if t is not None]
         return sources, items, owners, count, (min(times, default=None), max(times, default=None))
 
-    def _summarize(self, items: list[SourceItem], depth: int):
-        """One summary of the items; when they are too big for one call, summaries of
-        chunks are merged (same escalation at every step)."""
+    def _summarize(self, items: list[SourceItem], sizes: list[int], depth: int):
+        """One summary of the items (``sizes``: their token counts); when they are too
+        big for one call, summaries of chunks are merged (same escalation at every step)."""
         budget = self.settings.budget_tokens
         groups, group, used = [], [], 0
-        for item in items:
-            tokens = self.count(item.text)
+        for item, tokens in zip(items, sizes):
             if group and used + tokens > self.settings.chunk_tokens:
                 groups.append(group)
                 group, used = [], 0
@@ -247,7 +247,7 @@ class _Builder:
         parts = [self.summarizer.summarize(g, budget_tokens=budget, depth=depth) for g in groups]
         merged = [SourceItem(ref=f"part{i + 1}", role="summary", text=p.text)
                   for i, p in enumerate(parts)]
-        return self._summarize(merged, depth + 1)
+        return self._summarize(merged, [p.tokens for p in parts], depth + 1)
 
 
 def _when(row: dict) -> float:

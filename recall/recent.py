@@ -47,6 +47,7 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
     found = Selection()
     covered: list[tuple[float, float]] = []
     rollups: list[dict] = []
+    memo: dict = {}
     if rollup_ok is not None:
         candidates = sorted(timeline.rollups_inside(start, end, time_zone),
                             key=lambda r: (KIND_RANK[r["kind"]], -r["period_end"]))
@@ -54,7 +55,7 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
             span = (rollup["period_start"], rollup["period_end"])
             if _inside(span, covered, half_open=True) or not rollup_ok(rollup):
                 continue
-            if timeline.freshness(rollup, eligible) != "ready":
+            if timeline.freshness(rollup, eligible, memo) != "ready":
                 found.skipped_stale += 1
                 continue
             rollups.append(rollup)

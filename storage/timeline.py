@@ -158,15 +158,26 @@ class Timeline:
                              else "-")
         return "" if all(m == "-" for m in marks) else ",".join(marks)
 
-    def freshness(self, rollup: dict, eligible: Eligible) -> str:
+    def freshness(self, rollup: dict, eligible: Eligible, memo: dict | None = None) -> str:
         """``ready`` when a rollup and every rollup under it match their sources now,
-        else ``stale`` (a late message, a new summary, a rebuilt or missing child)."""
+        else ``stale`` (a late message, a new summary, a rebuilt or missing child).
+
+        ``memo`` (rollup_id -> state) shares answers across the calls of one scan,
+        where a month, its weeks and their days would otherwise each be checked again;
+        it must not outlive a write."""
+        memo = {} if memo is None else memo
+        key = rollup["rollup_id"]
+        if key not in memo:
+            memo[key] = self._freshness(rollup, eligible, memo)
+        return memo[key]
+
+    def _freshness(self, rollup: dict, eligible: Eligible, memo: dict) -> str:
         if self.current_mark(rollup["kind"], rollup["period_key"], rollup["time_zone"],
                              eligible) != rollup["watermark"]:
             return "stale"
         children = [c["id"] for c in self.sources(rollup["rollup_id"]) if c["kind"] == "rollup"]
         for child in self.get_rollups(children).values():
-            if self.freshness(child, eligible) != "ready":
+            if self.freshness(child, eligible, memo) != "ready":
                 return "stale"
         return "ready"
 

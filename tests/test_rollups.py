@@ -377,3 +377,20 @@ def test_a_month_rollup_is_not_repeated_by_its_last_day(world):
     world.build(max_builds=50)
     march = call(world.ctx(), "trove_recent", period="march", session_scope="all")
     assert [(i["period"], i["key"]) for i in march["items"]] == [("month", "2026-03")]
+
+
+def test_a_big_day_is_summarized_in_chunks_then_merged(world):
+    for hour in range(11, 21):
+        world.say("wed", 18, f"papaya detail {hour}", hour=hour)
+    prompts = []
+
+    def llm(prompt, model, timeout):
+        prompts.append(prompt)
+        return digest_llm(prompt, model, timeout)
+
+    world.build(llm_call=llm, chunk_tokens=60)
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day_prompts = [p for p in prompts if "papaya" in p]
+    assert len(day_prompts) > 2 and any("part1" in p for p in day_prompts)
+    assert day["level"] == 1 and "papaya" in day["text"] and day["message_count"] == 22
+    assert world.timeline.source_count(day["rollup_id"]) == 22      # lineage stays whole
