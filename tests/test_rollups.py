@@ -58,7 +58,8 @@ class World:
             self.store.ensure_session(session, source="telegram")
             self.ids[session] = self.say(session, day, words)
         # Tuesday's and last week's turns are summarized into leaves; the others stay raw
-        self.leaves = {s: self.leaf(s, f"Summary: {SESSIONS[s][1]} (leaf)") for s in ("prev", "tue")}
+        self.leaves = {s: self.leaf(s, f"Summary: {SESSIONS[s][1]} (leaf)")
+                       for s in ("prev", "tue")}
 
     def say(self, session, day, words, hour=10, month=3, source="telegram"):
         messages = [{"role": "user", "content": f"On day {day}: {words}?",

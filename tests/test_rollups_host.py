@@ -107,7 +107,8 @@ def test_a_new_session_recalls_yesterday_and_rolls_it_up(tmp_path, fake_llm, mon
         rollup_id = wait_for_rollup(home / "trove.db", "2026-03-16")
         again = hk.run_turns(tuesday, ["And yesterday, once more?"],
                              history=asked["messages"])[0]
-        result = json.loads([m for m in again["messages"] if m.get("role") == "tool"][-1]["content"])
+        tool = [m for m in again["messages"] if m.get("role") == "tool"][-1]
+        result = json.loads(tool["content"])
         assert result["used"] == ["rollups"] and result["items"][0]["rollup_id"] == rollup_id
         assert "From memory (rollups)" in again["final_response"]
 
