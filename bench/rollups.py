@@ -43,10 +43,12 @@ DAY = 86400.0
 
 
 def stub_llm(prompt: str, model, timeout) -> str:
+    """An instant model: the figures are the engine's own work."""
     return "- decisions kept; see lineage for exact turns"
 
 
 def build_store(home: Path, days: int, sessions: int, messages: int):
+    """The synthetic store: every other session of a day summarized into one leaf."""
     config = load_config({"TROVE_ROLLUPS_ENABLED": "1",
                           "TROVE_ROLLUPS_MAX_BUILDS_PER_PASS": "1000",
                           "TROVE_ROLLUPS_LOOKBACK_DAYS": str(days + 1)}, hermes_home=home)
@@ -73,12 +75,14 @@ def build_store(home: Path, days: int, sessions: int, messages: int):
 
 
 def timed(fn):
+    """``fn()`` and its wall time in seconds."""
     started = time.perf_counter()
     result = fn()
     return result, round(time.perf_counter() - started, 3)
 
 
 def main() -> None:
+    """Build, time, print, and write bench/results/rollups.json."""
     given = sys.argv[1:4]
     days, sessions, messages = (int(a) for a in given + ["62", "3", "40"][len(given):])
     home = Path(tempfile.mkdtemp(prefix="trove-bench-rollups-"))
