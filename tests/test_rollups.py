@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove import tools
 from hermes_trove.compaction import rollups, tokens
@@ -395,3 +396,59 @@ def test_a_big_day_is_summarized_in_chunks_then_merged(world):
     assert len(day_prompts) > 2 and any("part1" in p for p in day_prompts)
     assert day["level"] == 1 and "papaya" in day["text"] and day["message_count"] == 22
     assert world.timeline.source_count(day["rollup_id"]) == 22      # lineage stays whole
+
+
+# ---------------------------------------------------------------- property: complete and scoped
+PERIODS = ["today", "yesterday", "this week", "last week", "monday", "last friday",
+           "last 3 days", "2026-03-10..2026-03-17", "this month", "2026-W11"]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_recent_lists_everything_of_the_period_and_nothing_out_of_scope(tmp_path_factory, data):
+    """Random sessions, times, leaves and (maybe) rollups: every message of the period in
+    scope lies under some listed item, and no listed item reaches outside the scope."""
+    home = tmp_path_factory.mktemp("prop")
+    world = World(home)
+    for name in ("p1", "p2", "p3"):
+        world.store.ensure_session(name, source="cli")
+        times = sorted(data.draw(st.lists(st.floats(at(2), at(19, 14)), min_size=1,
+                                          max_size=12), label=f"{name} times"))
+        ids = world.store.ingest(name, [{"role": "user", "content": f"{name} note {i}",
+                                         "timestamp": t} for i, t in enumerate(times)],
+                                 now=STORED_AT).store_ids
+        cut = data.draw(st.integers(0, len(ids)), label=f"{name} summarized prefix")
+        start = 0
+        while start < cut:
+            size = data.draw(st.integers(1, cut - start), label="leaf size")
+            world.ids[name] = ids[start:start + size]
+            world.leaf(name, f"leaf of {name}")
+            start += size
+    if data.draw(st.booleans(), label="rollups built"):
+        world.build(max_builds=200)
+    period = data.draw(st.sampled_from(PERIODS), label="period")
+    caller = data.draw(st.sampled_from(["p1", "thu"]), label="caller")
+    scope = data.draw(st.sampled_from(["current", "all"]), label="scope")
+    ctx = world.ctx(caller)
+    answer = call(ctx, "trove_recent", period=period, session_scope=scope, limit=50)
+    assert answer["total"] <= 50          # small worlds: one page holds everything
+    reached: set[int] = set()
+    for item in answer["items"]:
+        if item["kind"] == "message":
+            reached.add(item["store_id"])
+        elif item["kind"] == "summary":
+            reached.update(world.dag.descendant_store_ids(item["node_id"]))
+        else:
+            reached.update(world.timeline.descendant_store_ids(item["rollup_id"]))
+    rows = world.store.get_messages(reached)
+    assert scope == "all" or {r["session_id"] for r in rows.values()} <= {caller}
+    start, end = (datetime.fromisoformat(answer[k].replace("Z", "+00:00")).timestamp()
+                  for k in ("from", "to"))
+    with world.db.reading() as conn:
+        expected = {r[0] for r in conn.execute(
+            "SELECT store_id, session_id FROM messages WHERE"
+            " COALESCE(message_at, created_at) >= ? AND COALESCE(message_at, created_at) < ?",
+            (start, end)) if scope == "all" or r[1] == caller}
+    assert expected <= reached
+    world.db.close()
