@@ -10,6 +10,7 @@ agree on where a day begins. Pure: no database, no clock.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import date, datetime, timedelta, timezone, tzinfo
 
@@ -64,8 +65,8 @@ def midnight(day: date, tz: tzinfo) -> float:
 
 def local_date(ts: float, tz: tzinfo) -> date:
     """The local calendar date of an instant (ValueError outside the supported years)."""
-    try:
-        moment = datetime.fromtimestamp(ts, tz)
+    try:   # floored to the second: fromtimestamp rounds, and day edges are whole seconds
+        moment = datetime.fromtimestamp(math.floor(ts), tz)
     except (OverflowError, OSError, ValueError):
         raise ValueError(f"time {ts!r} is outside the supported range") from None
     return check_date(moment.date())

@@ -172,3 +172,9 @@ def test_days_tile_weeks_and_months(day, tz):
                    for a, b in zip(days, days[1:]))
     assert timekeys.local_date(timekeys.midnight(day, tz) + 1, tz) == day
     assert day - timedelta(days=day.weekday()) == timekeys.week_monday(day)
+
+
+def test_an_instant_just_before_midnight_belongs_to_its_own_day():
+    # fromtimestamp rounds 23:59:59.9999995 up to the next day; the day must not move
+    found = periods.resolve("today", 1893455999.9999995, UTC)
+    assert found.key == "2029-12-31" and found.start <= 1893455999.9999995 < found.end
