@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .operators import actions as ops
+from .operators import rollup_actions
 from .config import load_config
 from .binding import forks
 from .engine import find_engine
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 
 COMMAND_NAME = "trove"
 DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
-ARGS_HINT = "[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|help]"
+ARGS_HINT = ("[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
+             "rollups [status|build [apply]]|help]")
 MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -358,6 +360,33 @@ def format_rotate(report: dict) -> str:
             "prompt uses the rotated context")
 
 
+def format_rollups(report: dict) -> str:
+    """Rollup states per period, or a build's preview, result, no-op or refusal."""
+    if "periods" in report:
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(report["counts"].items()))
+        lines = [f"trove rollups ({'on' if report['enabled'] else 'off'}, "
+                 f"{report['time_zone']}, last {report['lookback_days']} days): "
+                 f"{counts or 'no material'}"]
+        lines += [f"  {r['kind']:<5} {r['key']:<10} {r['state']}"
+                  + (f" r{r['rollup_id']}" if r["rollup_id"] else "") for r in report["periods"]]
+        if report["lineage_problems"]:
+            lines.append(f"lineage problems: {len(report['lineage_problems'])} (see doctor)")
+        return "\n".join(lines)
+    short = refused_or_noop(report, "trove rollups build")
+    if short:
+        return short
+    todo = ", ".join(f"{r['kind']} {r['key']} ({r['state']})" for r in report["to_build"])
+    if report["status"] == "preview":
+        return (f"trove rollups build (preview): would build {todo}\n"
+                "apply: /trove rollups build apply")
+    built = ", ".join(f"{b['kind']} {b['key']} r{b['rollup_id']}" for b in report["built"])
+    lines = [f"trove rollups build: built {built or 'nothing'}", backup_line(report["backup"])]
+    if report["waiting"]:
+        lines.append("waiting: " + ", ".join(f"{w['kind']} {w['key']}" for w in report["waiting"]))
+    lines += [f"error: {e}" for e in report["errors"]]
+    return "\n".join(lines)
+
+
 def _status(target: ops.Target) -> dict:
     return ops.status(target, calling_session())
 
@@ -384,5 +413,12 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("rotate",), "preview compacting this session in place", ops.rotate, format_rotate),
     Action(("rotate", "apply"), "backup, then rotate this session",
            lambda t: ops.rotate(t, apply=True), format_rotate),
+    Action(("rollups",), "day/week/month rollups: ready, stale, pending, open",
+           rollup_actions.status, format_rollups),
+    Action(("rollups", "status"), "the same", rollup_actions.status, format_rollups),
+    Action(("rollups", "build"), "preview which rollups a pass would build",
+           rollup_actions.build, format_rollups),
+    Action(("rollups", "build", "apply"), "backup, then build the pending and stale rollups",
+           lambda t: rollup_actions.build(t, apply=True), format_rollups),
     Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
 )}

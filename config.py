@@ -199,6 +199,20 @@ class TroveConfig:
         "compaction time, for trove_query_state.")
     retrieve_enabled: bool = _bool(
         False, "Let trove_retrieve gather evidence and store its evidence view and trace.")
+    timezone: str = _str(
+        "UTC", "IANA time zone of the days, weeks and months of trove_recent, the time "
+        "filters and rollups (e.g. Europe/Paris).", nonempty=True)
+    rollups_enabled: bool = _bool(
+        False, "Build day, week and month rollups over every session of this profile, "
+        "off the turn's hot path.")
+    rollup_summary_tokens: int = _int(
+        1500, "Token budget of one day, week or month rollup.", low=100, high=20000)
+    rollups_max_builds_per_pass: int = _int(
+        8, "Rollups one background pass builds or rebuilds (the rest wait for the next).",
+        low=1, high=1000)
+    rollups_lookback_days: int = _int(
+        93, "How many days back a background rollup pass looks for periods to build.",
+        low=1, high=36600)
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(
@@ -436,11 +450,27 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
             "TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUBBING_ENABLED is on but "
             "TROVE_LARGE_OUTPUT_EXTERNALIZATION_ENABLED is off; stubbing needs "
             "externalization, so it is effectively off")
+    if not _known_zone(values["timezone"]):
+        warnings.append(f"TROVE_TIMEZONE={values['timezone']!r} is not a known IANA time "
+                        "zone; using 'UTC'")
+        values["timezone"] = "UTC"
     unknown = [n for n in values["sensitive_patterns"] if n not in KNOWN_SENSITIVE_PATTERNS]
     if unknown:
         warnings.append(
             f"TROVE_SENSITIVE_PATTERNS has unknown names {unknown}; they are kept but "
             f"only {sorted(KNOWN_SENSITIVE_PATTERNS)} are known")
+
+
+def _known_zone(name: str) -> bool:
+    """Whether ``zoneinfo`` knows a zone name (UTC always works)."""
+    if name.upper() in ("UTC", "Z", "GMT"):
+        return True
+    try:
+        from zoneinfo import ZoneInfo
+        ZoneInfo(name)
+        return True
+    except Exception:
+        return False
 
 
 def load_config(environ: Mapping[str, str] | None = None,

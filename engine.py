@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from .binding import forks, switches
 from .binding.session import SessionBinding, register
@@ -33,6 +33,7 @@ from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .compaction.message_memo import MessageMemo
 from .storage.payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
+from .compaction import rollups
 from .compaction.summarize import CircuitBreaker, Summarizer
 from .evidence import assertions
 
@@ -129,6 +130,7 @@ class TroveEngine(SessionBinding, ContextEngine):
         self.last_switch: dict = {}
         self._hint_at_bind: str | None = None
         self.owner: str | None = None
+        self.clock: Callable[[], float] = time.time   # the tools' and rollups' "now"
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -330,6 +332,18 @@ class TroveEngine(SessionBinding, ContextEngine):
         every host compaction too), so nothing is torn down."""
         if messages:
             self.ingest(messages, into=session_id or None)
+        self._start_rollups()
+
+    def _start_rollups(self) -> None:
+        """A background rollup pass when rollups are on (never on the turn's path)."""
+        if not self.config.rollups_enabled or not self.stores:
+            return
+        try:
+            rollups.start_background(self.store, self.dag, self.summarizer(),
+                                     self.counter.count_text, rollups.settings_of(self.config),
+                                     self.policy.feeds_rollups, self.clock)
+        except Exception as exc:  # rollups must never break a turn
+            self.errors.append(f"rollups: {exc}")
 
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
@@ -478,7 +492,9 @@ class TroveEngine(SessionBinding, ContextEngine):
             self._ensure_bound()
             if not self.stores:
                 return self._compress_unstored(messages, current_tokens, focus_topic)
-            return self._compress(messages, current_tokens, focus_topic, force)
+            result = self._compress(messages, current_tokens, focus_topic, force)
+            self._start_rollups()
+            return result
         except Exception as exc:  # never break the agent
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True
@@ -846,7 +862,8 @@ class TroveEngine(SessionBinding, ContextEngine):
             conversation_id=self.conversation_id,
             current_turn_store_id=self.current_turn_store_id, status=self.get_status,
             llm_call=self.llm_call("compression"),
-            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads)
+            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads,
+            now=self.clock)
 
     # ------------------------------------------------------------------ status
     def get_status(self) -> dict:

@@ -4,8 +4,8 @@ The host reads the schemas once per agent and wraps them itself, so each
 entry is ``{"name", "description", "parameters"}`` with a JSON Schema for the
 arguments. ``validate`` checks a call against the same dictionaries, so an
 argument documented here is exactly the argument a handler receives, already
-typed: integers, booleans, strings (made storable UTF-8), and time arguments
-read by ``parse_time`` / ``parse_period``. Descriptions are short: they sit in
+typed: integers, booleans, strings (made storable UTF-8); time arguments and
+periods are read by ``recall.periods`` (``parse_time`` for a single instant). Descriptions are short: they sit in
 every prompt.
 """
 
@@ -14,10 +14,12 @@ from __future__ import annotations
 import copy
 import math
 import re
-from datetime import datetime, timezone
+import time
 from dataclasses import dataclass
+from datetime import timezone
 from typing import Any, Callable
 
+from .recall import periods
 from .storage import codec
 
 _SCOPE = {
@@ -28,7 +30,13 @@ _SCOPE = {
 }
 _TIME = {
     "type": "string",
-    "description": "ISO-8601 UTC time or date (e.g. 2026-11-28T09:00), or Unix seconds.",
+    "description": "A time (2026-11-28T09:00, Unix seconds) or a period whose start (time_from) "
+                   "or end (time_to) counts: yesterday, last monday, 2026-11-28.",
+}
+_PERIOD = {
+    "type": "string",
+    "description": "Natural period: today, yesterday, this/last week|month, last 3 days, "
+                   "monday, last friday, march, march 2026, 2026-03-14, 2026-W11, A..B.",
 }
 _EXACT_REF = {"type": "boolean",
               "description": "Add exact_ref {store_id, start, end, quote} to each message."}
@@ -60,6 +68,7 @@ TOOL_SCHEMAS: list[dict] = [
                      "description": "Only raw messages of this role."},
             "time_from": _TIME,
             "time_to": _TIME,
+            "period": _PERIOD,
             "content_scope": {"type": "string", "enum": ["messages", "externalized", "both"],
                               "description": "messages (default), externalized payloads, or both."},
             "explain": {"type": "boolean", "description": "Add per-hit score parts."},
@@ -90,6 +99,7 @@ TOOL_SCHEMAS: list[dict] = [
             "include_exact_ref": _EXACT_REF,
             "session_scope": _SCOPE,
             "session_id": {"type": "string", "description": "Session the id belongs to."},
+            "rollup_id": {"type": "integer", "description": "Day/week/month rollup to open."},
         }),
     },
     {
@@ -117,12 +127,16 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_recent",
-        "description": ("Summaries of a time period of this session: today, yesterday, last 6h, "
-                        "last 24h, last 3 days, this week, last week, this month, 2026-11-28, "
-                        "2026-11-01..2026-11-07 (UTC)."),
+        "description": ("What happened in a period: day/week/month rollups when ready, else "
+                        "summaries, else raw messages (newest first). This session by default; "
+                        "session_scope=all covers your other sessions too."),
         "parameters": _params({
-            "period": {"type": "string", "description": "Default today."},
+            "period": {**_PERIOD, "description": _PERIOD["description"] + " Default today."},
+            "session_scope": {"type": "string", "enum": ["current", "all"],
+                              "description": "current (default) = this session; all = every "
+                                             "session you may read."},
             "limit": {"type": "integer", "minimum": 1, "description": "Default 10, max 50."},
+            "offset": {"type": "integer", "minimum": 0, "description": "Items to skip (paging)."},
         }),
     },
     {
@@ -148,6 +162,9 @@ TOOL_SCHEMAS: list[dict] = [
             "query": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "description": "Default 10, max 50."},
             "explain": {"type": "boolean"},
+            "time_from": _TIME,
+            "time_to": _TIME,
+            "period": _PERIOD,
         }, ("query",)),
     },
     {
@@ -341,84 +358,13 @@ def offset_arg(params: dict, key: str) -> int:
     return value
 
 
-# ---------------------------------------------------------------- time arguments
-_DAY = 86400.0
-_LAST = re.compile(r"last\s+(\d+)\s*(m|min|mins|minutes?|h|hrs?|hours?|d|days?|w|weeks?)")
-_UNIT_SECONDS = {"m": 60.0, "h": 3600.0, "d": _DAY, "w": 7 * _DAY}
-
 
 def parse_time(value: object) -> float:
-    """A time argument as Unix seconds: ISO-8601 (naive = UTC), a date, or a number.
-
-    Raises ValueError with a message the model can act on.
-    """
-    if isinstance(value, bool):
-        raise ValueError("a time must be an ISO-8601 string or Unix seconds, not a boolean")
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError("a time must be a finite number")
-        return float(value)
-    text = str(value).strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"cannot read time {text[:40]!r}: use ISO-8601 like 2026-11-28T09:00Z "
-                         "or Unix seconds") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
-
-
-def parse_period(period: object, now: float) -> tuple[float, float]:
-    """A natural period name as a UTC ``[start, end)`` window.
-
-    Accepts today, yesterday, last Nh / N hours / N days / N weeks, last 24h,
-    this week, last week (weeks start Monday), this month, last month, an ISO
-    date, or a range ``A..B`` (both ends inclusive dates or times).
-    """
-    text = " ".join(str(period or "today").strip().lower().split())
-    day_start = math.floor(now / _DAY) * _DAY
-    weekday = int((day_start / _DAY + 3) % 7)   # 1970-01-01 was a Thursday (3)
-    week_start = day_start - weekday * _DAY
-    fixed = {
-        "today": (day_start, day_start + _DAY),
-        "yesterday": (day_start - _DAY, day_start),
-        "this week": (week_start, week_start + 7 * _DAY),
-        "last week": (week_start - 7 * _DAY, week_start),
-        "this month": (_month_start(now, 0), _month_start(now, 1)),
-        "last month": (_month_start(now, -1), _month_start(now, 0)),
-    }
-    if text in fixed:
-        return fixed[text]
-    match = _LAST.fullmatch(text)
-    if match:
-        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)[0]]
-        return now - seconds, now + 1.0
-    if ".." in text:
-        first, _, last = text.partition("..")
-        start, end = parse_time(first), parse_time(last)
-        if _is_date(last):
-            end += _DAY
-        if end <= start:
-            raise ValueError(f"period {text!r} ends before it starts")
-        return start, end
-    start = parse_time(text)
-    return (start, start + _DAY) if _is_date(text) else (start, now + 1.0)
-
-
-def _is_date(text: str) -> bool:
-    return bool(re.fullmatch(r"\s*\d{4}-\d{2}-\d{2}\s*", text))
-
-
-def _month_start(now: float, months_ahead: int) -> float:
-    moment = datetime.fromtimestamp(now, timezone.utc)
-    index = moment.year * 12 + moment.month - 1 + months_ahead
-    return datetime(index // 12, index % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
-
+    """One instant from a time argument (ISO-8601, naive = UTC; a date = its UTC
+    midnight; Unix seconds), for arguments that name a moment rather than a window.
+    Periods are read by ``recall.periods``, which this delegates to, so there is one
+    parser; raises ValueError with a message the model can act on."""
+    return periods.bound(value, time.time(), timezone.utc, at_end=False)
 
 # ---------------------------------------------------------------- response bounds
 CHARS_PER_TOKEN_BUDGET = 3      # characters budgeted per token before measuring

@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .storage import codec
+from .storage import codec, timekeys
 from .storage.owners import Owners
-from .recall import externalized, query_plan, search
+from .storage.timekeys import iso
+from .storage.timeline import Timeline
+from .recall import externalized, periods, query_plan, recent, search
+from .ingest.policy import policy_for
 from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers, refs as evidence_refs
 from .storage.payloads import refs_in
@@ -34,7 +37,6 @@ from .config import TroveConfig
 from .dag import Dag
 from .schemas import (
     SCHEMAS_BY_NAME,
-    TIME_ARGUMENTS,
     ArgumentError,
     Shape,
     budget_chars,
@@ -43,8 +45,6 @@ from .schemas import (
     count_safely,
     error_json,
     offset_arg,
-    parse_period,
-    parse_time,
     render,
     validate,
 )
@@ -57,6 +57,7 @@ FIELDS_MAX_CHARS = 2000         # other message keys (name, reasoning...) shown 
 RECALL_SESSION_BIAS = 0.10      # recall: soft boost for hits of the calling session
 RECALL_CONVERSATION_BIAS = 0.05
 RECALL_RECENCY_BIAS = 0.05      # decays with a 30-day time constant
+RECENT_MESSAGE_CAP = 500        # trove_recent: unsummarized messages listed at most
 _REF_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 EXPANSION_PROMPT = """\
@@ -134,9 +135,6 @@ def _as_dict(args: Any) -> dict:
 
 
 # ---------------------------------------------------------------- scope
-iso = evidence_refs.iso
-
-
 def bound_session(ctx: ToolContext) -> str | None:
     """The calling engine's canonical session, or None when it is unbound."""
     if not ctx.session_id:
@@ -393,13 +391,13 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
         return payload, Shape(items="results", on_trim=_mark_more, texts=("snippet",))
     if plan.truncated:
         payload["query_truncated"] = True
-    times = {k: parse_time(params[k]) for k in TIME_ARGUMENTS if k in params}
-    raw_only = bool(params.get("role") or times)
+    time_from, time_to = time_filter(params, ctx, payload)
+    raw_only = bool(params.get("role")) or time_from is not None or time_to is not None
     sessions = access.search_sessions()
     broad = sessions != (current,)
     scope = search.MessageScope(
         sessions, role=params.get("role"), source=params.get("source"),
-        time_from=times.get("time_from"), time_to=times.get("time_to"), current_session=current,
+        time_from=time_from, time_to=time_to, current_session=current,
         current_turn_store_id=None if params.get("include_current_turn")
         else ctx.current_turn_store_id)
     summaries = None if (raw_only or broad) else _summary_corpus(ctx, access, params.get("source"))
@@ -429,6 +427,21 @@ def _mark_more(payload: dict, kept: int) -> None:
     payload["has_more"] = True
 
 
+def time_filter(params: dict, ctx: ToolContext, payload: dict) -> tuple[float | None, float | None]:
+    """The ``period`` / ``time_from`` / ``time_to`` filter as a window in the configured
+    zone (reported in the payload); an unreadable value is an argument error."""
+    try:
+        start, end = periods.window(params.get("period"), params.get("time_from"),
+                                    params.get("time_to"), ctx.now(),
+                                    timekeys.zone_or_utc(ctx.config.timezone))
+    except ValueError as exc:
+        raise ArgumentError(f"time filter: {exc}") from None
+    if start is not None or end is not None:
+        payload["time_window"] = {"from": iso(start), "to": iso(end),
+                                  "time_zone": ctx.config.timezone}
+    return start, end
+
+
 def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     """Search every session and all time; fuse raw and summary arms, favouring this session."""
     current = bound_session(ctx)
@@ -439,11 +452,16 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     payload: dict = {"query": plan.text[:200]}
     limit = clamp("trove_recall", "limit", params, payload)
     sessions = access.search_sessions()  # every session of the caller's owner
-    scope = search.MessageScope(sessions, current_session=current,
+    time_from, time_to = time_filter(params, ctx, payload)
+    timed = time_from is not None or time_to is not None
+    scope = search.MessageScope(sessions, time_from=time_from, time_to=time_to,
+                                current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
+    if timed:
+        payload["summary_results_omitted"] = True
     fused, hits, notes, stages = _search_arms(
         ctx, access, plan, limit * 2, message_scope=scope,
-        summaries=search.SummaryCorpus(ctx.dag, sessions))
+        summaries=None if timed else search.SummaryCorpus(ctx.dag, sessions))
     now = ctx.now()
     ranked = sorted(((f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now),
                       f) for f in fused), key=lambda pair: -pair[0])
@@ -541,11 +559,13 @@ def tool_expand(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_expand", "sources")
-    target = _one_target(params, ("node_id", "store_id", "externalized_ref"))
+    target = _one_target(params, ("node_id", "store_id", "externalized_ref", "rollup_id"))
     if target == "externalized_ref":
         return _externalized(params, ctx, current, cap, describe=False)
     access = Access(ctx, params, current)
     exact_ref = bool(params.get("include_exact_ref"))
+    if target == "rollup_id":
+        return _expand_rollup(params, ctx, access, cap, exact_ref)
     if target == "store_id":
         row = _load_message(ctx, access, params["store_id"])
         item = message_item(row, access, budget=budget_chars(cap),
@@ -557,33 +577,66 @@ def tool_expand(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     node = _load_node(ctx, access, params["node_id"])
     payload: dict = {"node_id": node["node_id"], "depth": node["depth"],
                      "child_count": ctx.dag.child_count(node["node_id"])}
+    return _source_page(params, ctx, access, cap, exact_ref, payload,
+                        lambda offset, limit: ctx.dag.children(node["node_id"], offset, limit))
+
+
+def _expand_rollup(params: dict, ctx: ToolContext, access: Access, cap: int,
+                   exact_ref: bool) -> tuple[dict, Shape]:
+    """A day/week/month rollup's sources page by page (rollups, summaries, messages)."""
+    timeline = Timeline(ctx.store.db)
+    rollup = timeline.get_rollups([params["rollup_id"]]).get(params["rollup_id"])
+    if rollup is None:
+        raise ArgumentError(f"rollup_id {params['rollup_id']} not found")
+    outside = [s for s in timeline.sessions_of(rollup["rollup_id"])
+               if not access.allows_session(s)]
+    if outside:
+        raise ArgumentError(f"rollup_id {rollup['rollup_id']} covers other sessions; pass "
+                            "session_scope='all' to read it")
+    payload: dict = {"rollup_id": rollup["rollup_id"], "period": rollup["kind"],
+                     "key": rollup["period_key"],
+                     "child_count": timeline.source_count(rollup["rollup_id"])}
+    return _source_page(params, ctx, access, cap, exact_ref, payload,
+                        lambda offset, limit: timeline.sources(rollup["rollup_id"], offset, limit))
+
+
+def _source_page(params: dict, ctx: ToolContext, access: Access, cap: int, exact_ref: bool,
+                 payload: dict, page: Callable[[int, int], list[dict]]) -> tuple[dict, Shape]:
+    """One page of a node's or a rollup's ordered sources, with its cursor."""
     limit = clamp("trove_expand", "source_limit", params, payload)
     offset = offset_arg(params, "source_offset")
-    children = ctx.dag.children(node["node_id"], offset, limit)
+    children = page(offset, limit)
     per_item = budget_chars(cap, len(children))
     payload["sources"] = _render_children(ctx, access, children, per_item, exact_ref)
-    _set_source_cursor(payload, offset, len(children))
+    _set_cursor(payload, offset, len(children), "child_count", "next_source_offset")
     payload["source_offset"] = offset
 
     def on_trim(trimmed: dict, kept: int) -> None:
-        _set_source_cursor(trimmed, offset, kept)
+        _set_cursor(trimmed, offset, kept, "child_count", "next_source_offset")
 
     return payload, Shape(items="sources", on_trim=on_trim, texts=("content", "text", "tool_calls"))
 
 
-def _set_source_cursor(payload: dict, offset: int, returned: int) -> None:
+def _set_cursor(payload: dict, offset: int, returned: int, total: str, following_key: str) -> None:
     following = offset + returned
-    payload["has_more"] = following < payload["child_count"]
-    payload["next_source_offset"] = following if payload["has_more"] else None
+    payload["has_more"] = following < payload[total]
+    payload[following_key] = following if payload["has_more"] else None
 
 
 def _render_children(ctx: ToolContext, access: Access, children: list[dict], per_item: int,
                      exact_ref: bool) -> list[dict]:
     nodes = ctx.dag.get_nodes([c["id"] for c in children if c["kind"] == "node"])
     rows = ctx.store.get_messages([c["id"] for c in children if c["kind"] == "message"])
+    rollups = Timeline(ctx.store.db).get_rollups(
+        [c["id"] for c in children if c["kind"] == "rollup"])
     items = []
     for child in children:
-        if child["kind"] == "node":
+        if child["id"] not in (rollups if child["kind"] == "rollup" else
+                               nodes if child["kind"] == "node" else rows):
+            item = {"kind": child["kind"], "missing": True, "id": child["id"]}
+        elif child["kind"] == "rollup":
+            item = recent.rollup_item(rollups[child["id"]], per_item)
+        elif child["kind"] == "node":
             item = _node_summary(nodes[child["id"]], access, per_item)
         else:
             item = message_item(rows[child["id"]], access, budget=per_item, exact_ref=exact_ref)
@@ -662,49 +715,60 @@ def tool_load_session(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, S
 
 
 def tool_recent(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Summaries covering a natural UTC period of this session (carried nodes included)."""
+    """What happened in a natural period: ready rollups, else summaries, else raw messages."""
     current = bound_session(ctx)
     if not current:
-        return _unbound("trove_recent", "summaries")
-    access = Access(ctx, {}, current)
-    period = params.get("period", "today")
+        return _unbound("trove_recent", "items")
+    scope = params.get("session_scope", "current")
+    access = Access(ctx, {"session_scope": scope}, current)
     try:
-        start, end = parse_period(period, ctx.now())
+        period = periods.resolve(params.get("period", "today"), ctx.now(),
+                                 timekeys.zone_or_utc(ctx.config.timezone))
     except ValueError as exc:
         raise ArgumentError(f"period: {exc}") from None
-    payload: dict = {"period": period, "from": iso(start), "to": iso(end)}
+    payload: dict = {"period": period.label, "from": iso(period.start), "to": iso(period.end),
+                     "time_zone": ctx.config.timezone, "session_scope": scope}
     limit = clamp("trove_recent", "limit", params, payload)
-    own = ctx.dag.nodes_in_period(start, end, session_ids=[current], limit=500)
-    carried = [n for n in ctx.dag.get_nodes(ctx.dag.carried_node_ids(current)).values()
-               if n["time_to"] is not None and n["time_to"] >= start and n["time_from"] < end]
-    chosen = _overview(own + carried, start, end)
-    per_item = budget_chars(cap, min(limit, len(chosen)))
-    payload["summaries"] = [_node_summary(n, access, per_item) for n in chosen[:limit]]
-    payload["has_more"] = len(chosen) > limit
-    if not chosen:
-        payload["note"] = ("no summary covers this period; recent messages may not be "
-                           "summarized yet (see trove_load_session or trove_grep)")
-    return payload, Shape(items="summaries", on_trim=_mark_more, texts=("text",))
+    offset = offset_arg(params, "offset")
+    timeline = Timeline(ctx.store.db)
+    found = recent.select(
+        ctx.store, ctx.dag, timeline, period.start, period.end,
+        sessions=access.search_sessions(),
+        extra_nodes=([] if scope == "all" else
+                     list(ctx.dag.get_nodes(ctx.dag.carried_node_ids(current)).values())),
+        node_ok=access.node_ok, message_ok=access.message_ok,
+        rollup_ok=lambda r: all(access.allows_session(s)
+                                for s in timeline.sessions_of(r["rollup_id"])),
+        time_zone=ctx.config.timezone, eligible=policy_for(ctx.config).feeds_rollups,
+        message_cap=RECENT_MESSAGE_CAP)
+    page = found.items[offset:offset + limit]
+    per_item = budget_chars(cap, len(page))
+    payload["used"] = found.used
+    payload["items"] = [_recent_item(kind, row, access, per_item) for kind, row in page]
+    payload["total"] = len(found.items)
+    payload["offset"] = offset
+    _set_cursor(payload, offset, len(page), "total", "next_offset")
+    if found.skipped_stale:
+        payload["stale_rollups_skipped"] = found.skipped_stale
+    if found.messages_capped:
+        payload["note"] = (f"only the newest {RECENT_MESSAGE_CAP} unsummarized messages are "
+                           "listed; narrow the period or use trove_load_session")
+    elif not found.items:
+        payload["note"] = "nothing was stored in this period" + (
+            "" if scope == "all" else " in this session (try session_scope='all')")
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        _set_cursor(trimmed, offset, kept, "total", "next_offset")
+
+    return payload, Shape(items="items", on_trim=on_trim, texts=("text", "content", "tool_calls"))
 
 
-def _overview(nodes: list[dict], start: float, end: float) -> list[dict]:
-    """Nodes that describe a period without repeating each other, newest first.
-
-    Nodes wholly inside the period come first, deepest first; a node whose
-    message range lies inside an already chosen node's range is skipped.
-    """
-    def inside(n: dict) -> bool:
-        return n["time_from"] is not None and n["time_from"] >= start and n["time_to"] < end
-
-    order = sorted({n["node_id"]: n for n in nodes}.values(),
-                   key=lambda n: (not inside(n), -n["depth"], -(n["time_to"] or 0)))
-    chosen: list[dict] = []
-    for node in order:
-        if not any(c["session_id"] == node["session_id"]
-                   and (c["first_store_id"] or 0) <= (node["first_store_id"] or 0)
-                   and (node["last_store_id"] or 0) <= (c["last_store_id"] or 0) for c in chosen):
-            chosen.append(node)
-    return sorted(chosen, key=lambda n: -(n["time_to"] or 0))
+def _recent_item(kind: str, row: dict, access: Access, per_item: int) -> dict:
+    if kind == "rollup":
+        return recent.rollup_item(row, per_item)
+    if kind == "node":
+        return _node_summary(row, access, per_item)
+    return message_item(row, access, budget=per_item)
 
 
 # ---------------------------------------------------------------- expand_query

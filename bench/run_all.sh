@@ -20,3 +20,4 @@ run compaction bench/compaction.py
 run recall_vs_builtin bench/recall_vs_builtin.py
 run prepare bench/prepare.py
 run evidence bench/evidence.py 100
+run rollups bench/rollups.py 62 10 100

@@ -21,6 +21,7 @@ from ..storage import migrations
 from ..config import TroveConfig, check_reachability
 from ..dag import Dag
 from ..storage.database import Database
+from ..storage.timeline import Timeline
 from ..store import Store
 from . import host
 
@@ -252,6 +253,25 @@ def check_pressure(status: Mapping, config: TroveConfig) -> list[dict]:
                   ratio=round(float(ratio), 4))]
 
 
+def check_rollup_lineage(db: Database, config: TroveConfig) -> list[dict]:
+    """Every rollup source still exists: a removed node or message leaves a rollup
+    whose drill-down breaks (the next rollup build replaces it, since its sources'
+    watermark changed)."""
+    timeline = Timeline(db)
+    problems = timeline.lineage_problems(limit=20)
+    count = timeline.count_rollups()
+    if problems:
+        shown = ", ".join(f"r{p['rollup_id']}#{p['ordinal']} -> {p['missing']}"
+                          for p in problems[:5])
+        many = "+" if len(problems) >= 20 else ""
+        return [check("rollup_lineage", "warn", f"{len(problems)}{many} rollup sources point "
+                      f"at removed rows ({shown}); run /trove rollups build apply to rebuild "
+                      "them", problems=problems)]
+    state = "on" if config.rollups_enabled else "off (TROVE_ROLLUPS_ENABLED)"
+    return [check("rollup_lineage", "ok", f"{count} rollups, every source present; "
+                  f"rollups {state}")]
+
+
 def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | None = None, *,
                session_id: str | None = None, full: bool = False,
                now: float | None = None, offline: bool = False) -> dict:
@@ -266,6 +286,7 @@ def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | No
                  lambda: check_config(config, status),
                  lambda: check_lifecycle(status, session_nodes, offline),
                  lambda: check_pressure(status, config),
+                 lambda: check_rollup_lineage(store.db, config),
                  lambda: host.check_host(config.hermes_home)):
         try:
             checks += part()

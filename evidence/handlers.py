@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..schemas import ArgumentError, Shape, clamp, offset_arg, parse_time
 from . import assertions, compute, pack, retrieve
-from .refs import iso
+from ..storage.timekeys import iso
 
 
 @dataclass(frozen=True)

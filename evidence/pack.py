@@ -18,6 +18,7 @@ from ..recall.query_plan import fold
 from . import compute as compute_mod
 from . import refs as refs_mod
 from .values import find_amounts, find_dates
+from ..storage.timekeys import iso
 
 MAX_REFS = 50
 CONTEXT_CHARS = 80        # characters of the message shown before and after each quote
@@ -40,7 +41,7 @@ def hydrate(raw: Any, index: int, load: Loader) -> dict:
     row = load(ref.store_id)
     text = refs_mod.ref_text(row)
     item = {"index": index, "ok": True, "ref": ref.as_dict(), "status": ref.status,
-            "role": ref.role, "session_id": ref.session_id, "said_at": refs_mod.iso(ref.said_at),
+            "role": ref.role, "session_id": ref.session_id, "said_at": iso(ref.said_at),
             "before": text[max(0, ref.start - CONTEXT_CHARS):ref.start],
             "after": text[ref.end:ref.end + CONTEXT_CHARS]}
     item.update(happened_fields(ref))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..recall.query_plan import QueryPlan, fold
@@ -52,14 +51,6 @@ def ref_text(row: dict) -> str:
     if row.get("content_format") in ("text", "json") and isinstance(row.get("content"), str):
         return row["content"]
     return ""
-
-
-def iso(ts: float | None) -> str | None:
-    """Unix seconds as an ISO-8601 UTC string (None stays None)."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace(
-        "+00:00", "Z")
 
 
 def said_at(row: dict) -> float | None:

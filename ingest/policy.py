@@ -47,6 +47,12 @@ class IngestPolicy:
     redactions: int = 0
     warnings: list[str] = field(default_factory=list)
 
+    def feeds_rollups(self, session_id: str, source: str | None) -> bool:
+        """Whether a stored session may feed the cross-session rollups: never one that
+        matches an ignore or stateless pattern (even one stored before the pattern)."""
+        platform = None if source in (None, "", "unknown") else source
+        return self.sessions.classify(session_id, platform).kind == "normal"
+
     def prepare(self, message: dict) -> codec.EncodedMessage | None:
         """The row encoding of a host message, or None when it is noise not to store."""
         original = codec.clean_message(message)

@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--apply", action="store_true", help="write (backup first)")
     doctor.add_argument("--full", action="store_true", help="quick_check even on a big file")
     add("backup", "timestamped online backup next to the database")
+    rollup = add("rollups", "day/week/month rollups: status, or build (--apply writes after "
+                 "a backup)")
+    rollup.add_argument("what", nargs="?", choices=("status", "build"), default="status")
+    rollup.add_argument("--apply", action="store_true", help="build (backup first)")
     grep = add("grep", "search messages (trove_grep)")
     grep.add_argument("query")
     scope = grep.add_mutually_exclusive_group()
@@ -213,6 +217,13 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
     return run_words(words + (("full",) if args.full else ()), args)
 
 
+def cmd_rollups(args) -> tuple[dict, str, int]:
+    """``rollups [status|build] [--apply]``: the ``/trove rollups`` actions."""
+    if args.apply and args.what != "build":
+        raise ops.OperatorError("--apply needs 'rollups build'")
+    return run_words(("rollups", args.what) + (("apply",) if args.apply else ()), args)
+
+
 def cmd_sessions(args) -> tuple[dict, str, int]:
     """Sessions newest first, with counts and time ranges."""
     report = ops.sessions(ops.open_target(ops.config_for(args.db)), limit=args.limit)
@@ -347,6 +358,7 @@ COMMANDS = {
     "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
     "load-session": cmd_load_session, "describe": cmd_describe, "export": cmd_export,
     "dag": cmd_dag, "replay": cmd_replay,
+    "rollups": cmd_rollups,
 }
 
 

@@ -362,3 +362,67 @@ def m005_evidence_sidecars(conn: sqlite3.Connection) -> None:
     );
     CREATE INDEX evidence_views_session ON evidence_views(session_id, created_at);
     """)
+
+
+@migration(6)
+def m006_rollups(conn: sqlite3.Connection) -> None:
+    """Day / week / month rollups over every session, with exact lineage.
+
+    ``rollups`` holds one summary per calendar period of one time zone and the
+    watermark of the sources it was built from (a changed watermark = stale).
+    ``rollup_sources`` is its ordered lineage: a child rollup, a summary node
+    or a raw message (exactly one per row); node and message children have no
+    foreign key, so removing an old session never fails on a rollup: the
+    doctor reports the dangling lineage and the next build replaces it.
+    ``rollup_sessions`` lists every session under a rollup, so a reader's
+    scope is checked without walking the lineage. The expression index lets
+    time-window reads of messages use the same time the tools show.
+    """
+    run_script(conn, """
+    CREATE TABLE rollups (
+        rollup_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL CHECK (kind IN ('day', 'week', 'month')),
+        period_key TEXT NOT NULL,
+        time_zone TEXT NOT NULL,
+        period_start REAL NOT NULL,
+        period_end REAL NOT NULL,
+        text TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        source_token_count INTEGER NOT NULL,
+        level INTEGER NOT NULL,
+        model TEXT NOT NULL DEFAULT '',
+        message_count INTEGER NOT NULL,
+        session_count INTEGER NOT NULL,
+        time_from REAL,
+        time_to REAL,
+        watermark TEXT NOT NULL,
+        built_at REAL NOT NULL,
+        UNIQUE (kind, period_key, time_zone)
+    );
+    CREATE INDEX rollups_period ON rollups(time_zone, period_start, period_end);
+
+    CREATE TABLE rollup_sources (
+        rollup_id INTEGER NOT NULL REFERENCES rollups(rollup_id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL,
+        child_rollup_id INTEGER REFERENCES rollups(rollup_id),
+        child_node_id INTEGER,
+        child_store_id INTEGER,
+        PRIMARY KEY (rollup_id, ordinal),
+        CHECK ((child_rollup_id IS NOT NULL) + (child_node_id IS NOT NULL)
+               + (child_store_id IS NOT NULL) = 1)
+    ) WITHOUT ROWID;
+    CREATE INDEX rollup_sources_rollup ON rollup_sources(child_rollup_id)
+        WHERE child_rollup_id IS NOT NULL;
+    CREATE INDEX rollup_sources_node ON rollup_sources(child_node_id)
+        WHERE child_node_id IS NOT NULL;
+    CREATE INDEX rollup_sources_message ON rollup_sources(child_store_id)
+        WHERE child_store_id IS NOT NULL;
+
+    CREATE TABLE rollup_sessions (
+        rollup_id INTEGER NOT NULL REFERENCES rollups(rollup_id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        PRIMARY KEY (rollup_id, session_id)
+    ) WITHOUT ROWID;
+
+    CREATE INDEX messages_rollup_time ON messages(COALESCE(message_at, created_at));
+    """)

@@ -70,6 +70,11 @@ SETTINGS_TABLE = [
     ("TROVE_SUMMARY_PREFIX_TARGET_TOKENS", 0, "8000", 8000, ["-1", "big"]),
     ("TROVE_ASSERTIONS_ENABLED", False, "on", True, ["maybe"]),
     ("TROVE_RETRIEVE_ENABLED", False, "yes", True, ["2"]),
+    ("TROVE_TIMEZONE", "UTC", "Europe/Paris", "Europe/Paris", [""]),
+    ("TROVE_ROLLUPS_ENABLED", False, "yes", True, ["maybe"]),
+    ("TROVE_ROLLUP_SUMMARY_TOKENS", 1500, "100", 100, ["99", "20001"]),
+    ("TROVE_ROLLUPS_MAX_BUILDS_PER_PASS", 8, "1", 1, ["0"]),
+    ("TROVE_ROLLUPS_LOOKBACK_DAYS", 93, "400", 400, ["0", "36601"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]
@@ -434,3 +439,10 @@ def test_threshold_overrides_from_yaml_mapping(home):
     cfg = load_config({}, home)
     assert json.loads(cfg.context_threshold_overrides) == {"gpt-5*": 0.6}
     assert not cfg.warnings
+
+
+def test_unknown_time_zone_falls_back_to_utc(home):
+    cfg = load_config({"TROVE_TIMEZONE": "Mars/Olympus_Mons"}, home)
+    assert cfg.timezone == "UTC"
+    assert any("TROVE_TIMEZONE" in w and "UTC" in w for w in cfg.warnings)
+    assert load_config({"TROVE_TIMEZONE": "Asia/Tokyo"}, home).timezone == "Asia/Tokyo"

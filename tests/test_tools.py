@@ -376,7 +376,7 @@ def test_carried_nodes_count_as_this_session(env, planted):
     hits = call(ctx, "trove_grep", query="staging port")["results"]
     assert [(h["kind"], h["node_id"]) for h in hits] == [("summary", planted["leaf"])]
     assert "another session" in call(ctx, "trove_expand", node_id=planted["b_leaf"])["error"]
-    recent = call(ctx, "trove_recent", period="last 24h")["summaries"]
+    recent = call(ctx, "trove_recent", period="last 24h")["items"]
     assert [s["node_id"] for s in recent] == [planted["leaf"]]
     assert call(ctx, "trove_inspect")["carried_node_ids"] == [planted["leaf"]]
 
@@ -429,11 +429,11 @@ def test_recent_periods_pick_nodes_by_time(env):
     new = env.store.ingest("A", [{"role": "user", "content": "new work"}], now=NOW - 3600).store_ids
     old_leaf, new_leaf = env.node("A", "old summary", store_ids=old), env.node("A", "new", store_ids=new)
     ctx = env.ctx()
-    assert [s["node_id"] for s in call(ctx, "trove_recent")["summaries"]] == [new_leaf]
-    assert [s["node_id"] for s in call(ctx, "trove_recent", period="last week")["summaries"]] == [old_leaf]
-    both = call(ctx, "trove_recent", period="2026-11-01..2026-11-30")["summaries"]
+    assert [s["node_id"] for s in call(ctx, "trove_recent")["items"]] == [new_leaf]
+    assert [s["node_id"] for s in call(ctx, "trove_recent", period="last week")["items"]] == [old_leaf]
+    both = call(ctx, "trove_recent", period="2026-11-01..2026-11-30")["items"]
     assert [s["node_id"] for s in both] == [new_leaf, old_leaf]
-    assert call(ctx, "trove_recent", period="yesterday")["summaries"] == []
+    assert call(ctx, "trove_recent", period="yesterday")["items"] == []
     assert "period" in call(ctx, "trove_recent", period="someday")["error"]
 
 
@@ -441,7 +441,7 @@ def test_recent_prefers_a_covering_node_over_its_children(env):
     ids = env.ingest("A", [{"role": "user", "content": f"m{i}"} for i in range(4)])
     leaves = [env.node("A", f"leaf {i}", store_ids=ids[2 * i:2 * i + 2]) for i in range(2)]
     top = env.node("A", "top", node_ids=leaves, depth=1)
-    assert [s["node_id"] for s in call(env.ctx(), "trove_recent")["summaries"]] == [top]
+    assert [s["node_id"] for s in call(env.ctx(), "trove_recent")["items"]] == [top]
 
 
 def test_describe_node_and_message(env, planted):
@@ -582,7 +582,7 @@ def test_tiny_cap_expand_node_and_message_still_page(tmp_path):
     ("trove_grep", {"query": 42}, "string"),
     ("trove_grep", {}, "query is required"),
     ("trove_grep", {"query": "x", "session_scope": "galaxy"}, "one of"),
-    ("trove_grep", {"query": "x", "time_from": "last tuesday"}, "ISO-8601"),
+    ("trove_grep", {"query": "x", "time_from": "the other tuesday"}, "ISO time"),
     ("trove_expand", {"node_id": 1.5}, "integer"),
     ("trove_expand", {"node_id": 10**30}, "out of range"),
     ("trove_expand_query", {"prompt": "p", "node_ids": "1,2"}, "list"),
@@ -613,15 +613,24 @@ def test_an_internal_failure_is_reported_as_json(env, planted, monkeypatch):
 
 
 # ---------------------------------------------------------------- time arguments
-def test_parse_period_and_time():
-    start, end = schemas.parse_period("this week", NOW)
-    assert end - start == 7 * DAY and schemas.parse_period("today", NOW)[0] <= NOW
-    assert schemas.parse_period("last 6h", NOW)[0] == NOW - 6 * 3600
+def test_parse_time_reads_one_instant():
     assert schemas.parse_time("1970-01-02") == DAY
     assert schemas.parse_time("1970-01-01T01:00:00+01:00") == 0
     assert schemas.parse_time(12.5) == 12.5
     with pytest.raises(ValueError):
-        schemas.parse_period("2026-11-07..2026-11-01", NOW)
+        schemas.parse_time("someday")
+
+
+def test_time_arguments_read_times_and_periods(env, planted):
+    ctx = env.ctx()
+    out = call(ctx, "trove_grep", query="staging", time_from="1970-01-01T01:00:00+01:00",
+               time_to=NOW + 10)
+    assert out["results"] and out["time_window"]["from"] == "1970-01-01T00:00:00Z"
+    assert call(ctx, "trove_grep", query="staging", period="yesterday")["results"] == []
+    assert call(ctx, "trove_grep", query="staging", period="today")["results"]
+    assert "time filter" in call(ctx, "trove_grep", query="x", period="2026-11-07..2026-11-01")[
+        "error"]
+    assert "time filter" in call(ctx, "trove_recall", query="x", time_from="someday")["error"]
 
 
 # ---------------------------------------------------------------- skill

@@ -1,0 +1,283 @@
+"""Day / week / month rollups over every session, built off the turn's hot path.
+
+A day rollup summarizes, for every session that may feed rollups (no ignore
+or stateless pattern), the leaf summaries that start that local day and the
+raw messages of that day no summary has taken in yet. A week rollup
+summarizes its day rollups; a month rollup its whole ISO weeks and the days
+of the weeks it shares with the next or previous month (``timekeys.children_of``),
+so a month's lineage never leaves the month. Every rollup keeps its exact
+sources in ``rollup_sources``, so ``trove_expand`` walks from a month down to
+a raw turn.
+
+Summaries use the compaction summarizer's escalation (LLM detailed, LLM
+bullets, deterministic); a big day is summarized in chunks whose partial
+summaries are merged. Each rollup stores the watermark of its sources
+(``Timeline.current_mark``): when a finished day gains a late message, a new
+leaf or a rebuilt child, the marks differ, the rollup is stale, and the next
+pass rebuilds it in place (same id), which in turn makes its week and month
+stale. Only finished periods (ended before ``now``) are built.
+
+Passes run on a background thread (``start_background``) after a compaction
+or at session end, at most one per database at a time, and build at most
+``rollups_max_builds_per_pass`` rollups; operators run them by hand with
+``/trove rollups build apply``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..dag import Dag
+from ..storage import codec, timekeys
+from ..storage.timeline import Eligible, NewRollup, Timeline
+from ..store import Store
+from .summarize import SourceItem, Summarizer
+
+log = logging.getLogger(__name__)
+
+BUCKET_SECONDS = 900          # finer than any zone offset (+05:45, +12:45)
+ITEM_CHARS = 4000             # a source's text as the summarizer sees it (lineage stays whole)
+SOURCE_SCAN = 100_000         # raw messages of one day read at most
+EPOCH_FLOOR = 40 * 86400.0    # a lookback never reaches before February 1970 (any zone)
+_running: set[str] = set()
+_running_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a pass needs from the configuration (kept apart so tests can vary it)."""
+
+    time_zone: str
+    lookback_days: int
+    max_builds: int
+    budget_tokens: int
+    chunk_tokens: int
+
+
+@dataclass
+class PassReport:
+    """What one pass found and did."""
+
+    built: list[dict] = field(default_factory=list)
+    waiting: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def settings_of(config) -> Settings:
+    """The rollup settings of a ``TroveConfig``."""
+    return Settings(time_zone=config.timezone, lookback_days=config.rollups_lookback_days,
+                    max_builds=config.rollups_max_builds_per_pass,
+                    budget_tokens=config.rollup_summary_tokens,
+                    chunk_tokens=config.leaf_chunk_tokens)
+
+
+# ---------------------------------------------------------------- what exists
+def periods_with_material(timeline: Timeline, settings: Settings, eligible: Eligible,
+                          now: float) -> list[tuple[str, str]]:
+    """Day, week and month periods holding material that may feed rollups, days first,
+    each kind oldest first.
+
+    The window reaches back ``lookback_days``, widened to the Monday on or before the
+    first day of that month, so every week and month listed has all its days scanned
+    (a week never waits forever for a day outside the window)."""
+    tz = timekeys.zone(settings.time_zone)
+    oldest = timekeys.local_date(max(now - settings.lookback_days * 86400.0, EPOCH_FLOOR), tz)
+    month = timekeys.month_first(oldest.year, oldest.month)
+    since = timekeys.midnight(timekeys.week_monday(month), tz)
+    buckets = timeline.active_buckets(since, now, BUCKET_SECONDS)
+    days = sorted({timekeys.local_date(max(b, since), tz) for b in buckets}
+                  | {timekeys.local_date(min(b + BUCKET_SECONDS, now) - 1, tz) for b in buckets})
+    fed = [d for d in days if timeline.feeding_sessions(
+        *timekeys.bounds("day", d.isoformat(), tz), eligible)]
+    out = [("day", d.isoformat()) for d in fed]
+    out += [("week", k) for k in sorted({timekeys.key_of("week", d) for d in fed})]
+    out += [("month", k) for k in sorted({timekeys.key_of("month", d) for d in fed
+                                          if d >= month})]
+    return out
+
+
+def status(timeline: Timeline, settings: Settings, eligible: Eligible, now: float) -> list[dict]:
+    """Every period with material in the lookback window: ``ready``, ``stale``,
+    ``pending`` (finished, no rollup yet) or ``open`` (not finished yet)."""
+    tz = timekeys.zone(settings.time_zone)
+    rows, memo = [], {}
+    for kind, key in periods_with_material(timeline, settings, eligible, now):
+        start, end = timekeys.bounds(kind, key, tz)
+        rollup = timeline.get_rollup(kind, key, settings.time_zone)
+        if rollup is not None:
+            state = timeline.freshness(rollup, eligible, memo)
+        else:
+            state = "open" if end > now else "pending"
+        rows.append({"kind": kind, "key": key, "state": state, "start": start, "end": end,
+                     "rollup_id": rollup["rollup_id"] if rollup else None})
+    return rows
+
+
+# ---------------------------------------------------------------- building
+def build_pass(store: Store, dag: Dag, timeline: Timeline, summarizer: Summarizer,
+               count_tokens: Callable[[str], int], settings: Settings, eligible: Eligible,
+               now: float, *, apply: bool = True) -> PassReport:
+    """Build or rebuild the finished periods that need it, days before weeks before
+    months, at most ``settings.max_builds``; with ``apply=False`` only report them."""
+    report = PassReport()
+    builder = _Builder(store, dag, timeline, summarizer, count_tokens, settings, eligible)
+    for kind in timekeys.KINDS:
+        for row in status(timeline, settings, eligible, now):
+            if row["kind"] != kind or row["state"] not in ("pending", "stale"):
+                continue
+            entry = {"kind": kind, "key": row["key"], "state": row["state"]}
+            blocked = builder.blocked(kind, row["key"])
+            if blocked or not apply or len(report.built) >= settings.max_builds:
+                report.waiting.append({**entry, **({"waiting_for": blocked} if blocked else {})})
+                continue
+            try:
+                entry["rollup_id"] = builder.build(kind, row["key"], now)
+                report.built.append(entry)
+            except Exception as exc:  # one bad period never stops the others
+                report.errors.append(f"{kind} {row['key']}: {type(exc).__name__}: {exc}"[:300])
+    return report
+
+
+class _Builder:
+    """Builds one rollup at a time from its sources."""
+
+    def __init__(self, store: Store, dag: Dag, timeline: Timeline, summarizer: Summarizer,
+                 count_tokens: Callable[[str], int], settings: Settings, eligible: Eligible):
+        self.store, self.dag, self.timeline = store, dag, timeline
+        self.summarizer, self.count = summarizer, count_tokens
+        self.settings, self.eligible = settings, eligible
+        self.tz = timekeys.zone(settings.time_zone)
+
+    def blocked(self, kind: str, key: str) -> list[str]:
+        """Child periods with material whose rollup is missing or stale."""
+        waiting = []
+        for child_kind, child_key in timekeys.children_of(kind, key):
+            child = self.timeline.get_rollup(child_kind, child_key, self.settings.time_zone)
+            if child is None:
+                if self.timeline.feeding_sessions(
+                        *timekeys.bounds(child_kind, child_key, self.tz), self.eligible):
+                    waiting.append(f"{child_kind} {child_key}")
+            elif self.timeline.freshness(child, self.eligible) != "ready":
+                waiting.append(f"{child_kind} {child_key}")
+        return waiting
+
+    def build(self, kind: str, key: str, now: float) -> int:
+        """Summarize one period's sources and write the rollup with its lineage."""
+        mark = self.timeline.current_mark(kind, key, self.settings.time_zone, self.eligible)
+        start, end = timekeys.bounds(kind, key, self.tz)
+        if kind == "day":
+            sources, items, sessions, count, span = self._day_sources(start, end)
+            depth = 1 if any(kind == "node" for kind, _ in sources) else 0
+        else:
+            sources, items, sessions, count, span = self._child_rollups(kind, key)
+            depth = 2
+        if not sources:
+            raise ValueError("no sources")
+        sizes = [self.count(i.text) for i in items]
+        result = self._summarize(items, sizes, depth)
+        header = f"[{kind} {key}, {len(set(sessions))} session(s), {count} message(s)]\n"
+        text = header + result.text
+        return self.timeline.save_rollup(NewRollup(
+            kind=kind, period_key=key, time_zone=self.settings.time_zone, period_start=start,
+            period_end=end, text=text, token_count=self.count(text),
+            source_token_count=sum(sizes), level=result.level,
+            model=result.model, message_count=count, time_from=span[0], time_to=span[1],
+            watermark=mark, sources=sources, session_ids=sessions), now)
+
+    def _day_sources(self, start: float, end: float):
+        sessions = self.timeline.feeding_sessions(start, end, self.eligible)
+        nodes = self.dag.get_nodes(self.timeline.leaf_ids_starting_between(start, end, sessions))
+        ids = self.timeline.message_ids_between(start, end, sessions, uncovered=True,
+                                                limit=SOURCE_SCAN, newest_first=False)
+        rows = self.store.get_messages(ids)
+        timed = [(n["time_from"], "node", n) for n in nodes.values()]
+        timed += [(_when(rows[i]), "message", rows[i]) for i in ids if i in rows]
+        timed.sort(key=lambda t: (t[0], t[1] == "message"))
+        sources, items, owners, count, times = [], [], [], 0, []
+        for when, kind, row in timed:
+            if kind == "node":
+                sources.append(("node", row["node_id"]))
+                items.append(SourceItem(ref=f"n{row['node_id']}", role="summary", time=when,
+                                        text=f"[session {row['session_id']}] {row['text']}"
+                                        [:ITEM_CHARS]))
+                count += row["message_count"]
+                times += [row["time_from"], row["time_to"]]
+            else:
+                sources.append(("message", row["store_id"]))
+                text = codec.message_text(codec.decode_message(row))
+                items.append(SourceItem(ref=f"m{row['store_id']}", role=row["role"], time=when,
+                                        text=text[:ITEM_CHARS], tool_name=row.get("tool_name")))
+                count += 1
+                times.append(when)
+            owners.append(row["session_id"])
+        return sources, items, owners, count, (min(times, default=None), max(times, default=None))
+
+    def _child_rollups(self, kind: str, key: str):
+        sources, items, owners, count, times = [], [], [], 0, []
+        for child_kind, child_key in timekeys.children_of(kind, key):
+            child = self.timeline.get_rollup(child_kind, child_key, self.settings.time_zone)
+            if child is None:
+                continue
+            sources.append(("rollup", child["rollup_id"]))
+            items.append(SourceItem(ref=f"r{child['rollup_id']}", role="summary",
+                                    text=child["text"][:ITEM_CHARS * 2],
+                                    time=child["period_start"]))
+            owners += self.timeline.sessions_of(child["rollup_id"])
+            count += child["message_count"]
+            times += [t for t in (child["time_from"], child["time_to"]) if t is not None]
+        return sources, items, owners, count, (min(times, default=None), max(times, default=None))
+
+    def _summarize(self, items: list[SourceItem], sizes: list[int], depth: int):
+        """One summary of the items (``sizes``: their token counts); when they are too
+        big for one call, summaries of chunks are merged (same escalation at every step)."""
+        budget = self.settings.budget_tokens
+        groups, group, used = [], [], 0
+        for item, tokens in zip(items, sizes):
+            if group and used + tokens > self.settings.chunk_tokens:
+                groups.append(group)
+                group, used = [], 0
+            group.append(item)
+            used += tokens
+        groups.append(group)
+        if len(groups) == 1:
+            return self.summarizer.summarize(items, budget_tokens=budget, depth=depth)
+        parts = [self.summarizer.summarize(g, budget_tokens=budget, depth=depth) for g in groups]
+        merged = [SourceItem(ref=f"part{i + 1}", role="summary", text=p.text)
+                  for i, p in enumerate(parts)]
+        return self._summarize(merged, [p.tokens for p in parts], depth + 1)
+
+
+def _when(row: dict) -> float:
+    return row["message_at"] if row.get("message_at") is not None else row["created_at"]
+
+
+# ---------------------------------------------------------------- background
+def start_background(store: Store, dag: Dag, summarizer: Summarizer,
+                     count_tokens: Callable[[str], int], settings: Settings, eligible: Eligible,
+                     now: Callable[[], float]) -> threading.Thread | None:
+    """Run one pass on a daemon thread, unless one already runs for this database."""
+    key = str(store.db.path)
+    with _running_lock:
+        if key in _running:
+            return None
+        _running.add(key)
+
+    def run() -> None:
+        try:
+            report = build_pass(store, dag, Timeline(store.db), summarizer, count_tokens,
+                                settings, eligible, now())
+            for error in report.errors:
+                log.warning("hermes-trove: rollup %s", error)
+        except Exception:  # a background pass must never take anything down
+            log.exception("hermes-trove: rollup pass failed")
+        finally:
+            with _running_lock:
+                _running.discard(key)
+
+    thread = threading.Thread(target=run, name="trove-rollups", daemon=True)
+    thread.start()
+    return thread
+

@@ -1,0 +1,150 @@
+"""Calendar periods in a time zone: the day / week / month keys the rollup tables store.
+
+A period is named by a key (``2026-03-14``, ``2026-W11``, ``2026-03``) and is
+the half-open window ``[start, end)`` of Unix seconds between two local
+midnights of the configured zone (DST-aware through ``zoneinfo``). Weeks are
+ISO weeks (Monday first). This is the one place that turns local dates into
+instants, so rollups, ``trove_recent`` and the time filters of the search tools
+agree on where a day begins. Pure: no database, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import date, datetime, timedelta, timezone, tzinfo
+
+MIN_YEAR, MAX_YEAR = 1970, 9998          # outside this a period is absurd, not a timestamp
+KINDS = ("day", "week", "month")
+_WEEK_KEY = re.compile(r"(\d{4})-w(\d{1,2})")
+_MONTH_KEY = re.compile(r"(\d{4})-(\d{1,2})")
+_DAY_KEY = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})")
+
+
+def zone(name: str | None) -> tzinfo:
+    """The ``tzinfo`` of an IANA zone name (empty or ``UTC`` = UTC); ValueError if unknown."""
+    text = (name or "").strip()
+    if not text or text.upper() in ("UTC", "Z", "GMT"):
+        return timezone.utc
+    try:
+        from zoneinfo import ZoneInfo
+        return ZoneInfo(text)
+    except Exception:
+        raise ValueError(f"unknown time zone {text[:60]!r} (use an IANA name like "
+                         "Europe/Paris, or UTC)") from None
+
+
+def zone_or_utc(name: str | None) -> tzinfo:
+    """The zone of a validated setting; UTC should the name stop being known."""
+    try:
+        return zone(name)
+    except ValueError:
+        return timezone.utc
+
+
+def iso(ts: float | None) -> str | None:
+    """Unix seconds as an ISO-8601 UTC string (None stays None)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")
+
+
+def check_date(day: date) -> date:
+    """A date inside the supported years, else a ValueError the model can act on."""
+    if not MIN_YEAR <= day.year <= MAX_YEAR:
+        raise ValueError(f"year {day.year} is outside {MIN_YEAR}..{MAX_YEAR}")
+    return day
+
+
+def midnight(day: date, tz: tzinfo) -> float:
+    """Unix seconds of the local midnight that starts ``day`` in ``tz``."""
+    check_date(day)
+    return datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
+
+
+def local_date(ts: float, tz: tzinfo) -> date:
+    """The local calendar date of an instant (ValueError outside the supported years)."""
+    try:   # floored to the second: fromtimestamp rounds, and day edges are whole seconds
+        moment = datetime.fromtimestamp(math.floor(ts), tz)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"time {ts!r} is outside the supported range") from None
+    return check_date(moment.date())
+
+
+def week_monday(day: date) -> date:
+    """The Monday of the ISO week holding ``day``."""
+    return day - timedelta(days=day.weekday())
+
+
+def month_first(year: int, month: int, months_ahead: int = 0) -> date:
+    """The first day of a month, ``months_ahead`` months after (year, month)."""
+    index = year * 12 + month - 1 + months_ahead
+    return check_date(date(index // 12, index % 12 + 1, 1))
+
+
+def key_of(kind: str, day: date) -> str:
+    """The key of the period of ``kind`` that holds ``day``."""
+    if kind == "day":
+        return day.isoformat()
+    if kind == "week":
+        year, week, _ = day.isocalendar()
+        return f"{year:04d}-W{week:02d}"
+    if kind == "month":
+        return f"{day.year:04d}-{day.month:02d}"
+    raise ValueError(f"unknown period kind {kind!r}")
+
+
+def first_and_after(kind: str, key: str) -> tuple[date, date]:
+    """The first local date of a period and the first date after it."""
+    text = key.strip().lower()
+    try:
+        if kind == "day" and (m := _DAY_KEY.fullmatch(text)):
+            first = date(int(m[1]), int(m[2]), int(m[3]))
+            return check_date(first), first + timedelta(days=1)
+        if kind == "week" and (m := _WEEK_KEY.fullmatch(text)):
+            first = date.fromisocalendar(int(m[1]), int(m[2]), 1)
+            return check_date(first), first + timedelta(days=7)
+        if kind == "month" and (m := _MONTH_KEY.fullmatch(text)):
+            first = month_first(int(m[1]), int(m[2]))
+            return first, month_first(first.year, first.month, 1)
+    except ValueError as exc:
+        raise ValueError(f"{kind} {key[:40]!r} is not a real date: {exc}") from None
+    raise ValueError(f"{key[:40]!r} is not a {kind} key")
+
+
+def bounds(kind: str, key: str, tz: tzinfo) -> tuple[float, float]:
+    """The ``[start, end)`` Unix-second window of a period in ``tz``."""
+    first, after = first_and_after(kind, key)
+    return midnight(first, tz), midnight(after, tz)
+
+
+def days_of(kind: str, key: str) -> list[date]:
+    """Every local date of a period, in order."""
+    first, after = first_and_after(kind, key)
+    return [first + timedelta(days=i) for i in range((after - first).days)]
+
+
+def children_of(kind: str, key: str) -> list[tuple[str, str]]:
+    """The periods a rollup of ``kind`` is built from, in order.
+
+    A week is built from its seven days. A month is built from the ISO weeks
+    wholly inside it plus, at its edges, the days of weeks it shares with the
+    neighbouring month (so its lineage never reaches outside the month).
+    """
+    if kind == "day":
+        return []
+    days = days_of(kind, key)
+    if kind == "week":
+        return [("day", d.isoformat()) for d in days]
+    inside = set(days)
+    out: list[tuple[str, str]] = []
+    for day in days:
+        monday = week_monday(day)
+        week = [monday + timedelta(days=i) for i in range(7)]
+        if all(d in inside for d in week):
+            if day == monday:
+                out.append(("week", key_of("week", day)))
+        else:
+            out.append(("day", day.isoformat()))
+    return out

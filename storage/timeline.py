@@ -1,0 +1,331 @@
+"""Time-window reads of messages and summaries, and the rollup tables (one place for their SQL).
+
+Everything here works on half-open windows ``[start, end)`` of Unix seconds
+(see ``timekeys`` for how a local day becomes one). A message's time is
+``COALESCE(message_at, created_at)``: the time the message itself carries, else
+when it was stored; the ``messages_rollup_time`` index is on exactly that
+expression. Reads return ids (and a little metadata); the callers load full
+rows through ``Store`` / ``Dag`` so the row shapes stay defined once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from . import timekeys
+from .database import Database
+
+Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
+
+MESSAGE_TIME = "COALESCE(message_at, created_at)"
+ROLLUP_COLUMNS = ("rollup_id, kind, period_key, time_zone, period_start, period_end, text,"
+                  " token_count, source_token_count, level, model, message_count, session_count,"
+                  " time_from, time_to, watermark, built_at")
+
+
+@dataclass(frozen=True)
+class NewRollup:
+    """Everything needed to write (or rewrite) one rollup and its lineage."""
+
+    kind: str
+    period_key: str
+    time_zone: str
+    period_start: float
+    period_end: float
+    text: str
+    token_count: int
+    source_token_count: int
+    level: int
+    model: str
+    message_count: int
+    time_from: float | None
+    time_to: float | None
+    watermark: str
+    sources: Sequence[tuple[str, int]]      # ("rollup" | "node" | "message", id), in order
+    session_ids: Sequence[str]
+
+
+def _in(values: Sequence) -> str:
+    return ",".join("?" * len(values))
+
+
+def _session_filter(column: str, sessions: Sequence[str] | None) -> tuple[str, list]:
+    if sessions is None:
+        return "", []
+    return f" AND {column} IN ({_in(sessions) or 'NULL'})", list(sessions)
+
+
+class Timeline:
+    """Time-bounded reads over messages and nodes, and the rollup tables."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    # ------------------------------------------------------------------ time-window reads
+    def sessions_between(self, start: float, end: float) -> list[tuple[str, str]]:
+        """``(session_id, source)`` of every session with a message in the window."""
+        with self.db.reading() as conn:
+            return [(r[0], r[1]) for r in conn.execute(
+                f"SELECT DISTINCT session_id, source FROM messages"
+                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (start, end))]
+
+    def active_buckets(self, start: float, end: float, width: int) -> list[float]:
+        """Start times of the ``width``-second buckets holding at least one message."""
+        with self.db.reading() as conn:
+            return [r[0] * width for r in conn.execute(
+                f"SELECT DISTINCT CAST({MESSAGE_TIME} / ? AS INTEGER) FROM messages"
+                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (width, start, end))]
+
+    def message_ids_between(self, start: float, end: float, sessions: Sequence[str] | None, *,
+                            uncovered: bool, limit: int, newest_first: bool = True) -> list[int]:
+        """Messages of these sessions (None = all) in the window, by time; with
+        ``uncovered`` only those no summary node has taken in yet."""
+        where, params = _session_filter("m.session_id", sessions)
+        if uncovered:
+            where += (" AND NOT EXISTS (SELECT 1 FROM node_edges e"
+                      " WHERE e.child_store_id = m.store_id)")
+        order = "DESC" if newest_first else "ASC"
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                f"SELECT m.store_id FROM messages m WHERE {MESSAGE_TIME} >= ?"
+                f" AND {MESSAGE_TIME} < ?{where}"
+                f" ORDER BY {MESSAGE_TIME} {order}, m.store_id {order} LIMIT ?",
+                [start, end, *params, limit])]
+
+    def leaf_ids_starting_between(self, start: float, end: float,
+                                  sessions: Sequence[str] | None) -> list[int]:
+        """Depth-0 nodes of these sessions whose coverage starts in the window, oldest
+        first: each leaf belongs to exactly one day (the one it starts in)."""
+        where, params = _session_filter("session_id", sessions)
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                f"SELECT node_id FROM nodes WHERE depth = 0 AND time_from >= ? AND time_from < ?"
+                f"{where} ORDER BY time_from, node_id", [start, end, *params])]
+
+    def material_mark(self, start: float, end: float, sessions: Sequence[str]) -> str:
+        """A fingerprint of what a window holds for these sessions: message count and
+        newest id, leaves starting in it and newest id, uncovered messages. Any late
+        message, new leaf or newly summarized message changes it."""
+        where, params = _session_filter("session_id", sessions)
+        with self.db.reading() as conn:
+            messages = conn.execute(
+                f"SELECT count(*), COALESCE(max(store_id), 0) FROM messages"
+                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?{where}",
+                [start, end, *params]).fetchone()
+            leaves = conn.execute(
+                f"SELECT count(*), COALESCE(max(node_id), 0) FROM nodes WHERE depth = 0"
+                f" AND time_from >= ? AND time_from < ?{where}", [start, end, *params]).fetchone()
+            uncovered = conn.execute(
+                f"SELECT count(*) FROM messages m WHERE {MESSAGE_TIME} >= ?"
+                f" AND {MESSAGE_TIME} < ?{where.replace('session_id', 'm.session_id')}"
+                " AND NOT EXISTS (SELECT 1 FROM node_edges e WHERE e.child_store_id = m.store_id)",
+                [start, end, *params]).fetchone()[0]
+        return f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|u{uncovered}"
+
+    # ------------------------------------------------------------------ watermarks
+    def feeding_sessions(self, start: float, end: float, eligible: Eligible) -> list[str]:
+        """Sessions with material in the window that may feed rollups, sorted."""
+        return sorted({s for s, source in self.sessions_between(start, end)
+                       if eligible(s, source)})
+
+    def current_mark(self, kind: str, key: str, time_zone: str, eligible: Eligible) -> str:
+        """What a period's rollup would be built from now ("" = nothing to roll up).
+
+        A day: the material fingerprint of its feeding sessions. A week or a
+        month: each child period's rollup id and a digest of the child's own
+        watermark (not a clock), ``pending`` for a
+        child with material but no rollup yet, ``-`` for an empty child; so a
+        rebuilt day changes its week's mark and its month's.
+        """
+        tz = timekeys.zone(time_zone)
+        start, end = timekeys.bounds(kind, key, tz)
+        if kind == "day":
+            sessions = self.feeding_sessions(start, end, eligible)
+            if not sessions:
+                return ""
+            return f"s{len(sessions)}|" + self.material_mark(start, end, sessions)
+        marks = []
+        for child_kind, child_key in timekeys.children_of(kind, key):
+            child = self.get_rollup(child_kind, child_key, time_zone)
+            if child is not None:
+                digest = hashlib.sha1(child["watermark"].encode()).hexdigest()[:12]
+                marks.append(f"{child['rollup_id']}@{digest}")
+            else:
+                c_start, c_end = timekeys.bounds(child_kind, child_key, tz)
+                marks.append("pending" if self.feeding_sessions(c_start, c_end, eligible)
+                             else "-")
+        return "" if all(m == "-" for m in marks) else ",".join(marks)
+
+    def freshness(self, rollup: dict, eligible: Eligible, memo: dict | None = None) -> str:
+        """``ready`` when a rollup and every rollup under it match their sources now,
+        else ``stale`` (a late message, a new summary, a rebuilt or missing child).
+
+        ``memo`` (rollup_id -> state) shares answers across the calls of one scan,
+        where a month, its weeks and their days would otherwise each be checked again;
+        it must not outlive a write."""
+        memo = {} if memo is None else memo
+        key = rollup["rollup_id"]
+        if key not in memo:
+            memo[key] = self._freshness(rollup, eligible, memo)
+        return memo[key]
+
+    def _freshness(self, rollup: dict, eligible: Eligible, memo: dict) -> str:
+        if self.current_mark(rollup["kind"], rollup["period_key"], rollup["time_zone"],
+                             eligible) != rollup["watermark"]:
+            return "stale"
+        children = [c["id"] for c in self.sources(rollup["rollup_id"]) if c["kind"] == "rollup"]
+        for child in self.get_rollups(children).values():
+            if self.freshness(child, eligible, memo) != "ready":
+                return "stale"
+        return "ready"
+
+    # ------------------------------------------------------------------ rollups
+    def get_rollup(self, kind: str, key: str, time_zone: str) -> dict | None:
+        """One rollup by its period, or None."""
+        with self.db.reading() as conn:
+            row = conn.execute(f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE kind = ?"
+                               " AND period_key = ? AND time_zone = ?",
+                               (kind, key, time_zone)).fetchone()
+        return dict(row) if row else None
+
+    def get_rollups(self, rollup_ids: Iterable[int]) -> dict[int, dict]:
+        """Rollups by id (missing ids absent)."""
+        ids = list(dict.fromkeys(int(i) for i in rollup_ids))
+        if not ids:
+            return {}
+        with self.db.reading() as conn:
+            return {r["rollup_id"]: dict(r) for r in conn.execute(
+                f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE rollup_id IN ({_in(ids)})", ids)}
+
+    def rollups_inside(self, start: float, end: float, time_zone: str) -> list[dict]:
+        """Rollups of a zone whose whole period lies inside the window, newest first."""
+        with self.db.reading() as conn:
+            return [dict(r) for r in conn.execute(
+                f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE time_zone = ? AND period_start >= ?"
+                " AND period_end <= ? ORDER BY period_end DESC, period_start",
+                (time_zone, start, end))]
+
+    def all_rollups(self, limit: int = 10_000) -> list[dict]:
+        """Every rollup (newest period first), for status and the doctor."""
+        with self.db.reading() as conn:
+            return [dict(r) for r in conn.execute(
+                f"SELECT {ROLLUP_COLUMNS} FROM rollups ORDER BY period_start DESC LIMIT ?",
+                (limit,))]
+
+    def count_rollups(self) -> int:
+        """How many rollups exist (every zone)."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT count(*) FROM rollups").fetchone()[0]
+
+    def save_rollup(self, rollup: NewRollup, now: float) -> int:
+        """Write a rollup, or rewrite the one of the same period in place (its id, and
+        so its parents' lineage, stays), with its sources and sessions: one transaction."""
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT rollup_id FROM rollups WHERE kind = ? AND period_key = ?"
+                               " AND time_zone = ?", (rollup.kind, rollup.period_key,
+                                                      rollup.time_zone)).fetchone()
+            values = (rollup.period_start, rollup.period_end, rollup.text, rollup.token_count,
+                      rollup.source_token_count, rollup.level, rollup.model,
+                      rollup.message_count, len(set(rollup.session_ids)), rollup.time_from,
+                      rollup.time_to, rollup.watermark, now)
+            if row is None:
+                rollup_id = conn.execute(
+                    "INSERT INTO rollups(kind, period_key, time_zone, period_start, period_end,"
+                    " text, token_count, source_token_count, level, model, message_count,"
+                    " session_count, time_from, time_to, watermark, built_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (rollup.kind, rollup.period_key, rollup.time_zone, *values)).lastrowid
+            else:
+                rollup_id = row[0]
+                conn.execute(
+                    "UPDATE rollups SET period_start = ?, period_end = ?, text = ?,"
+                    " token_count = ?, source_token_count = ?, level = ?, model = ?,"
+                    " message_count = ?, session_count = ?, time_from = ?, time_to = ?,"
+                    " watermark = ?, built_at = ? WHERE rollup_id = ?", (*values, rollup_id))
+                conn.execute("DELETE FROM rollup_sources WHERE rollup_id = ?", (rollup_id,))
+                conn.execute("DELETE FROM rollup_sessions WHERE rollup_id = ?", (rollup_id,))
+            column = {"rollup": 0, "node": 1, "message": 2}
+            rows = []
+            for ordinal, (kind, child) in enumerate(rollup.sources):
+                ids: list = [None, None, None]
+                ids[column[kind]] = int(child)
+                rows.append((rollup_id, ordinal, *ids))
+            conn.executemany("INSERT INTO rollup_sources(rollup_id, ordinal, child_rollup_id,"
+                             " child_node_id, child_store_id) VALUES (?, ?, ?, ?, ?)", rows)
+            conn.executemany("INSERT INTO rollup_sessions(rollup_id, session_id) VALUES (?, ?)",
+                             [(rollup_id, s) for s in sorted(set(rollup.session_ids))])
+            return rollup_id
+
+    def sources(self, rollup_id: int, offset: int = 0, limit: int = -1) -> list[dict]:
+        """A rollup's children in order: ``{ordinal, kind, id}`` (rollup | node | message)."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT ordinal, child_rollup_id, child_node_id, child_store_id"
+                " FROM rollup_sources WHERE rollup_id = ? ORDER BY ordinal LIMIT ? OFFSET ?",
+                (rollup_id, limit, offset)).fetchall()
+        out = []
+        for r in rows:
+            kind, child = next((k, v) for k, v in zip(("rollup", "node", "message"), r[1:])
+                               if v is not None)
+            out.append({"ordinal": r[0], "kind": kind, "id": child})
+        return out
+
+    def source_count(self, rollup_id: int) -> int:
+        """How many children a rollup has."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT count(*) FROM rollup_sources WHERE rollup_id = ?",
+                                (rollup_id,)).fetchone()[0]
+
+    def sessions_of(self, rollup_id: int) -> list[str]:
+        """Every session whose material lies under a rollup."""
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT session_id FROM rollup_sessions WHERE rollup_id = ? ORDER BY session_id",
+                (rollup_id,))]
+
+    def parents_of(self, kind: str, child_id: int) -> list[int]:
+        """Rollups built directly on a rollup, node or message."""
+        column = {"rollup": "child_rollup_id", "node": "child_node_id",
+                  "message": "child_store_id"}[kind]
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                f"SELECT rollup_id FROM rollup_sources WHERE {column} = ?", (child_id,))]
+
+    def lineage_problems(self, limit: int = 20) -> list[dict]:
+        """Rollup sources that point at nothing (a node or message removed since)."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                """
+                SELECT s.rollup_id, s.ordinal, s.child_node_id, s.child_store_id
+                FROM rollup_sources s
+                WHERE (s.child_node_id IS NOT NULL AND NOT EXISTS
+                        (SELECT 1 FROM nodes n WHERE n.node_id = s.child_node_id))
+                   OR (s.child_store_id IS NOT NULL AND NOT EXISTS
+                        (SELECT 1 FROM messages m WHERE m.store_id = s.child_store_id))
+                LIMIT ?
+                """, (limit,)).fetchall()
+        return [{"rollup_id": r[0], "ordinal": r[1], "missing":
+                 f"node {r[2]}" if r[2] is not None else f"message {r[3]}"} for r in rows]
+
+    def descendant_store_ids(self, rollup_id: int) -> list[int]:
+        """Every raw message under a rollup, through child rollups and summary nodes,
+        in lineage order (one recursive query)."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                """
+                WITH RECURSIVE walk(rollup_id, node_id, store_id, path) AS (
+                    SELECT ?, NULL, NULL, ''
+                    UNION ALL
+                    SELECT s.child_rollup_id, s.child_node_id, s.child_store_id,
+                           walk.path || printf('%08d.', s.ordinal)
+                    FROM rollup_sources s JOIN walk ON s.rollup_id = walk.rollup_id
+                    UNION ALL
+                    SELECT NULL, e.child_node_id, e.child_store_id,
+                           walk.path || printf('%08d.', e.ordinal)
+                    FROM node_edges e JOIN walk ON e.parent_id = walk.node_id
+                )
+                SELECT store_id FROM walk WHERE store_id IS NOT NULL ORDER BY path
+                """, (rollup_id,)).fetchall()
+        return [r[0] for r in rows]

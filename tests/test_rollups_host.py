@@ -1,0 +1,121 @@
+"""Temporal memory inside the real hermes-agent 0.19.0 host, on a fake clock across two days.
+
+Day one (Monday 2026-03-16): a session decides something. Day two: a NEW session
+(a new agent, as a daily gateway or CLI run would start) asks "what did we decide
+yesterday?"; the model calls trove_recent with session_scope="all" and gets day
+one's material. At the end of day two's session the engine's background pass
+rolls Monday up (a finished day), and the same question is then answered from the
+day rollup, whose lineage reaches the exact raw turn.
+
+The clock is faked only inside the plugin (the store's stamp and the engine's
+``clock``), never for the host; the fake model runs on 127.0.0.1.
+"""
+import importlib
+import json
+import sqlite3
+import sys
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+import hostkit as hk
+from hostkit import fake_llm  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.host
+
+DAY_ONE = datetime(2026, 3, 16, 10, tzinfo=timezone.utc).timestamp()
+DAY_TWO = datetime(2026, 3, 17, 11, tzinfo=timezone.utc).timestamp()
+DECISION = "We decided to deploy with the kiwi-blue strategy on Fridays."
+
+
+class FakeClock:
+    """Stands in for the ``time`` module inside the plugin's store (``time.time`` only)."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+def responder(body):
+    """Summaries get a short summary; the main model asks trove_recent when asked
+    about yesterday and then repeats what the tool returned."""
+    if not hk.is_main_request(body):
+        text = json.dumps(body.get("messages", []))
+        return hk.Reply(text="- rollup: kiwi-blue chosen." if "kiwi-blue" in text
+                        else "- summary: earlier talk.")
+    last = body["messages"][-1]
+    if last.get("role") == "tool":
+        result = json.loads(last["content"])
+        return hk.Reply(text="From memory (" + ",".join(result.get("used", [])) + "): "
+                        + json.dumps(result.get("items", []))[:2000])
+    text = last.get("content") if isinstance(last.get("content"), str) else json.dumps(last)
+    if "yesterday" in text:
+        return hk.ToolCall("trove_recent", {"period": "yesterday", "session_scope": "all"})
+    return hk.Reply(text="Noted.")
+
+
+def wait_for_rollup(db_path, key, seconds=60.0):
+    """Poll until the background pass wrote the day rollup (a correctness wait, not a
+    timing assertion: the pass runs on its own thread)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        db = sqlite3.connect(db_path)
+        try:
+            row = db.execute("SELECT rollup_id FROM rollups WHERE kind = 'day' AND period_key = ?",
+                             (key,)).fetchone()
+        finally:
+            db.close()
+        if row:
+            return row[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no rollup for {key} after {seconds}s")
+
+
+def test_a_new_session_recalls_yesterday_and_rolls_it_up(tmp_path, fake_llm, monkeypatch):
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"rollups_enabled": True}})
+    with hk.host_env(home) as env:
+        fake_llm.responder = responder
+        package = hk.plugin_module("hermes-trove")
+        clock = FakeClock(DAY_ONE)
+        monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+
+        monday = hk.make_agent()
+        engine_one = hk.live_engine(monday)
+        engine_one.clock = clock.time
+        day_one = hk.run_turns(monday, [DECISION, "Thanks, that is all for today."])
+        hk.end_session(monday, day_one[-1]["messages"])
+        first_session = engine_one.canonical_id
+
+        clock.now = DAY_TWO
+        tuesday = hk.make_agent()
+        engine_two = hk.live_engine(tuesday)
+        engine_two.clock = clock.time
+        asked = hk.run_turns(tuesday, ["Good morning. What did we decide yesterday?"])[0]
+        assert engine_two.canonical_id != first_session
+        tool = [m for m in asked["messages"] if m.get("role") == "tool"][-1]
+        result = json.loads(tool["content"])
+        assert result["period"] == "yesterday" and result["from"] == "2026-03-16T00:00:00Z"
+        assert "kiwi-blue" in tool["content"] and "Good morning" not in tool["content"]
+        assert {i.get("session_id") for i in result["items"]} == {first_session}
+        assert "kiwi-blue" in asked["final_response"]
+
+        hk.end_session(tuesday, asked["messages"])          # starts the background pass
+        rollup_id = wait_for_rollup(home / "trove.db", "2026-03-16")
+        again = hk.run_turns(tuesday, ["And yesterday, once more?"],
+                             history=asked["messages"])[0]
+        tool = [m for m in again["messages"] if m.get("role") == "tool"][-1]
+        result = json.loads(tool["content"])
+        assert result["used"] == ["rollups"] and result["items"][0]["rollup_id"] == rollup_id
+        assert "From memory (rollups)" in again["final_response"]
+
+        # the rollup's lineage reaches the exact raw turn of day one
+        timeline = importlib.import_module(package.__name__ + ".storage.timeline")
+        from_lineage = engine_two.store.get_messages(
+            timeline.Timeline(engine_two.store.db).descendant_store_ids(rollup_id))
+        texts = [row["content"] for row in from_lineage.values()]
+        assert DECISION in texts and all("Good morning" not in (t or "") for t in texts)
+    assert not env.blocked
