@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .storage import codec
-from .recall import externalized, query_plan, search
+from .recall import externalized, query_plan, ranking, search
 from .diagnostics import health
 from .storage.payloads import refs_in
 from .config import TroveConfig
@@ -291,12 +291,21 @@ def _node_summary(node: dict, access: Access, text_chars: int) -> dict:
 
 # ---------------------------------------------------------------- search tools
 def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, limit: int, *,
-                 message_scope: search.MessageScope, summaries: search.SummaryCorpus | None):
-    """Ranked raw-message hits and summary hits, fused; with the stage notes."""
+                 message_scope: search.MessageScope, summaries: search.SummaryCorpus | None,
+                 session_scope: search.MessageScope | None = None):
+    """Ranked raw-message hits and summary hits, fused; with the stage notes.
+
+    ``session_scope`` adds an arm over this session's raw messages alone, so a
+    search over every session still finds what a search of this one would."""
     messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, limit)
     arms = {"messages": [("m", h.key) for h in messages.hits]}
     hits = {("m", h.key): h for h in messages.hits}
     notes, stages = list(messages.notes), {"messages": messages.stages}
+    if session_scope is not None:
+        own = search.ranked_search(search.MessageCorpus(ctx.store, session_scope), plan, limit)
+        arms["session"] = [("m", h.key) for h in own.hits]
+        hits.update({("m", h.key): h for h in own.hits if ("m", h.key) not in hits})
+        stages["session"] = own.stages
     if summaries is not None:
         found = search.ranked_search(summaries, plan, limit)
         # a summary and its own child both matching say much the same: list the better
@@ -312,6 +321,13 @@ def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, l
         stages["summaries"] = found.stages
     quality = {key: hit.parts["coverage"] for key, hit in hits.items()}
     return search.fuse(arms, quality=quality), hits, notes, stages
+
+
+def _placed(ctx: ToolContext, fused: list, hits: dict, limit: int) -> list:
+    """Raw evidence first: a summary keeps its slot only when it adds (ranking)."""
+    by_key = {f.key: f for f in fused}
+    matched = {key: hit.parts["matched"] for key, hit in hits.items()}
+    return [by_key[k] for k in ranking.place_summaries(list(by_key), matched, limit, ctx.dag)]
 
 
 def _hit_item(fused: search.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
@@ -379,6 +395,7 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
         payload["summary_results_omitted"] = True
     fused, hits, found_notes, stages = _search_arms(ctx, access, plan, limit + 1,
                                                     message_scope=scope, summaries=summaries)
+    fused = _placed(ctx, fused, hits, limit)
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, f.score)
                           for f in fused[:limit]]
@@ -407,12 +424,16 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     limit = clamp("trove_recall", "limit", params, payload)
     scope = search.MessageScope(None, current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
+    own = search.MessageScope((current,), current_session=current,
+                              current_turn_store_id=ctx.current_turn_store_id)
     fused, hits, notes, stages = _search_arms(
         ctx, access, plan, limit * 2, message_scope=scope,
-        summaries=search.SummaryCorpus(ctx.dag, None))
+        summaries=search.SummaryCorpus(ctx.dag, None), session_scope=own)
     now = ctx.now()
-    ranked = sorted(((f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now),
-                      f) for f in fused), key=lambda pair: -pair[0])
+    biased = {f.key: f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now)
+              for f in fused}
+    placed = _placed(ctx, sorted(fused, key=lambda f: -biased[f.key]), hits, limit)
+    ranked = [(biased[f.key], f) for f in placed]
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, score)
                           for score, f in ranked[:limit]]
@@ -721,6 +742,7 @@ def _evidence_sources(ctx: ToolContext, access: Access, params: dict, max_result
                                 current_turn_store_id=ctx.current_turn_store_id)
     fused, hits, _, _ = _search_arms(ctx, access, plan, max_results, message_scope=scope,
                                      summaries=_summary_corpus(ctx, access, None))
+    fused = _placed(ctx, fused, hits, max_results)
     return [(f.key[0], hits[f.key].row) for f in fused[:max_results]]
 
 

@@ -15,8 +15,9 @@ Kinds of question: ``single`` (one turn answers it), ``temporal`` ("when did
 turns of the owner, with the partner's reply between them). The partner's
 replies address the owner by name ("That's great, Caroline!"), which is the
 trap for ranking by name: a question naming a person should find that
-person's turn, not the turns said *to* that person. Every event also has
-distractor lines that share the question's words but do not answer it.
+person's turn, not the turns said *to* that person. Distractor lines share
+the questions' words but answer none of them; each is said at most twice in
+a chat (small talk repeats freely).
 
 Conversations are seeded and fully deterministic. A conversation has
 ``sessions`` dated sessions (a week apart) of small talk with the events
@@ -107,6 +108,9 @@ EVENTS = [
     ("single", "none", "I've been teaching myself to fix old motorbikes in the garage.",
      "What mechanical hobby has {O} picked up?"),
 ]
+
+DISTRACTOR_SHARE = 0.15      # share of small-talk slots that take a distractor line
+DISTRACTOR_USES = 2           # real people rarely repeat a sentence word for word
 
 # Lines that share a question's words but do not answer it (by either person).
 DISTRACTORS = [
@@ -218,10 +222,13 @@ def make_chat(seed: int, *, sessions: int = 20, turns_per_session: int = 30,
         per_session.setdefault(rng.randrange(sessions), []).append(event)
     turns: list[Turn] = []
     questions: list[Question] = []
+    deck = DISTRACTORS * DISTRACTOR_USES        # each distractor said at most this many times
+    rng.shuffle(deck)
     for session in range(sessions):
         script: list[tuple[int, str, int | None]] = []     # (speaker index, text, question id)
         for _ in range(turns_per_session):
-            script.append((len(script) % 2, rng.choice(SMALL_TALK + DISTRACTORS), None))
+            line = deck.pop() if deck and rng.random() < DISTRACTOR_SHARE else rng.choice(SMALL_TALK)
+            script.append((len(script) % 2, line, None))
         for _, (kind, overlap, said, question) in per_session.get(session, []):
             owner = rng.randrange(2)
             qid = len(questions)

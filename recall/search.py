@@ -40,12 +40,14 @@ from typing import Callable, Hashable, Iterable, Protocol, Sequence
 
 from ..storage import codec
 from ..dag import Dag
+from . import ranking
 from .query_plan import (
     Concept,
     QueryPlan,
     concept_expr,
     fold,
     fold_tokens,
+    fts_tokens,
     identifier_expr,
     quote,
     scoped,
@@ -78,6 +80,7 @@ class Candidate:
     row: dict
     text: str
     known: set[str] = field(default_factory=set)   # concept keys FTS already proved present
+    speaker: frozenset[str] = frozenset()          # tokens of the sender's name (ranking.speaker_of)
 
 
 @dataclass
@@ -152,10 +155,12 @@ class Scorer:
         """One candidate's score and its parts (for ``explain``); ``seen`` is its text
         tokenized, ``avg_terms`` the mean token count of the candidates (BM25's avgdl)."""
         norm = BM25_K1 * (1 - BM25_B + BM25_B * max(1, len(seen.tokens)) / max(avg_terms, 1.0))
-        bm25, covered, matched = 0.0, 0.0, []
+        bm25, covered, matched, spoke = 0.0, 0.0, [], False
         for concept in self.plan.concepts:
             tf = sum(seen.counts.get(v, 0) for v in concept.variants)
-            if tf == 0 and concept.key in cand.known:
+            if any(v in cand.speaker for v in concept.variants):
+                spoke, tf = True, max(tf, 1)   # the sender's name: a field of its own
+            elif tf == 0 and concept.key in cand.known:
                 tf = 1
             if tf:
                 matched.append(concept.key)
@@ -173,10 +178,11 @@ class Scorer:
         ident = self.IDENTIFIER_BONUS * sum(1 for i in self.plan.identifiers
                                             if _exact_identifier(seen.folded, fold(i.raw)))
         quoted = self.QUOTED_BONUS * sum(1 for p in self.plan.phrases if seen.has_phrase(p))
-        total = bm25 * coverage * (1.0 + phrase + ident + quoted)
+        speaker = ranking.SPEAKER_BONUS if spoke else 0.0
+        total = bm25 * coverage * (1.0 + phrase + ident + quoted + speaker)
         parts = {"bm25": round(bm25, 4), "coverage": round(coverage, 3),
                  "phrase_bonus": phrase, "identifier_bonus": ident, "quoted_bonus": quoted,
-                 "matched": matched}
+                 "speaker_bonus": speaker, "matched": matched}
         return Hit(cand.key, cand.row, cand.text, total, parts)
 
 
@@ -498,11 +504,14 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
     loaded = corpus.load(heapq.nsmallest(max(limit * 4, RESCORE_MIN), found.known, key=rank))
     if not loaded:
         return []
-    tokenized = {key: _Tokens(text, scorer.wanted) for key, (_, text) in loaded.items()}
+    speakers = {key: ranking.speaker_of(row, text) for key, (row, text) in loaded.items()}
+    tokenized = {key: _Tokens(body, scorer.wanted) for key, (_, body) in speakers.items()}
     avg_terms = sum(len(t.tokens) for t in tokenized.values()) / len(tokenized)
     hits = []
     for key, (row, text) in loaded.items():
-        cand = Candidate(key, row, text, found.known.get(key, set()))
+        name = speakers[key][0]
+        cand = Candidate(key, row, text, found.known.get(key, set()),
+                         frozenset(fts_tokens(name)) if name else frozenset())
         hit = scorer.score(cand, tokenized[key], avg_terms)
         if hit.score > 0:
             hits.append(hit)
