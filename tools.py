@@ -298,12 +298,12 @@ def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, l
     ``session_scope`` adds an arm over this session's raw messages alone, so a
     search over every session still finds what a search of this one would."""
     messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, limit)
-    arms = {"messages": [("m", h.key) for h in messages.hits]}
+    arms = {"messages": [(("m", h.key), h.score) for h in messages.hits]}
     hits = {("m", h.key): h for h in messages.hits}
     notes, stages = list(messages.notes), {"messages": messages.stages}
     if session_scope is not None:
         own = search.ranked_search(search.MessageCorpus(ctx.store, session_scope), plan, limit)
-        arms["session"] = [("m", h.key) for h in own.hits]
+        arms["session"] = [(("m", h.key), h.score) for h in own.hits]
         hits.update({("m", h.key): h for h in own.hits if ("m", h.key) not in hits})
         stages["session"] = own.stages
     if summaries is not None:
@@ -315,22 +315,24 @@ def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, l
         weaker = {child if score[parent] > score[child] else parent
                   for parent, child in ctx.dag.edges_among(score)}
         kept = [h for h in found.hits if h.key not in weaker]
-        arms["summaries"] = [("n", h.key) for h in kept]
+        arms["summaries"] = [(("n", h.key), h.score) for h in kept]
         hits.update({("n", h.key): h for h in kept})
         notes += [n for n in found.notes if n not in notes]
         stages["summaries"] = found.stages
-    quality = {key: hit.parts["coverage"] for key, hit in hits.items()}
-    return search.fuse(arms, quality=quality), hits, notes, stages
+    fused = ranking.fuse_arms(arms, families=dict.fromkeys(arms, "full_text"))
+    return [ranking.Fused(*f) for f in fused], hits, notes, stages
 
 
 def _placed(ctx: ToolContext, fused: list, hits: dict, limit: int) -> list:
     """Raw evidence first: a summary keeps its slot only when it adds (ranking)."""
     by_key = {f.key: f for f in fused}
     matched = {key: hit.parts["matched"] for key, hit in hits.items()}
-    return [by_key[k] for k in ranking.place_summaries(list(by_key), matched, limit, ctx.dag)]
+    texts = {key: hit.text for key, hit in hits.items()}
+    return [by_key[k] for k in ranking.place_summaries(list(by_key), matched, limit, ctx.dag,
+                                                       texts)]
 
 
-def _hit_item(fused: search.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
+def _hit_item(fused: ranking.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
               explain: bool, score: float) -> dict:
     kind, key = fused.key
     row = hit.row
