@@ -60,6 +60,9 @@ TOOL_SCHEMAS: list[dict] = [
             "explain": {"type": "boolean", "description": "Add per-hit score parts."},
             "include_current_turn": {"type": "boolean",
                                      "description": "Also match the current turn's own messages."},
+            "mode": {"type": "string", "enum": ["full_text", "semantic", "hybrid"],
+                     "description": "full_text, semantic or hybrid (default: hybrid when "
+                                    "embeddings cover the scope, else full_text)."},
         }, ("query",)),
     },
     {

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .storage import codec
-from .recall import externalized, query_plan, ranking, search
+from .recall import externalized, query_plan, ranking, search, semantic
 from .diagnostics import health
 from .storage.payloads import refs_in
 from .config import TroveConfig
@@ -88,6 +88,7 @@ class ToolContext:
     data_dir: Path
     now: Callable[[], float] = field(default=time.time)
     payloads: Any = None  # the PayloadStore of externalized payloads (None: none here)
+    semantic: Any = None  # recall.semantic.Semantic when embeddings are configured
 
 
 # ---------------------------------------------------------------- dispatch
@@ -292,7 +293,8 @@ def _node_summary(node: dict, access: Access, text_chars: int) -> dict:
 # ---------------------------------------------------------------- search tools
 def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, limit: int, *,
                  message_scope: search.MessageScope, summaries: search.SummaryCorpus | None,
-                 session_scope: search.MessageScope | None = None):
+                 session_scope: search.MessageScope | None = None,
+                 choice: semantic.ModeChoice | None = None):
     """Ranked raw-message hits and summary hits, fused; with the stage notes.
 
     ``session_scope`` adds an arm over this session's raw messages alone, so a
@@ -319,7 +321,18 @@ def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, l
         hits.update({("n", h.key): h for h in kept})
         notes += [n for n in found.notes if n not in notes]
         stages["summaries"] = found.stages
-    fused = ranking.fuse_arms(arms, families=dict.fromkeys(arms, "full_text"))
+    if choice is not None and choice.vector is not None:
+        found_arms, found_hits = semantic.vector_arms(
+            ctx.semantic, choice.vector, search.MessageCorpus(ctx.store, message_scope),
+            summaries, limit)
+        for key, hit in found_hits.items():
+            hits.setdefault(key, hit).parts["cosine"] = hit.parts["cosine"]
+        if choice.mode == "semantic":
+            arms = {}
+        arms.update(found_arms)
+    families = {arm: "vector" if arm.startswith("vector") else "full_text" for arm in arms}
+    fused = ranking.fuse_arms(arms, families=families,
+                              weights={arm: semantic.WEIGHTS[f] for arm, f in families.items()})
     return [ranking.Fused(*f) for f in fused], hits, notes, stages
 
 
@@ -395,8 +408,15 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     summaries = None if (raw_only or broad) else _summary_corpus(ctx, access, params.get("source"))
     if raw_only or broad:
         payload["summary_results_omitted"] = True
+    choice = semantic.choose_mode(ctx.semantic, params.get("mode"), plan.text,
+                                  access.search_sessions())
+    payload["mode"] = choice.mode
+    if choice.coverage is not None:
+        payload["vector_coverage"] = round(choice.coverage, 3)
+    notes += [choice.note] if choice.note else []
     fused, hits, found_notes, stages = _search_arms(ctx, access, plan, limit + 1,
-                                                    message_scope=scope, summaries=summaries)
+                                                    message_scope=scope, summaries=summaries,
+                                                    choice=choice)
     fused = _placed(ctx, fused, hits, limit)
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, f.score)
@@ -428,9 +448,11 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
                                 current_turn_store_id=ctx.current_turn_store_id)
     own = search.MessageScope((current,), current_session=current,
                               current_turn_store_id=ctx.current_turn_store_id)
+    choice = semantic.choose_mode(ctx.semantic, None, plan.text, None)
     fused, hits, notes, stages = _search_arms(
         ctx, access, plan, limit * 2, message_scope=scope,
-        summaries=search.SummaryCorpus(ctx.dag, None), session_scope=own)
+        summaries=search.SummaryCorpus(ctx.dag, None), session_scope=own, choice=choice)
+    payload["mode"] = choice.mode
     now = ctx.now()
     biased = {f.key: f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now)
               for f in fused}

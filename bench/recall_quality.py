@@ -35,6 +35,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -48,7 +49,7 @@ from hermes_trove.config import load_config  # noqa: E402
 from hermes_trove.compaction import tokens  # noqa: E402
 from hermes_trove.compaction.summarize import CircuitBreaker, SourceItem, Summarizer  # noqa: E402
 from hermes_trove.dag import Dag, NewNode  # noqa: E402
-from hermes_trove.recall import query_plan  # noqa: E402
+from hermes_trove.recall import query_plan, ranking, semantic  # noqa: E402
 from hermes_trove.storage import codec  # noqa: E402
 from hermes_trove.storage.database import Database  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
@@ -123,17 +124,26 @@ def build(style: str, n_chats: int, folder: Path, environ: dict):
         summarize(store, dag, session, ids)
         cases.append((session, chat, ids))
     config = load_config(environ=environ, hermes_home=folder / "home")
-    return db, store, dag, config, cases
+    found = semantic.Semantic.open(db, config, start_worker=False)
+    if found.provider is not None:
+        started = time.perf_counter()
+        report = semantic.backfill(db, found.provider, config, apply=True, max_seconds=3600)
+        seconds = time.perf_counter() - started
+        print(f"  {style}: embedded {report['texts_embedded']} distinct texts "
+              f"({report['texts_reused']} reused) for {report['rows']} rows in {seconds:.1f} s "
+              f"= {report['texts_embedded'] / seconds:.1f} texts/s")
+    return db, store, dag, config, cases, found
 
 
-def ask(tool: str, args: dict, store: Store, dag: Dag, config, session: str, now: float):
+def ask(tool: str, args: dict, store: Store, dag: Dag, config, session: str, now: float,
+        found=None):
     """One tool call as the chat's current turn (the question itself is not stored)."""
     ctx = tools.ToolContext(store=store, dag=dag, config=config,
                             count_tokens=COUNTER.count_text, session_id=session,
                             conversation_id=None,
                             current_turn_store_id=store.last_store_id() + 1,
                             status=dict, llm_call=None, data_dir=Path(store.db.path).parent,
-                            now=lambda: now)
+                            now=lambda: now, semantic=found)
     return json.loads(tools.dispatch(tool, args, ctx))
 
 
@@ -157,7 +167,7 @@ def run_style(style: str, methods: list[str], n_chats: int, environ: dict,
     """Every method on every question of one rendering; figures overall and per group."""
     figures: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        db, store, dag, config, cases = build(style, n_chats, Path(tmp), environ)
+        db, store, dag, config, cases, found = build(style, n_chats, Path(tmp), environ)
         try:
             for method in methods:
                 groups: dict[str, list] = defaultdict(list)
@@ -176,7 +186,8 @@ def run_style(style: str, methods: list[str], n_chats: int, environ: dict,
                             args = {"query": q.text, "limit": 10}
                             if mode:
                                 args["mode"] = mode
-                            answer = ask(f"trove_{tool}", args, store, dag, config, session, now)
+                            answer = ask(f"trove_{tool}", args, store, dag, config, session, now,
+                                         found)
                             results = answer.get("results", [])
                         figure = score(results, evidence, dag)
                         for group in ("all", f"kind:{q.kind}", f"overlap:{q.overlap}"):
@@ -204,7 +215,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--embeddings", action="store_true",
                         help="turn the local embedding model on and add the mode runs")
     parser.add_argument("--misses", action="store_true", help="print each question missed")
+    parser.add_argument("--fusion", choices=["score", "rrf"], default="score",
+                        help="how arms are fused (ranking.FUSION)")
+    parser.add_argument("--weights", type=float, default=None,
+                        help="hybrid: the full-text family's weight (vector = 1 - it)")
     args = parser.parse_args(argv)
+    ranking.FUSION = args.fusion
+    if args.weights is not None:
+        semantic.WEIGHTS.update(full_text=args.weights, vector=1 - args.weights)
     environ: dict = {}
     methods = ["bm25", "grep", "recall"]
     if args.embeddings:
@@ -223,7 +241,8 @@ def main(argv: list[str]) -> int:
                 cells.append(f"{f['R@5']:.3f}/{f['hit@5']:.3f}/{f['MRR']:.3f}" if f else "-")
             print(f"{group:<18}" + "".join(f"{c:>22}" for c in cells))
     print("\ncells: R@5 / hit@5 / MRR")
-    synth.save_results("recall_quality", chats=args.chats, results=results)
+    synth.save_results("recall_quality", chats=args.chats, fusion=args.fusion,
+                       weights=dict(semantic.WEIGHTS), results=results)
     return 0
 
 
