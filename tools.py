@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .storage import codec
-from .recall import externalized, query_plan, ranking, search, semantic
+from .recall import arms, externalized, query_plan, ranking, search, semantic
 from .diagnostics import health
 from .storage.payloads import refs_in
 from .config import TroveConfig
@@ -291,60 +291,6 @@ def _node_summary(node: dict, access: Access, text_chars: int) -> dict:
 
 
 # ---------------------------------------------------------------- search tools
-def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, limit: int, *,
-                 message_scope: search.MessageScope, summaries: search.SummaryCorpus | None,
-                 session_scope: search.MessageScope | None = None,
-                 choice: semantic.ModeChoice | None = None):
-    """Ranked raw-message hits and summary hits, fused; with the stage notes.
-
-    ``session_scope`` adds an arm over this session's raw messages alone, so a
-    search over every session still finds what a search of this one would."""
-    messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, limit)
-    arms = {"messages": [(("m", h.key), h.score) for h in messages.hits]}
-    hits = {("m", h.key): h for h in messages.hits}
-    notes, stages = list(messages.notes), {"messages": messages.stages}
-    if session_scope is not None:
-        own = search.ranked_search(search.MessageCorpus(ctx.store, session_scope), plan, limit)
-        arms["session"] = [(("m", h.key), h.score) for h in own.hits]
-        hits.update({("m", h.key): h for h in own.hits if ("m", h.key) not in hits})
-        stages["session"] = own.stages
-    if summaries is not None:
-        found = search.ranked_search(summaries, plan, limit)
-        # a summary and its own child both matching say much the same: list the better
-        # scored of the two (the child on a tie: it is more precise). Folded overviews
-        # nest, so a chain of them would otherwise fill every slot.
-        score = {h.key: h.score for h in found.hits}
-        weaker = {child if score[parent] > score[child] else parent
-                  for parent, child in ctx.dag.edges_among(score)}
-        kept = [h for h in found.hits if h.key not in weaker]
-        arms["summaries"] = [(("n", h.key), h.score) for h in kept]
-        hits.update({("n", h.key): h for h in kept})
-        notes += [n for n in found.notes if n not in notes]
-        stages["summaries"] = found.stages
-    if choice is not None and choice.vector is not None:
-        found_arms, found_hits = semantic.vector_arms(
-            ctx.semantic, choice.vector, search.MessageCorpus(ctx.store, message_scope),
-            summaries, limit)
-        for key, hit in found_hits.items():
-            hits.setdefault(key, hit).parts["cosine"] = hit.parts["cosine"]
-        if choice.mode == "semantic":
-            arms = {}
-        arms.update(found_arms)
-    families = {arm: "vector" if arm.startswith("vector") else "full_text" for arm in arms}
-    fused = ranking.fuse_arms(arms, families=families,
-                              weights={arm: semantic.WEIGHTS[f] for arm, f in families.items()})
-    return [ranking.Fused(*f) for f in fused], hits, notes, stages
-
-
-def _placed(ctx: ToolContext, fused: list, hits: dict, limit: int) -> list:
-    """Raw evidence first: a summary keeps its slot only when it adds (ranking)."""
-    by_key = {f.key: f for f in fused}
-    matched = {key: hit.parts["matched"] for key, hit in hits.items()}
-    texts = {key: hit.text for key, hit in hits.items()}
-    return [by_key[k] for k in ranking.place_summaries(list(by_key), matched, limit, ctx.dag,
-                                                       texts)]
-
-
 def _hit_item(fused: ranking.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
               explain: bool, score: float) -> dict:
     kind, key = fused.key
@@ -414,10 +360,10 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     if choice.coverage is not None:
         payload["vector_coverage"] = round(choice.coverage, 3)
     notes += [choice.note] if choice.note else []
-    fused, hits, found_notes, stages = _search_arms(ctx, access, plan, limit + 1,
+    fused, hits, found_notes, stages = arms.search_arms(ctx, plan, limit + 1,
                                                     message_scope=scope, summaries=summaries,
                                                     choice=choice)
-    fused = _placed(ctx, fused, hits, limit)
+    fused = arms.placed(ctx.dag, fused, hits, limit)
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, f.score)
                           for f in fused[:limit]]
@@ -449,14 +395,14 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     own = search.MessageScope((current,), current_session=current,
                               current_turn_store_id=ctx.current_turn_store_id)
     choice = semantic.choose_mode(ctx.semantic, None, plan.text, None)
-    fused, hits, notes, stages = _search_arms(
-        ctx, access, plan, limit * 2, message_scope=scope,
+    fused, hits, notes, stages = arms.search_arms(
+        ctx, plan, limit * 2, message_scope=scope,
         summaries=search.SummaryCorpus(ctx.dag, None), session_scope=own, choice=choice)
     payload["mode"] = choice.mode
     now = ctx.now()
     biased = {f.key: f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now)
               for f in fused}
-    placed = _placed(ctx, sorted(fused, key=lambda f: -biased[f.key]), hits, limit)
+    placed = arms.placed(ctx.dag, sorted(fused, key=lambda f: -biased[f.key]), hits, limit)
     ranked = [(biased[f.key], f) for f in placed]
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, score)
@@ -764,9 +710,9 @@ def _evidence_sources(ctx: ToolContext, access: Access, params: dict, max_result
     plan = query_plan.parse_query(params["query"])
     scope = search.MessageScope((current,), current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
-    fused, hits, _, _ = _search_arms(ctx, access, plan, max_results, message_scope=scope,
+    fused, hits, _, _ = arms.search_arms(ctx, plan, max_results, message_scope=scope,
                                      summaries=_summary_corpus(ctx, access, None))
-    fused = _placed(ctx, fused, hits, max_results)
+    fused = arms.placed(ctx.dag, fused, hits, max_results)
     return [(f.key[0], hits[f.key].row) for f in fused[:max_results]]
 
 

