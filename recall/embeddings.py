@@ -139,7 +139,7 @@ class OpenAIProvider:
         self.key = environ.get(env, "") if env else ""
         if env and not self.key:
             raise EmbeddingError(f"TROVE_EMBEDDING_API_KEY_ENV names {env}, which is not set")
-        self.identity: SpaceIdentity | None = None
+        self.identity = SpaceIdentity("openai", self.model, self.url, 0)   # dim: first answer
 
     def _call(self, texts: Sequence[str], timeout: float):
         body = json.dumps({"model": self.model,
@@ -157,7 +157,7 @@ class OpenAIProvider:
             raise EmbeddingError(f"{self.url}: {type(exc).__name__}: {exc}"[:300]) from exc
         if matrix.ndim != 2 or len(matrix) != len(texts):
             raise EmbeddingError(f"{self.url}: expected {len(texts)} vectors, got {len(matrix)}")
-        if self.identity is None:
+        if not self.identity.dim:
             self.identity = SpaceIdentity("openai", self.model, self.url, int(matrix.shape[1]))
         elif matrix.shape[1] != self.identity.dim:
             raise EmbeddingError(f"{self.url}: dimension changed from {self.identity.dim} "
