@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .operators import actions as ops
+from .operators import embed
 from .config import load_config
 from .engine import find_engine
 from .storage.payloads import human_size
@@ -27,7 +28,8 @@ log = logging.getLogger(__name__)
 
 COMMAND_NAME = "trove"
 DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
-ARGS_HINT = "[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|help]"
+ARGS_HINT = ("[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
+             "embed warmup|embed backfill [apply]|help]")
 MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -329,5 +331,11 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("rotate",), "preview compacting this session in place", ops.rotate, format_rotate),
     Action(("rotate", "apply"), "backup, then rotate this session",
            lambda t: ops.rotate(t, apply=True), format_rotate),
+    Action(("embed", "warmup"), "load the embedding model (downloads only here)",
+           embed.warmup, embed.format_report),
+    Action(("embed", "backfill"), "count what the embedding index lacks",
+           embed.backfill, embed.format_report),
+    Action(("embed", "backfill", "apply"), "embed what the index lacks (resumable)",
+           lambda t: embed.backfill(t, apply=True), embed.format_report),
     Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
 )}

@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--apply", action="store_true", help="write (backup first)")
     doctor.add_argument("--full", action="store_true", help="quick_check even on a big file")
     add("backup", "timestamped online backup next to the database")
+    embed = add("embed", "embedding index: warmup (load the model) or backfill (dry run; "
+                "--apply embeds, resumable)")
+    embed.add_argument("what", choices=["warmup", "backfill"])
+    embed.add_argument("--apply", action="store_true", help="embed the pending rows")
     grep = add("grep", "search messages (trove_grep)")
     grep.add_argument("query")
     scope = grep.add_mutually_exclusive_group()
@@ -248,6 +252,7 @@ COMMANDS = {
     "backup": lambda a: run_words(("backup",), a),
     "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
     "load-session": cmd_load_session, "export": cmd_export, "dag": cmd_dag, "replay": cmd_replay,
+    "embed": lambda a: run_words(("embed", a.what) + (("apply",) if a.apply else ()), a),
 }
 
 
