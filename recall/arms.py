@@ -51,9 +51,10 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         notes += [n for n in found.notes if n not in notes]
         stages["summaries"] = found.stages
     if choice is not None and choice.vector is not None:
+        own = search.MessageCorpus(ctx.store, session_scope) if session_scope else None
         found_arms, found_hits = semantic.vector_arms(
             ctx.semantic, choice.vector, search.MessageCorpus(ctx.store, message_scope),
-            summaries, limit)
+            summaries, limit, own)
         for key, hit in found_hits.items():
             hits.setdefault(key, hit).parts["cosine"] = hit.parts["cosine"]
         if choice.mode == "semantic":

@@ -23,6 +23,7 @@ chunk's cosine.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ CHUNK_CHARS = 1500            # a long message is embedded in pieces of about th
 MAX_CHUNKS = 4                # pieces per message at most (the rest is left to full text)
 IDLE_SECONDS = 30.0           # the worker re-checks for work this often without a poke
 FAILURE_PAUSE = 60.0          # after a provider error the worker waits this long
+WORKER_NICE = 10              # the worker's thread runs at this nice value where the OS allows
 
 
 def message_text(row: dict) -> str:
@@ -178,6 +180,7 @@ class EmbeddingWorker(threading.Thread):
         self.wake.set()
 
     def run(self) -> None:
+        _lower_priority()
         semantic = self.semantic
         semantic.state = open_provider(semantic.config)
         if semantic.provider is None:
@@ -199,6 +202,14 @@ class EmbeddingWorker(threading.Thread):
                     self.wake.clear()
         finally:
             db.close()
+
+
+def _lower_priority() -> None:
+    """Nice this thread (Linux: per thread), so turns win the CPU over catch-up."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+    except (AttributeError, OSError):
+        pass
 
 
 @dataclass
@@ -319,16 +330,19 @@ def choose_mode(semantic: "Semantic | None", requested: str | None, query: str,
     return ModeChoice(requested or "hybrid", coverage, vector)
 
 
-def vector_arms(semantic: Semantic, vector, messages, summaries, limit: int):
-    """Vector arms over raw messages and (when given) summaries, with their hits.
+def vector_arms(semantic: Semantic, vector, messages, summaries, limit: int, own=None):
+    """Vector arms over raw messages, this session's (``own``, when given) and
+    summaries (when given), with their hits.
 
-    ``messages``/``summaries`` are the same corpora full text searched, so the
-    scope rules (session, role, time, current turn, carried lineage) apply
-    unchanged: rows they do not load are dropped.
+    The corpora are those full text searched, so the scope rules (session,
+    role, time, current turn, carried lineage) apply unchanged: rows they do
+    not load are dropped.
     """
     arms: dict[str, list] = {}
     hits: dict = {}
     corpora = [("vector_messages", "m", messages, messages.scope.session_ids)]
+    if own is not None:
+        corpora.append(("vector_session", "m", own, own.scope.session_ids))
     if summaries is not None:
         corpora.append(("vector_summaries", "n", summaries, summaries.session_ids))
     for arm, kind, corpus, sessions in corpora:
