@@ -137,7 +137,8 @@ def run_store(folder: Path, messages: list[dict], size: int) -> float:
 def run_engine(folder: Path, messages: list[dict], size: int) -> float:
     cfg = trove_config.load_config({"HERMES_HOME": str(folder),
                                     "TROVE_DATABASE_PATH": str(folder / "trove.db"),
-                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
+                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0",
+                                    **synth.embedding_settings()})
     engine = TroveEngine(cfg)
     engine.use_llm(None)
     engine.update_model("bench", 200_000)
