@@ -45,43 +45,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 import chats  # noqa: E402
+sys.path.insert(0, str(HERE.parent / "tests"))
+from test_recall_quality import summarize_session  # noqa: E402  (the same summary nodes)
 
 from hermes_trove import tools  # noqa: E402
 from hermes_trove.config import load_config  # noqa: E402
 from hermes_trove.compaction import tokens  # noqa: E402
-from hermes_trove.compaction.summarize import CircuitBreaker, SourceItem, Summarizer  # noqa: E402
-from hermes_trove.dag import Dag, NewNode  # noqa: E402
+from hermes_trove.dag import Dag  # noqa: E402
 from hermes_trove.recall import query_plan, ranking, semantic  # noqa: E402
 from hermes_trove.storage import codec  # noqa: E402
 from hermes_trove.storage.database import Database  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 COUNTER = tokens.get_counter()
-LEAF_SIZE = 16
-FANOUT = 4
-
-
-def summarize(store: Store, dag: Dag, session: str, store_ids: list[int]) -> None:
-    """Leaves over consecutive turns, then depth-1 nodes over groups of leaves."""
-    summarizer = Summarizer(llm_call=None, count_tokens=COUNTER.count_text, models=[],
-                            breaker=CircuitBreaker(2, 60), timeout_s=1.0)
-    rows = store.get_messages(store_ids)
-    leaves = []
-    for start in range(0, len(store_ids), LEAF_SIZE):
-        chunk = store_ids[start:start + LEAF_SIZE]
-        items = [SourceItem(ref=f"m{sid}", role=rows[sid]["role"],
-                            text=codec.message_text(codec.decode_message(rows[sid])))
-                 for sid in chunk]
-        result = summarizer.summarize(items, budget_tokens=300, depth=0)
-        leaves.append(dag.add_node(NewNode(session, 0, result.text, result.tokens, 1000,
-                                           result.level, result.model, child_store_ids=chunk)))
-    for start in range(0, len(leaves), FANOUT):
-        group = leaves[start:start + FANOUT]
-        nodes = dag.get_nodes(group)
-        items = [SourceItem(ref=f"n{n}", role="summary", text=nodes[n]["text"]) for n in group]
-        result = summarizer.summarize(items, budget_tokens=400, depth=1)
-        dag.add_node(NewNode(session, 1, result.text, result.tokens, 1000, result.level,
-                             result.model, child_node_ids=group))
 
 
 class Bm25:
@@ -123,7 +99,7 @@ def build(style: str, n_chats: int, folder: Path, environ: dict):
         session = f"chat{index}"
         store.ensure_session(session, source="telegram")
         ids = store.ingest(session, chats.render(chat, style)).store_ids
-        summarize(store, dag, session, ids)
+        summarize_session(store, dag, session, ids)
         cases.append((session, chat, ids))
     config = load_config(environ=environ, hermes_home=folder / "home")
     found = semantic.Semantic.open(db, config)

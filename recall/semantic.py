@@ -273,8 +273,7 @@ class Semantic:
         space = self.space()
         if space is None or vector is None:
             return []
-        store = VectorStore(self.db)
-        rows = (store.message_vectors if kind == "m" else store.node_vectors)(space, sessions)
+        rows = VectorStore(self.db).vectors(space, kind, sessions)
         if not rows:
             return []
         np = self.provider.np

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 from .database import Database
 
 EMBEDDED_ROLES = ("user", "assistant")    # tool output is searched by full text only
+_OWNERS = {"m": ("messages", "store_id"), "n": ("nodes", "node_id")}   # fixed names, never input
 
 
 @dataclass(frozen=True)
@@ -129,28 +130,18 @@ class VectorStore:
                 "m.store_id)", (*params, space_id)).fetchone()[0]
         return total, done
 
-    def message_vectors(self, space_id: int,
-                        sessions: Sequence[str] | None) -> list[tuple[int, bytes]]:
-        """(store_id, vector) of every embedded chunk of the sessions' messages."""
-        sql = ("SELECT e.ref_id, e.vector FROM embedding_vectors e JOIN messages m ON "
-               "m.store_id = e.ref_id WHERE e.space_id = ? AND e.kind = 'm' AND e.vector IS "
+    def vectors(self, space_id: int, kind: str,
+                sessions: Sequence[str] | None) -> list[tuple[int, bytes]]:
+        """(id, vector) of every embedded chunk of the sessions' messages (``kind`` "m")
+        or summary nodes ("n"), joined to the live rows so a re-filed row is found
+        in its session now."""
+        table, key = _OWNERS[kind]
+        sql = (f"SELECT e.ref_id, e.vector FROM embedding_vectors e JOIN {table} t ON "
+               f"t.{key} = e.ref_id WHERE e.space_id = ? AND e.kind = ? AND e.vector IS "
                "NOT NULL")
-        params: list = [space_id]
+        params: list = [space_id, kind]
         if sessions is not None:
-            sql += f" AND m.session_id IN ({','.join('?' * len(sessions))})"
-            params += list(sessions)
-        with self.db.reading() as conn:
-            return conn.execute(sql, params).fetchall()
-
-    def node_vectors(self, space_id: int,
-                     sessions: Sequence[str] | None) -> list[tuple[int, bytes]]:
-        """(node_id, vector) of every embedded summary node of the sessions."""
-        sql = ("SELECT e.ref_id, e.vector FROM embedding_vectors e JOIN nodes n ON "
-               "n.node_id = e.ref_id WHERE e.space_id = ? AND e.kind = 'n' AND e.vector IS "
-               "NOT NULL")
-        params: list = [space_id]
-        if sessions is not None:
-            sql += f" AND n.session_id IN ({','.join('?' * len(sessions))})"
+            sql += f" AND t.session_id IN ({','.join('?' * len(sessions))})"
             params += list(sessions)
         with self.db.reading() as conn:
             return conn.execute(sql, params).fetchall()
