@@ -17,7 +17,8 @@ row in the space).
 
 Search is scoped first (the sessions' rows only, joined in SQL) and exact:
 one matrix product over the scope's vectors; a message's score is its best
-chunk's cosine.
+chunk's cosine. Above ``vectorscan.PRESCREEN_MIN`` vectors a sign-bit
+prescreen picks the candidates first (see ``vectorscan``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..config import TroveConfig
 from ..storage import codec
 from ..storage.database import Database
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
-from . import ranking
+from . import ranking, vectorscan
 from .embeddings import Provider, ProviderState, open_provider
 from .search import Hit
 
@@ -198,10 +199,19 @@ class EmbeddingWorker(threading.Thread):
                     self.stopping.wait(FAILURE_PAUSE)
                     continue
                 if not worked:
+                    self._warm(indexer)
                     self.wake.wait(IDLE_SECONDS)
                     self.wake.clear()
         finally:
             db.close()
+
+
+    def _warm(self, indexer: Indexer) -> None:
+        """Caught up: load the prescreen bits of a big index now, not in a query."""
+        space = indexer.space()
+        for kind in ("m", "n"):
+            if indexer.vectors.count_vectors(space, kind) > vectorscan.PRESCREEN_MIN:
+                self.semantic.bits.warm(VectorStore(self.semantic.db), space, kind)
 
 
 def _lower_priority() -> None:
@@ -221,6 +231,14 @@ class Semantic:
     state: ProviderState
     worker: EmbeddingWorker | None = None
     _space: int | None = field(default=None, repr=False)
+    _bits: vectorscan.BitIndex | None = field(default=None, repr=False)
+
+    @property
+    def bits(self) -> vectorscan.BitIndex:
+        """The in-memory prescreen for big scopes (built on first use)."""
+        if self._bits is None:
+            self._bits = vectorscan.BitIndex(self.provider.np)
+        return self._bits
 
     @classmethod
     def open(cls, db: Database, config: TroveConfig) -> "Semantic":
@@ -273,7 +291,15 @@ class Semantic:
         space = self.space()
         if space is None or vector is None:
             return []
-        rows = VectorStore(self.db).vectors(space, kind, sessions)
+        store = VectorStore(self.db)
+        total = self.bits.size(space, kind)
+        if total is None:
+            total = store.count_vectors(space, kind)
+        if total > vectorscan.PRESCREEN_MIN:
+            nearest = self.bits.search(store, space, kind, vector, sessions)
+            rows = store.vectors_of(space, kind, nearest)
+        else:
+            rows = store.vectors(space, kind, sessions)
         if not rows:
             return []
         np = self.provider.np

@@ -145,3 +145,34 @@ class VectorStore:
             params += list(sessions)
         with self.db.reading() as conn:
             return conn.execute(sql, params).fetchall()
+
+    def scan(self, space_id: int, kind: str, after: int,
+             limit: int) -> list[tuple[int, int, str, bytes]]:
+        """The next ``limit`` embedded chunks with ref_id > ``after``, in order:
+        (ref_id, chunk, session_id, vector) (loads the in-memory prescreen)."""
+        table, key = _OWNERS[kind]
+        with self.db.reading() as conn:
+            return conn.execute(
+                f"SELECT e.ref_id, e.chunk, t.session_id, e.vector FROM embedding_vectors e "
+                f"JOIN {table} t ON t.{key} = e.ref_id WHERE e.space_id = ? AND e.kind = ? "
+                "AND e.ref_id > ? AND e.vector IS NOT NULL ORDER BY e.ref_id, e.chunk LIMIT ?",
+                (space_id, kind, after, limit)).fetchall()
+
+    def count_vectors(self, space_id: int, kind: str) -> int:
+        """How many non-empty vectors of a kind the space holds."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT COUNT(*) FROM embedding_vectors WHERE space_id = ? AND "
+                                "kind = ? AND vector IS NOT NULL", (space_id, kind)).fetchone()[0]
+
+    def vectors_of(self, space_id: int, kind: str,
+                   refs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """(ref_id, vector) of every chunk of these rows (exact rescoring)."""
+        found: list[tuple[int, bytes]] = []
+        with self.db.reading() as conn:
+            for start in range(0, len(refs), 500):
+                chunk = list(refs[start:start + 500])
+                found += conn.execute(
+                    f"SELECT ref_id, vector FROM embedding_vectors WHERE space_id = ? AND kind = ?"
+                    f" AND ref_id IN ({','.join('?' * len(chunk))}) AND vector IS NOT NULL",
+                    (space_id, kind, *chunk)).fetchall()
+        return found

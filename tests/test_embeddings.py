@@ -221,3 +221,25 @@ def test_local_model_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
     state = embeddings.open_provider(load_config(environ={"TROVE_EMBEDDINGS_ENABLED": "1"},
                                                  hermes_home=tmp_path))
     assert state.provider is None and "refusing" in state.reason
+
+
+def test_prescreen_matches_exact_search_and_keeps_the_scope(chat, tmp_path, fake, monkeypatch):
+    db, store, dag, ids = chat
+    store.ensure_session("other")
+    store.ingest("other", [{"role": "user", "content": f"[Zed] ceramics note {i}"}
+                           for i in range(30)])
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    vector = found.query_vector("ceramics workshop downtown")
+    exact = found.search(vector, "m", None, 5)
+    from hermes_trove.recall import vectorscan
+    monkeypatch.setattr(vectorscan, "PRESCREEN_MIN", 0)
+    assert found.search(vector, "m", None, 5) == exact        # keep >= scope: same answer
+    scoped = found.search(vector, "m", ("s",), 10)
+    assert {ref for ref, _ in scoped} <= set(ids)
+    assert scoped[0][0] == ids[0]
+    store.ingest("s", CHAT + [{"role": "user", "content": "[Mel] ceramics workshop downtown!"}])
+    semantic.backfill(db, found.provider, config, apply=True)
+    newest = store.last_store_id()
+    assert newest in {ref for ref, _ in found.search(vector, "m", ("s",), 3)}   # caught up
