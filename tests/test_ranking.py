@@ -122,3 +122,24 @@ def test_score_fusion_adds_families_with_weights():
     fused = ranking.fuse_arms({"text": [("x", 9.0), ("y", 1.0)], "vec": [("y", 0.9), ("x", 0.1)]},
                               weights={"text": 0.4, "vec": 0.6})
     assert [k for k, _, _ in fused] == ["y", "x"]
+
+
+def test_recall_finds_what_grep_finds_in_this_session(tmp_path):
+    """Other sessions full of the same words must not push this session's turn out."""
+    db = Database(str(tmp_path / "t.db"))
+    try:
+        store, dag = Store(db), Dag(db)
+        store.ensure_session("s")
+        own = store.ingest("s", [{"role": "user", "content": "the harbour photo came second"}])
+        for other in range(3):
+            store.ensure_session(f"o{other}")
+            store.ingest(f"o{other}", [{"role": "user",
+                                        "content": f"harbour photo contest entry {i}"}
+                                       for i in range(250)])
+        ctx = _ctx(store, dag, tmp_path)
+        grep = json.loads(tools.dispatch("trove_grep", {"query": "harbour photo"}, ctx))
+        recall = json.loads(tools.dispatch("trove_recall", {"query": "harbour photo"}, ctx))
+        assert grep["results"][0]["store_id"] == own.store_ids[0]
+        assert recall["results"][0]["store_id"] == own.store_ids[0]
+    finally:
+        db.close()
