@@ -43,6 +43,7 @@ MAX_CHUNKS = 4                # pieces per message at most (the rest is left to 
 IDLE_SECONDS = 30.0           # the worker re-checks for work this often without a poke
 FAILURE_PAUSE = 60.0          # after a provider error the worker waits this long
 WORKER_NICE = 10              # the worker's thread runs at this nice value where the OS allows
+WORKER_PAUSE = 0.01           # seconds between two batches, so turns get the write lock
 
 
 def message_text(row: dict) -> str:
@@ -95,6 +96,7 @@ class Indexer:
         self.batch = config.embedding_batch_size
         self.timeout = config.embedding_batch_timeout_ms / 1000.0
         self._space: int | None = None
+        self.cursor = {"m": 0, "n": 0}     # every row at or below has a row in the space
 
     def space(self) -> int:
         """This provider's space id (asks the provider once when its dimension is unknown)."""
@@ -107,11 +109,18 @@ class Indexer:
     def step(self) -> BatchOutcome:
         """Embed one batch of pending messages, else of pending nodes; 0 rows when done."""
         space = self.space()
-        messages = self.vectors.pending_messages(space, self.batch)
+        messages = self.vectors.pending_messages(space, self.batch, self.cursor["m"])
         if messages:
-            return self._embed(space, "m", [(r["store_id"], message_text(r)) for r in messages])
-        nodes = self.vectors.pending_nodes(space, self.batch)
-        return self._embed(space, "n", [(r["node_id"], f"summary: {r['text']}") for r in nodes])
+            outcome = self._embed(space, "m", [(r["store_id"], message_text(r))
+                                               for r in messages])
+            self.cursor["m"] = messages[-1]["store_id"]
+            return outcome
+        nodes = self.vectors.pending_nodes(space, self.batch, self.cursor["n"])
+        outcome = self._embed(space, "n", [(r["node_id"], f"summary: {r['text']}")
+                                           for r in nodes])
+        if nodes:
+            self.cursor["n"] = nodes[-1]["node_id"]
+        return outcome
 
     def _embed(self, space: int, kind: str, items: list[tuple[int, str]]) -> BatchOutcome:
         rows: list[tuple[int, int, str, str]] = []          # (ref, chunk, hash, text)
@@ -187,6 +196,9 @@ class EmbeddingWorker(threading.Thread):
         if semantic.provider is None:
             return
         db = Database(semantic.db.path)
+        # vectors are derived data (a lost batch is simply embedded again), so this
+        # connection commits without an fsync and holds the write lock for less time
+        db.conn.execute("PRAGMA synchronous=NORMAL")
         try:
             indexer = Indexer(db, semantic.provider, semantic.config)
             while not self.stopping.is_set():
@@ -194,6 +206,7 @@ class EmbeddingWorker(threading.Thread):
                     worked = indexer.step().rows
                     self.batches += bool(worked)
                     self.last_error = ""
+                    self.stopping.wait(WORKER_PAUSE)   # let turns take the write lock
                 except Exception as exc:  # never kill the host; retry later
                     self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                     self.stopping.wait(FAILURE_PAUSE)

@@ -60,24 +60,27 @@ class VectorStore:
                          "created_at) VALUES (?, ?, ?, ?, ?)", (*key, time.time()))
             return conn.execute(query, key).fetchone()[0]
 
-    def pending_messages(self, space_id: int, limit: int) -> list[dict]:
-        """Oldest raw messages with no row in this space yet (any role: others are
-        recorded as having nothing to embed)."""
+    def pending_messages(self, space_id: int, limit: int, after: int = 0) -> list[dict]:
+        """Oldest raw messages above ``after`` with no row in this space yet (any role:
+        others are recorded as having nothing to embed). ``after`` is the caller's
+        cursor, so a catch-up does not re-walk the rows it already did."""
         with self.db.reading() as conn:
             rows = conn.execute(
                 "SELECT m.store_id, m.role, m.content, m.content_format, m.search_text, "
-                "m.tool_name FROM messages m WHERE NOT EXISTS (SELECT 1 FROM embedding_vectors "
-                "e WHERE e.space_id = ? AND e.kind = 'm' AND e.ref_id = m.store_id) "
-                "ORDER BY m.store_id LIMIT ?", (space_id, limit)).fetchall()
+                "m.tool_name FROM messages m WHERE m.store_id > ? AND NOT EXISTS (SELECT 1 "
+                "FROM embedding_vectors e WHERE e.space_id = ? AND e.kind = 'm' AND "
+                "e.ref_id = m.store_id) ORDER BY m.store_id LIMIT ?",
+                (after, space_id, limit)).fetchall()
         return [dict(r) for r in rows]
 
-    def pending_nodes(self, space_id: int, limit: int) -> list[dict]:
-        """Oldest summary nodes with no row in this space yet."""
+    def pending_nodes(self, space_id: int, limit: int, after: int = 0) -> list[dict]:
+        """Oldest summary nodes above ``after`` with no row in this space yet."""
         with self.db.reading() as conn:
             rows = conn.execute(
-                "SELECT n.node_id, n.text FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM "
-                "embedding_vectors e WHERE e.space_id = ? AND e.kind = 'n' AND e.ref_id = "
-                "n.node_id) ORDER BY n.node_id LIMIT ?", (space_id, limit)).fetchall()
+                "SELECT n.node_id, n.text FROM nodes n WHERE n.node_id > ? AND NOT EXISTS "
+                "(SELECT 1 FROM embedding_vectors e WHERE e.space_id = ? AND e.kind = 'n' AND "
+                "e.ref_id = n.node_id) ORDER BY n.node_id LIMIT ?",
+                (after, space_id, limit)).fetchall()
         return [dict(r) for r in rows]
 
     def known_vectors(self, space_id: int, hashes: Iterable[str]) -> dict[str, bytes]:
