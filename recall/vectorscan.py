@@ -30,7 +30,7 @@ from ..storage.vectors import VectorStore
 
 PRESCREEN_MIN = 20_000        # scopes with more vectors than this are prescreened
 PRESCREEN_KEEP = 500          # rows rescored exactly after the prescreen
-LOAD_BATCH = 50_000           # rows read per query while loading the bits
+LOAD_BATCH = 10_000           # rows read per query while loading the bits (bounds the memory)
 RECHECK_SECONDS = 60.0        # how often the loaded count is compared with the table
 
 
