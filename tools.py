@@ -355,7 +355,7 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     if raw_only or broad:
         payload["summary_results_omitted"] = True
     choice = semantic.choose_mode(ctx.semantic, params.get("mode"), plan.text,
-                                  access.search_sessions())
+                                  access.search_sessions(), _hidden_turn(ctx, scope))
     payload["mode"] = choice.mode
     if choice.coverage is not None:
         payload["vector_coverage"] = round(choice.coverage, 3)
@@ -377,6 +377,12 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     return payload, Shape(items="results", on_trim=_mark_more, texts=("snippet",))
 
 
+def _hidden_turn(ctx: ToolContext, scope: search.MessageScope) -> tuple[str, int] | None:
+    """The current turn's rows, which a search hides (and vector coverage ignores)."""
+    at = scope.current_turn_store_id
+    return (scope.current_session, at) if at is not None and scope.current_session else None
+
+
 def _mark_more(payload: dict, kept: int) -> None:
     payload["has_more"] = True
 
@@ -394,7 +400,7 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
                                 current_turn_store_id=ctx.current_turn_store_id)
     own = search.MessageScope((current,), current_session=current,
                               current_turn_store_id=ctx.current_turn_store_id)
-    choice = semantic.choose_mode(ctx.semantic, None, plan.text, None)
+    choice = semantic.choose_mode(ctx.semantic, None, plan.text, None, _hidden_turn(ctx, scope))
     fused, hits, notes, stages = arms.search_arms(
         ctx, plan, limit * 2, message_scope=scope,
         summaries=search.SummaryCorpus(ctx.dag, None), session_scope=own, choice=choice)

@@ -281,12 +281,14 @@ class Semantic:
             report["worker_error"] = self.worker.last_error
         return report
 
-    def coverage(self, sessions: Sequence[str] | None) -> float:
-        """Share of the scope's embeddable messages that have vectors (0 without a space)."""
+    def coverage(self, sessions: Sequence[str] | None,
+                 hidden: tuple[str, int] | None = None) -> float:
+        """Share of the scope's embeddable messages that have vectors (0 without a space);
+        ``hidden`` leaves out the current turn (see ``VectorStore.scope_counts``)."""
         space = self.space()
         if space is None:
             return 0.0
-        total, done = VectorStore(self.db).scope_counts(space, sessions)
+        total, done = VectorStore(self.db).scope_counts(space, sessions, hidden)
         return done / total if total else 1.0
 
     def query_vector(self, text: str):
@@ -343,11 +345,13 @@ class ModeChoice:
 
 
 def choose_mode(semantic: "Semantic | None", requested: str | None, query: str,
-                sessions: Sequence[str] | None) -> ModeChoice:
+                sessions: Sequence[str] | None,
+                hidden: tuple[str, int] | None = None) -> ModeChoice:
     """The mode a search runs in: the requested one when it can run, else full text.
 
     Without a request: hybrid when the index covers the scope
-    (``HYBRID_COVERAGE``), else full text. A request the index cannot serve
+    (``HYBRID_COVERAGE``; the current turn, ``hidden``, is not part of it: it is
+    never searched and is embedded after it), else full text. A request the index cannot serve
     falls back to full text with a note saying why.
     """
     if semantic is None or semantic.provider is None:
@@ -355,7 +359,7 @@ def choose_mode(semantic: "Semantic | None", requested: str | None, query: str,
         note = f"semantic search is unavailable: {reason}" if requested not in (
             None, "full_text") else ""
         return ModeChoice("full_text", None, note=note)
-    coverage = semantic.coverage(sessions)
+    coverage = semantic.coverage(sessions, hidden)
     if requested == "full_text" or (requested is None and coverage < HYBRID_COVERAGE):
         return ModeChoice("full_text", coverage)
     if coverage == 0.0:

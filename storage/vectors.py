@@ -117,13 +117,20 @@ class VectorStore:
                     "AND kind = ?", (space_id, kind)).fetchone()[0] for kind in ("m", "n"))
         return {"indexed": done_m + done_n, "pending": messages - done_m + nodes - done_n}
 
-    def scope_counts(self, space_id: int, sessions: Sequence[str] | None) -> tuple[int, int]:
-        """(embeddable messages in the sessions, how many of them have a row in the space)."""
+    def scope_counts(self, space_id: int, sessions: Sequence[str] | None,
+                     hidden: tuple[str, int] | None = None) -> tuple[int, int]:
+        """(embeddable messages in the sessions, how many of them have a row in the space).
+
+        ``hidden`` = (session, store_id): that session's rows from store_id on are
+        not counted (the current turn, which no search returns anyway)."""
         roles = ",".join("?" * len(EMBEDDED_ROLES))
         where, params = f"m.role IN ({roles})", list(EMBEDDED_ROLES)
         if sessions is not None:
             where += f" AND m.session_id IN ({','.join('?' * len(sessions))})"
             params += list(sessions)
+        if hidden is not None:
+            where += " AND NOT (m.session_id = ? AND m.store_id >= ?)"
+            params += list(hidden)
         with self.db.reading() as conn:
             total = conn.execute(f"SELECT COUNT(*) FROM messages m WHERE {where}",
                                  params).fetchone()[0]
