@@ -243,3 +243,25 @@ def test_prescreen_matches_exact_search_and_keeps_the_scope(chat, tmp_path, fake
     semantic.backfill(db, found.provider, config, apply=True)
     newest = store.last_store_id()
     assert newest in {ref for ref, _ in found.search(vector, "m", ("s",), 3)}   # caught up
+
+
+def test_operator_embed_commands(chat, tmp_path, fake):
+    from hermes_trove import command
+    from hermes_trove.operators import actions as ops
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake, TROVE_DATABASE_PATH=db.path)
+    target = ops.open_target(config)
+    preview = command.ACTIONS[("embed", "backfill")]
+    report = preview.run(target)
+    assert report["status"] == "preview" and report["pending"] == len(CHAT)
+    assert "pending" in preview.render(report) and "apply" in preview.render(report)
+    apply = command.ACTIONS[("embed", "backfill", "apply")]
+    done = apply.run(target)
+    assert done["status"] == "done" and done["pending"] == 0
+    assert "this run" in apply.render(done)
+    warm = command.ACTIONS[("embed", "warmup")]
+    assert "answered" in warm.render(warm.run(target))
+    off = ops.open_target(load_config(environ={"TROVE_DATABASE_PATH": db.path},
+                                      hermes_home=tmp_path))
+    with pytest.raises(ops.OperatorError, match="TROVE_EMBEDDINGS_ENABLED"):
+        apply.run(off)
