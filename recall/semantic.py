@@ -419,6 +419,7 @@ def shared(db: Database, config: TroveConfig) -> Semantic:
             found.worker = EmbeddingWorker(found)
             found.worker.start()
             _shared[key] = found
+        found.db = db     # the caller's live connection (a reopened file gets a new one)
         return found
 
 
