@@ -60,9 +60,8 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         if choice.mode == "semantic":
             arms = {}
         arms.update(found_arms)
-    families = {arm: "vector" if arm.startswith("vector") else "full_text" for arm in arms}
-    fused = ranking.fuse_arms(arms, families=families,
-                              weights={arm: semantic.WEIGHTS[f] for arm, f in families.items()})
+    fused = ranking.fuse_arms(arms, families={arm: _family(arm) for arm in arms},
+                              weights={arm: semantic.WEIGHTS[_method(arm)] for arm in arms})
     return [ranking.Fused(*f) for f in fused], hits, notes, stages
 
 
@@ -72,3 +71,17 @@ def placed(dag: Dag, fused: list, hits: dict, limit: int) -> list:
     matched = {key: hit.parts["matched"] for key, hit in hits.items()}
     texts = {key: hit.text for key, hit in hits.items()}
     return [by_key[k] for k in ranking.place_summaries(list(by_key), matched, limit, dag, texts)]
+
+
+def _method(arm: str) -> str:
+    """``vector`` or ``full_text``: which weight of ``semantic.WEIGHTS`` an arm gets."""
+    return "vector" if arm.startswith("vector") else "full_text"
+
+
+def _family(arm: str) -> str:
+    """Arms normalised together: one method over one corpus. A summary's BM25 is
+    several times a turn's (it holds many turns' words), so raw and summary arms are
+    scaled apart; otherwise the summaries' maximum squashes every turn's full-text
+    score below the vector arm's (measured: bench/README.md)."""
+    corpus = "summaries" if arm.endswith("summaries") else "messages"
+    return f"{_method(arm)}:{corpus}"
