@@ -18,6 +18,7 @@ from typing import Callable
 
 from .operators import actions as ops
 from .operators import rollup_actions
+from .operators import embed
 from .config import load_config
 from .binding import forks
 from .engine import find_engine
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 COMMAND_NAME = "trove"
 DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
 ARGS_HINT = ("[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
-             "rollups [status|build [apply]]|help]")
+             "rollups [status|build [apply]]|"
+             "embed warmup|embed backfill [apply]|help]")
 MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -420,5 +422,11 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
            rollup_actions.build, format_rollups),
     Action(("rollups", "build", "apply"), "backup, then build the pending and stale rollups",
            lambda t: rollup_actions.build(t, apply=True), format_rollups),
+    Action(("embed", "warmup"), "load the embedding model (downloads only here)",
+           embed.warmup, embed.format_report),
+    Action(("embed", "backfill"), "count what the embedding index lacks",
+           embed.backfill, embed.format_report),
+    Action(("embed", "backfill", "apply"), "embed what the index lacks (resumable)",
+           lambda t: embed.backfill(t, apply=True), embed.format_report),
     Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
 )}

@@ -30,6 +30,7 @@ KNOWN_SENSITIVE_PATTERNS = frozenset(
     {"api_key", "bearer_token", "password_assignment", "private_key", "secret_assignment",
      "webhook_url"}
 )
+EMBEDDING_PROVIDERS = ("local", "openai", "fastembed")
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
@@ -213,6 +214,23 @@ class TroveConfig:
     rollups_lookback_days: int = _int(
         93, "How many days back a background rollup pass looks for periods to build.",
         low=1, high=36600)
+    embeddings_enabled: bool = _bool(
+        False, "Embed messages and summaries for semantic and hybrid search (background "
+        "worker; full text only when off).")
+    embedding_provider: str = _str(
+        "local", "Embedding provider: local (bundled model, offline), openai (any "
+        "OpenAI-compatible /v1/embeddings) or fastembed.", nonempty=True)
+    embedding_model: str = _str("", "Embedding model name (empty = the provider's default).")
+    embedding_base_url: str = _str(
+        "", "Base URL of the openai provider, e.g. http://127.0.0.1:11434/v1.")
+    embedding_api_key_env: str = _str(
+        "", "Name of the environment variable holding the openai provider's key.")
+    embedding_query_timeout_ms: int = _int(
+        2000, "Timeout of embedding one query (search falls back to full text).", low=100)
+    embedding_batch_timeout_ms: int = _int(
+        30000, "Timeout of embedding one background batch.", low=1000)
+    embedding_batch_size: int = _int(
+        32, "Texts embedded per background batch.", low=1, high=512)
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(
@@ -454,6 +472,11 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
         warnings.append(f"TROVE_TIMEZONE={values['timezone']!r} is not a known IANA time "
                         "zone; using 'UTC'")
         values["timezone"] = "UTC"
+    if values["embedding_provider"] not in EMBEDDING_PROVIDERS:
+        warnings.append(
+            f"TROVE_EMBEDDING_PROVIDER={values['embedding_provider']!r} is not one of "
+            f"{', '.join(EMBEDDING_PROVIDERS)}; using 'local'")
+        values["embedding_provider"] = "local"
     unknown = [n for n in values["sensitive_patterns"] if n not in KNOWN_SENSITIVE_PATTERNS]
     if unknown:
         warnings.append(

@@ -30,6 +30,7 @@ from .dag import Dag
 from .storage.database import get_database
 from .compaction.host_llm import make_llm_call
 from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
+from .recall import semantic
 from .compaction.message_memo import MessageMemo
 from .storage.payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
@@ -435,7 +436,20 @@ class TroveEngine(SessionBinding, ContextEngine):
             if sid is not None and assemble.is_real_user(message):
                 self.current_turn_store_id = sid
                 break
+        found = self._semantic()
+        if found is not None and found.worker is not None:
+            found.worker.poke()   # embedding happens on the worker's thread, never here
         return result.store_ids
+
+    def _semantic(self):
+        """The process's embedding side of this database (None when embeddings are off)."""
+        if not self.config.embeddings_enabled:
+            return None
+        try:
+            return semantic.shared(self.store.db, self.config)
+        except Exception as exc:  # semantic search is optional: full text still answers
+            self.errors.append(f"embeddings: {exc}")
+            return None
 
     def stored_form(self, message: dict) -> dict:
         """The message as its row holds it (redacted, payloads externalized): what
@@ -863,7 +877,8 @@ class TroveEngine(SessionBinding, ContextEngine):
             current_turn_store_id=self.current_turn_store_id, status=self.get_status,
             llm_call=self.llm_call("compression"),
             data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads,
-            now=self.clock)
+            now=self.clock,
+            semantic=self._semantic())
 
     # ------------------------------------------------------------------ status
     def get_status(self) -> dict:
@@ -908,5 +923,6 @@ class TroveEngine(SessionBinding, ContextEngine):
                 "share": self.config.background_prepare_share,
                 **prepare.state(self.store.db.path if self.canonical_id else "",
                                 self.canonical_id)},
+            "embeddings": semantic.status_of(self.config, self._semantic()),
             "errors": self.errors[-5:],
         }

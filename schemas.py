@@ -75,6 +75,9 @@ TOOL_SCHEMAS: list[dict] = [
             "include_current_turn": {"type": "boolean",
                                      "description": "Also match the current turn's own messages."},
             "include_exact_ref": _EXACT_REF,
+            "mode": {"type": "string", "enum": ["full_text", "semantic", "hybrid"],
+                     "description": "full_text, semantic or hybrid (default: hybrid when "
+                                    "embeddings cover the scope, else full_text)."},
         }, ("query",)),
     },
     {

@@ -28,7 +28,7 @@ from .storage import codec, timekeys
 from .storage.owners import Owners
 from .storage.timekeys import iso
 from .storage.timeline import Timeline
-from .recall import externalized, periods, query_plan, recent, search
+from .recall import arms, externalized, periods, query_plan, ranking, recent, search, semantic
 from .ingest.policy import policy_for
 from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers, refs as evidence_refs
@@ -91,6 +91,7 @@ class ToolContext:
     now: Callable[[], float] = field(default=time.time)
     payloads: Any = None  # the PayloadStore of externalized payloads (None: none here)
     operator: bool = False  # an operator command (/trove, scripts/trove.py): every owner
+    semantic: Any = None  # recall.semantic.Semantic when embeddings are configured
 
 
 # ---------------------------------------------------------------- dispatch
@@ -315,31 +316,7 @@ def _node_summary(node: dict, access: Access, text_chars: int) -> dict:
 
 
 # ---------------------------------------------------------------- search tools
-def _search_arms(ctx: ToolContext, access: Access, plan: query_plan.QueryPlan, limit: int, *,
-                 message_scope: search.MessageScope, summaries: search.SummaryCorpus | None):
-    """Ranked raw-message hits and summary hits, fused; with the stage notes."""
-    messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, limit)
-    arms = {"messages": [("m", h.key) for h in messages.hits]}
-    hits = {("m", h.key): h for h in messages.hits}
-    notes, stages = list(messages.notes), {"messages": messages.stages}
-    if summaries is not None:
-        found = search.ranked_search(summaries, plan, limit)
-        # a summary and its own child both matching say much the same: list the better
-        # scored of the two (the child on a tie: it is more precise). Folded overviews
-        # nest, so a chain of them would otherwise fill every slot.
-        score = {h.key: h.score for h in found.hits}
-        weaker = {child if score[parent] > score[child] else parent
-                  for parent, child in ctx.dag.edges_among(score)}
-        kept = [h for h in found.hits if h.key not in weaker]
-        arms["summaries"] = [("n", h.key) for h in kept]
-        hits.update({("n", h.key): h for h in kept})
-        notes += [n for n in found.notes if n not in notes]
-        stages["summaries"] = found.stages
-    quality = {key: hit.parts["coverage"] for key, hit in hits.items()}
-    return search.fuse(arms, quality=quality), hits, notes, stages
-
-
-def _hit_item(fused: search.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
+def _hit_item(fused: ranking.Fused, hit: search.Hit, plan: query_plan.QueryPlan, access: Access,
               explain: bool, score: float) -> dict:
     kind, key = fused.key
     row = hit.row
@@ -403,8 +380,16 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     summaries = None if (raw_only or broad) else _summary_corpus(ctx, access, params.get("source"))
     if raw_only or broad:
         payload["summary_results_omitted"] = True
-    fused, hits, found_notes, stages = _search_arms(ctx, access, plan, limit + 1,
-                                                    message_scope=scope, summaries=summaries)
+    choice = semantic.choose_mode(ctx.semantic, params.get("mode"), plan.text,
+                                  access.search_sessions(), _hidden_turn(ctx, scope))
+    payload["mode"] = choice.mode
+    if choice.coverage is not None:
+        payload["vector_coverage"] = round(choice.coverage, 3)
+    notes += [choice.note] if choice.note else []
+    fused, hits, found_notes, stages = arms.search_arms(ctx, plan, limit + 1,
+                                                    message_scope=scope, summaries=summaries,
+                                                    choice=choice)
+    fused = arms.placed(ctx.dag, fused, hits, limit)
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, f.score)
                           for f in fused[:limit]]
@@ -421,6 +406,12 @@ def tool_grep(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     if notes + found_notes:
         payload["notes"] = notes + found_notes
     return payload, Shape(items="results", on_trim=_mark_more, texts=("snippet",))
+
+
+def _hidden_turn(ctx: ToolContext, scope: search.MessageScope) -> tuple[str, int] | None:
+    """The current turn's rows, which a search hides (and vector coverage ignores)."""
+    at = scope.current_turn_store_id
+    return (scope.current_session, at) if at is not None and scope.current_session else None
 
 
 def _mark_more(payload: dict, kept: int) -> None:
@@ -457,14 +448,23 @@ def tool_recall(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     scope = search.MessageScope(sessions, time_from=time_from, time_to=time_to,
                                 current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
+    own = search.MessageScope((current,), time_from=time_from, time_to=time_to,
+                              current_session=current,
+                              current_turn_store_id=ctx.current_turn_store_id)
+    choice = semantic.choose_mode(ctx.semantic, None, plan.text, sessions,
+                                  _hidden_turn(ctx, scope))
     if timed:
         payload["summary_results_omitted"] = True
-    fused, hits, notes, stages = _search_arms(
-        ctx, access, plan, limit * 2, message_scope=scope,
-        summaries=None if timed else search.SummaryCorpus(ctx.dag, sessions))
+    fused, hits, notes, stages = arms.search_arms(
+        ctx, plan, limit * 2, message_scope=scope,
+        summaries=None if timed else search.SummaryCorpus(ctx.dag, sessions),
+        session_scope=own, choice=choice)
+    payload["mode"] = choice.mode
     now = ctx.now()
-    ranked = sorted(((f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now),
-                      f) for f in fused), key=lambda pair: -pair[0])
+    biased = {f.key: f.score * _recall_bias(hits[f.key].row, current, ctx.conversation_id, now)
+              for f in fused}
+    placed = arms.placed(ctx.dag, sorted(fused, key=lambda f: -biased[f.key]), hits, limit)
+    ranked = [(biased[f.key], f) for f in placed]
     explain = bool(params.get("explain"))
     payload["results"] = [_hit_item(f, hits[f.key], plan, access, explain, score)
                           for score, f in ranked[:limit]]
@@ -817,8 +817,9 @@ def _evidence_sources(ctx: ToolContext, access: Access, params: dict, max_result
     plan = query_plan.parse_query(params["query"])
     scope = search.MessageScope((current,), current_session=current,
                                 current_turn_store_id=ctx.current_turn_store_id)
-    fused, hits, _, _ = _search_arms(ctx, access, plan, max_results, message_scope=scope,
+    fused, hits, _, _ = arms.search_arms(ctx, plan, max_results, message_scope=scope,
                                      summaries=_summary_corpus(ctx, access, None))
+    fused = arms.placed(ctx.dag, fused, hits, max_results)
     return [(f.key[0], hits[f.key].row) for f in fused[:max_results]]
 
 

@@ -144,7 +144,8 @@ def _timed_engine(folder: Path, messages: list[dict], feed) -> float:
     """Seconds ``feed(engine)`` takes to hand ``messages`` to a fresh engine (checked)."""
     cfg = trove_config.load_config({"HERMES_HOME": str(folder),
                                     "TROVE_DATABASE_PATH": str(folder / "trove.db"),
-                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
+                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0",
+                                    **synth.embedding_settings()})
     engine = TroveEngine(cfg)
     engine.use_llm(None)
     engine.update_model("bench", 200_000)

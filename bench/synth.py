@@ -106,10 +106,21 @@ def _compact_live(store: Store, dag: Dag, covered: int, leaf_size: int = 100,
                                       "deterministic", child_node_ids=g)) for g in groups]
 
 
+def embedding_settings() -> dict:
+    """``TROVE_BENCH_EMBEDDINGS=1``: run the engine with the local embedding model on, so
+    its background worker embeds while the bench measures (the worst case for a turn)."""
+    if os.environ.get("TROVE_BENCH_EMBEDDINGS") not in ("1", "true"):
+        return {}
+    return {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "local"}
+
+
 def save_results(bench: str, **payload) -> Path:
     """Write ``bench/results/<bench>.json`` with the machine facts beside the figures."""
     folder = Path(__file__).resolve().parent / "results"
     folder.mkdir(exist_ok=True)
+    path = folder / f"{bench}.json"
+    if embedding_settings():
+        bench += "_embeddings"
     path = folder / f"{bench}.json"
     path.write_text(json.dumps({"bench": bench, "machine": machine(), **payload}, indent=2))
     return path

@@ -50,7 +50,8 @@ def _measure(path: Path, n_messages: int) -> dict:
     cfg = trove_config.load_config({"HERMES_HOME": str(path.parent),
                                     "TROVE_DATABASE_PATH": str(path),
                                     "TROVE_FRESH_TAIL_COUNT": "100000",
-                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0"})
+                                    "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0",
+                                    **synth.embedding_settings()})
     engine = TroveEngine(cfg)
     engine.use_llm(None)
     engine.update_model("bench", 1_000_000)

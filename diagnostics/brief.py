@@ -85,4 +85,5 @@ def model_status(store: Store, dag: Dag, config: TroveConfig, status: Mapping, *
             "stored": stored, "problems": problems(config, status),
             "plugin": describe_identity(plugin_identity()),
             "background_prepare": _worker(status),
+            "embeddings": status.get("embeddings"),
             "more": "trove_inspect: settings, database and frontier; trove_doctor: health checks"}

@@ -22,8 +22,8 @@ engine would:
    the query's concepts present), with bonuses for adjacent query words found
    as a phrase and for an identifier found exactly as written.
 
-``fuse`` combines ranked lists (arms) by weighted reciprocal rank fusion; a
-vector arm can be added later as one more list.
+Fusing arms (messages, summaries, vectors) and choosing which rows take the
+result slots is ``ranking``'s job.
 
 This module never formats tool output and holds no SQL: corpora reach the
 database through ``Store``/``Dag`` methods.
@@ -36,16 +36,18 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from ..storage import codec
 from ..dag import Dag
+from . import ranking
 from .query_plan import (
     Concept,
     QueryPlan,
     concept_expr,
     fold,
     fold_tokens,
+    fts_tokens,
     identifier_expr,
     quote,
     scoped,
@@ -67,7 +69,6 @@ SNIPPET_CHARS = 200
 SNIPPET_MARKS = 100           # places of one query word looked at when placing a snippet
 BM25_K1 = 1.2
 BM25_B = 0.75
-RRF_K = 60
 
 # ---------------------------------------------------------------- scoring
 @dataclass
@@ -78,6 +79,7 @@ class Candidate:
     row: dict
     text: str
     known: set[str] = field(default_factory=set)   # concept keys FTS already proved present
+    speaker: frozenset[str] = frozenset()          # tokens of the sender's name (ranking.speaker_of)
 
 
 @dataclass
@@ -139,8 +141,9 @@ class Scorer:
         self.plan = plan
         self.idf = {c.key: _idf(doc_freq.get(c.key, 1), total_docs) for c in plan.concepts}
         self.weight_total = sum(c.weight for c in plan.concepts) or 1.0
-        strong = [c.variants for c in plan.concepts if c.weight == 1.0]
+        strong = [c for c in plan.concepts if c.weight == 1.0]
         self.pairs = list(zip(strong, strong[1:]))
+        self.people: frozenset[str] = frozenset()   # concepts naming a sender (see _score_all)
         self.needles = [n.lower() for n in plan.needles]
         self.wanted = frozenset(v for c in plan.concepts for v in c.variants)
 
@@ -152,15 +155,20 @@ class Scorer:
         """One candidate's score and its parts (for ``explain``); ``seen`` is its text
         tokenized, ``avg_terms`` the mean token count of the candidates (BM25's avgdl)."""
         norm = BM25_K1 * (1 - BM25_B + BM25_B * max(1, len(seen.tokens)) / max(avg_terms, 1.0))
-        bm25, covered, matched = 0.0, 0.0, []
+        bm25, covered, matched, spoke = 0.0, 0.0, [], False
         for concept in self.plan.concepts:
             tf = sum(seen.counts.get(v, 0) for v in concept.variants)
-            if tf == 0 and concept.key in cand.known:
+            weight = concept.weight
+            if any(v in cand.speaker for v in concept.variants):
+                spoke, tf = True, max(tf, 1)   # the sender's name: a field of its own
+            elif tf == 0 and concept.key in cand.known:
                 tf = 1
+            elif concept.key in self.people:
+                weight *= ranking.MENTION_WEIGHT   # a person named, not speaking
             if tf:
                 matched.append(concept.key)
-                covered += concept.weight
-                bm25 += concept.weight * self.idf[concept.key] * tf * (BM25_K1 + 1) / (tf + norm)
+                covered += weight
+                bm25 += weight * self.idf[concept.key] * tf * (BM25_K1 + 1) / (tf + norm)
         coverage = covered / self.weight_total if self.plan.concepts else 0.0
         if self.needles:
             lowered = cand.text[:SCORE_MAX_CHARS].lower()
@@ -169,14 +177,16 @@ class Scorer:
             bm25 += 2.0 * found
         phrase = self.PHRASE_BONUS * sum(
             1 for first, second in self.pairs
-            if _adjacent(seen, first, second))
+            if not {first.key, second.key} & self.people
+            and _adjacent(seen, first.variants, second.variants))
         ident = self.IDENTIFIER_BONUS * sum(1 for i in self.plan.identifiers
                                             if _exact_identifier(seen.folded, fold(i.raw)))
         quoted = self.QUOTED_BONUS * sum(1 for p in self.plan.phrases if seen.has_phrase(p))
-        total = bm25 * coverage * (1.0 + phrase + ident + quoted)
+        speaker = ranking.SPEAKER_BONUS if spoke else 0.0
+        total = bm25 * coverage * (1.0 + phrase + ident + quoted + speaker)
         parts = {"bm25": round(bm25, 4), "coverage": round(coverage, 3),
                  "phrase_bonus": phrase, "identifier_bonus": ident, "quoted_bonus": quoted,
-                 "matched": matched}
+                 "speaker_bonus": speaker, "matched": matched}
         return Hit(cand.key, cand.row, cand.text, total, parts)
 
 
@@ -498,11 +508,16 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
     loaded = corpus.load(heapq.nsmallest(max(limit * 4, RESCORE_MIN), found.known, key=rank))
     if not loaded:
         return []
-    tokenized = {key: _Tokens(text, scorer.wanted) for key, (_, text) in loaded.items()}
+    speakers = {key: ranking.speaker_of(row, text) for key, (row, text) in loaded.items()}
+    tokenized = {key: _Tokens(body, scorer.wanted) for key, (_, body) in speakers.items()}
     avg_terms = sum(len(t.tokens) for t in tokenized.values()) / len(tokenized)
+    names = {key: frozenset(fts_tokens(name)) if name else frozenset()
+             for key, (name, _) in speakers.items()}
+    senders = frozenset().union(*names.values())
+    scorer.people = frozenset(c.key for c in plan.concepts if senders.intersection(c.variants))
     hits = []
     for key, (row, text) in loaded.items():
-        cand = Candidate(key, row, text, found.known.get(key, set()))
+        cand = Candidate(key, row, text, found.known.get(key, set()), names[key])
         hit = scorer.score(cand, tokenized[key], avg_terms)
         if hit.score > 0:
             hits.append(hit)
@@ -587,37 +602,3 @@ def _word_positions(haystack: str, word: str, cap: int) -> list[int]:
             found.append(at)
         at, tries = haystack.find(word, at + 1), tries + 1
     return found
-
-
-# ---------------------------------------------------------------- fusion
-@dataclass(frozen=True)
-class Fused:
-    """One key after fusion: its fused score and its rank in each arm that found it."""
-
-    key: Hashable
-    score: float
-    ranks: dict
-
-
-def fuse(arms: dict[str, Sequence[Hashable]], weights: dict[str, float] | None = None,
-         k: int = RRF_K, quality: dict[Hashable, float] | None = None) -> list[Fused]:
-    """Weighted reciprocal rank fusion: ``sum(weight * quality / (k + rank))`` over the arms.
-
-    Arms are ranked key lists (best first) from any retriever (full text over
-    messages, over summaries, and later vectors); their scores never need to
-    be comparable. Plain RRF lets an arm whose best hit is poor (one word of
-    six) tie with another arm's perfect hit, so ``quality`` (per key, 0..1,
-    default 1; the full-text arms pass coverage) scales each contribution.
-    Ties keep the order of first appearance.
-    """
-    weights = weights or {}
-    quality = quality or {}
-    scores: dict[Hashable, float] = {}
-    ranks: dict[Hashable, dict] = {}
-    for arm, keys in arms.items():
-        weight = weights.get(arm, 1.0)
-        for rank, key in enumerate(dict.fromkeys(keys), start=1):
-            scores[key] = scores.get(key, 0.0) + weight * quality.get(key, 1.0) / (k + rank)
-            ranks.setdefault(key, {})[arm] = rank
-    order = sorted(scores, key=lambda key: -scores[key])
-    return [Fused(key, scores[key], ranks[key]) for key in order]

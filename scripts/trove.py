@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                  "a backup)")
     rollup.add_argument("what", nargs="?", choices=("status", "build"), default="status")
     rollup.add_argument("--apply", action="store_true", help="build (backup first)")
+    embed = add("embed", "embedding index: warmup (load the model) or backfill (dry run; "
+                "--apply embeds, resumable)")
+    embed.add_argument("what", choices=["warmup", "backfill"])
+    embed.add_argument("--apply", action="store_true", help="embed the pending rows")
     grep = add("grep", "search messages (trove_grep)")
     grep.add_argument("query")
     scope = grep.add_mutually_exclusive_group()
@@ -359,6 +363,7 @@ COMMANDS = {
     "load-session": cmd_load_session, "describe": cmd_describe, "export": cmd_export,
     "dag": cmd_dag, "replay": cmd_replay,
     "rollups": cmd_rollups,
+    "embed": lambda a: run_words(("embed", a.what) + (("apply",) if a.apply else ()), a),
 }
 
 

@@ -426,3 +426,41 @@ def m006_rollups(conn: sqlite3.Connection) -> None:
 
     CREATE INDEX messages_rollup_time ON messages(COALESCE(message_at, created_at));
     """)
+
+
+@migration(7)
+def m007_embedding_vectors(conn: sqlite3.Connection) -> None:
+    """Vectors of raw messages and summary nodes for semantic search (opt-in).
+
+    ``embedding_spaces`` names each exact identity that produced vectors
+    (provider, model, revision, dimension), so switching models never mixes
+    vectors and switching back reuses them. ``embedding_vectors`` holds one row
+    per (space, kind 'm' message / 'n' node, id, chunk); a row whose text had
+    nothing to embed is kept with a NULL vector so it is not retried. The
+    session is not copied: searches join the live row, so a row re-filed to
+    another session is found there. ``text_hash`` lets identical texts share
+    one embedding call. A rowid table, not WITHOUT ROWID: rows of 1.5 KB are far
+    past the size where SQLite advises against WITHOUT ROWID (lookups by key ran
+    several times slower that way).
+    """
+    run_script(conn, """
+    CREATE TABLE embedding_spaces (
+        space_id INTEGER PRIMARY KEY,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        revision TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (provider, model, revision, dim)
+    );
+    CREATE TABLE embedding_vectors (
+        space_id INTEGER NOT NULL REFERENCES embedding_spaces(space_id),
+        kind TEXT NOT NULL,
+        ref_id INTEGER NOT NULL,
+        chunk INTEGER NOT NULL,
+        text_hash TEXT NOT NULL,
+        vector BLOB
+    );
+    CREATE UNIQUE INDEX embedding_vectors_key ON embedding_vectors(space_id, kind, ref_id, chunk);
+    CREATE INDEX embedding_vectors_by_hash ON embedding_vectors(space_id, text_hash);
+    """)

@@ -148,11 +148,26 @@ def tool_then_text(name: str, arguments: dict, text: str = "done") -> Responder:
     return responder
 
 
+EMBEDDING_DIM = 64
+
+
+def fake_embedding(text: str) -> List[float]:
+    """A stable vector of a text: each lower-cased word adds to one hashed dimension."""
+    import hashlib
+    vector = [0.0] * EMBEDDING_DIM
+    for word in text.lower().split():
+        word = word.strip(".,!?:;'\"")
+        if word:
+            vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % EMBEDDING_DIM] += 1.0
+    return vector
+
+
 class FakeOpenAIServer:
     """Threaded OpenAI-compatible HTTP server on 127.0.0.1:<ephemeral>.
 
     Endpoints: ``GET /v1/models`` (and ``/models``), ``POST /v1/chat/completions``
-    (SSE when ``stream`` is true, JSON otherwise). Anything else: 404.
+    (SSE when ``stream`` is true, JSON otherwise), ``POST /v1/embeddings``
+    (``fake_embedding`` vectors). Anything else: 404.
     Every request is recorded in :attr:`requests` as
     ``{"method", "path", "body", "time"}`` (``body`` parsed JSON or None).
     """
@@ -324,6 +339,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         body = self._read_body()
         self.fake._record("POST", path, body)
+        if path in ("/v1/embeddings", "/embeddings") and isinstance(body, dict):
+            self._embeddings(body)
+            return
         if path not in ("/v1/chat/completions", "/chat/completions") or not isinstance(body, dict):
             self._not_found()
             return
@@ -339,6 +357,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(body, reply)
         else:
             self._complete(body, reply)
+
+    def _embeddings(self, body: dict) -> None:
+        """``POST /v1/embeddings``: deterministic bag-of-words vectors (texts sharing words
+        point the same way), ``EMBEDDING_DIM`` wide, in the order of ``input``."""
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list):
+            self._send_json(400, {"error": {"message": "input must be a string or a list"}})
+            return
+        data = [{"object": "embedding", "index": i, "embedding": fake_embedding(str(t))}
+                for i, t in enumerate(texts)]
+        self._send_json(200, {"object": "list", "data": data, "model": body.get("model", ""),
+                              "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 
     def _complete(self, body: dict, reply: Reply) -> None:
         fake = self.fake

@@ -75,6 +75,15 @@ SETTINGS_TABLE = [
     ("TROVE_ROLLUP_SUMMARY_TOKENS", 1500, "100", 100, ["99", "20001"]),
     ("TROVE_ROLLUPS_MAX_BUILDS_PER_PASS", 8, "1", 1, ["0"]),
     ("TROVE_ROLLUPS_LOOKBACK_DAYS", 93, "400", 400, ["0", "36601"]),
+    ("TROVE_EMBEDDINGS_ENABLED", False, "yes", True, ["maybe"]),
+    ("TROVE_EMBEDDING_PROVIDER", "local", "openai", "openai", ["", "  "]),
+    ("TROVE_EMBEDDING_MODEL", "", "nomic-embed-text", "nomic-embed-text", []),
+    ("TROVE_EMBEDDING_BASE_URL", "", "http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1",
+     []),
+    ("TROVE_EMBEDDING_API_KEY_ENV", "", "OPENAI_API_KEY", "OPENAI_API_KEY", []),
+    ("TROVE_EMBEDDING_QUERY_TIMEOUT_MS", 2000, "100", 100, ["99"]),
+    ("TROVE_EMBEDDING_BATCH_TIMEOUT_MS", 30000, "1000", 1000, ["999"]),
+    ("TROVE_EMBEDDING_BATCH_SIZE", 32, "512", 512, ["0", "513"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]

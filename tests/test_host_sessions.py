@@ -122,7 +122,7 @@ def status_session(agent):
     engine = hk.live_engine(agent)
     answer = json.loads(engine.handle_tool_call("trove_status", {}, messages=[]))
     text = hk.run_slash_command("trove", "status")
-    return answer["engine"]["session_id"], text
+    return answer["session_id"], text
 
 
 def assert_once_each(home, session, texts):

@@ -17,8 +17,9 @@ def test_trove_status_is_compact_and_says_what_matters(tmp_path):
     status = json.loads(text)
     assert engine.counter.count_text(text) < 400
     assert set(status) == {"bound", "session_id", "pressure", "last_compaction", "stored",
-                           "problems", "more", "plugin", "background_prepare"}
+                           "problems", "more", "plugin", "background_prepare", "embeddings"}
     assert status["background_prepare"] is None  # the preparer is off by default
+    assert status["embeddings"]["enabled"] is False  # and so are embeddings
     root = str(Path(__file__).resolve().parent.parent)
     assert status["plugin"].startswith(root)  # which code answered: folder, version, commit
     assert status["pressure"]["trigger_tokens"] == engine.threshold_tokens

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_trove.recall import query_plan, search
+from hermes_trove.recall import query_plan, ranking, search
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.storage.database import Database
 from hermes_trove.store import Store
@@ -254,7 +254,7 @@ def test_snippet_shows_the_window_holding_most_of_the_query():
 
 
 def test_fuse_is_reciprocal_rank_fusion():
-    fused = search.fuse({"a": ["x", "y"], "b": ["y", "z"]})
+    fused = ranking.fuse({"a": ["x", "y"], "b": ["y", "z"]})
     scores = {f.key: f.score for f in fused}
     assert [f.key for f in fused] == ["y", "x", "z"]
     assert scores["y"] == pytest.approx(1 / 62 + 1 / 61)
@@ -262,7 +262,7 @@ def test_fuse_is_reciprocal_rank_fusion():
 
 
 def test_fuse_weights_and_quality():
-    assert [f.key for f in search.fuse({"a": ["x"], "b": ["y"]}, {"a": 0.5})] == ["y", "x"]
-    fused = search.fuse({"a": ["x"], "b": ["y"]}, quality={"x": 0.2})
+    assert [f.key for f in ranking.fuse({"a": ["x"], "b": ["y"]}, {"a": 0.5})] == ["y", "x"]
+    fused = ranking.fuse({"a": ["x"], "b": ["y"]}, quality={"x": 0.2})
     assert [f.key for f in fused] == ["y", "x"]
-    assert [f.key for f in search.fuse({"a": ["x", "x", "w"]})] == ["x", "w"]
+    assert [f.key for f in ranking.fuse({"a": ["x", "x", "w"]})] == ["x", "w"]

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Recall quality on chats whose questions paraphrase their answers (see ``chats.py``).
+
+Ten generated two-person chats (20 dated sessions of ~30 turns each, 30 events
+told in them, one question per event) are stored in one fresh database per
+rendering style (``plain``, ``named`` as ``[Name] text``, ``field`` with the
+speaker in ``name``), one trove session per chat. Summary nodes are built over
+each chat with the deterministic summarizer (leaves of 16 turns, then depth-1
+nodes over 4 leaves), as compaction would leave them. Each question is asked
+as the chat's current turn through ``tools.dispatch`` (limit 10).
+
+Methods:
+  bm25        reference: plain BM25 over the chat's turns with the same stop
+              words and plural folding (no trove ranking, no summaries)
+  grep        ``trove_grep`` as the agent calls it (default mode)
+  grep:<m>    ``trove_grep`` with ``mode=<m>`` (full_text / semantic / hybrid),
+              when embeddings are on (``--embeddings``)
+  recall      ``trove_recall`` (all sessions, fused arms)
+
+Figures per method and per question kind / overlap:
+  R@5   share of a question's evidence turns among the top 5 raw results
+        (a summary is not the turn)
+  hit@5 a top-5 result is an evidence turn or a summary whose lineage holds one
+  MRR   1 / rank of the first such result in the top 10
+
+    .venv/bin/python bench/recall_quality.py [--chats 10] [--styles plain named field]
+                                             [--embeddings] [--misses]
+Writes bench/results/recall_quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pickle
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import synth  # noqa: E402  (loads the package)
+import chats  # noqa: E402
+sys.path.insert(0, str(HERE.parent / "tests"))
+from test_recall_quality import summarize_session  # noqa: E402  (the same summary nodes)
+
+from hermes_trove import tools  # noqa: E402
+from hermes_trove.config import load_config  # noqa: E402
+from hermes_trove.compaction import tokens  # noqa: E402
+from hermes_trove.dag import Dag  # noqa: E402
+from hermes_trove.recall import query_plan, ranking, semantic  # noqa: E402
+from hermes_trove.storage import codec  # noqa: E402
+from hermes_trove.storage.database import Database  # noqa: E402
+from hermes_trove.store import Store  # noqa: E402
+
+COUNTER = tokens.get_counter()
+
+
+class Bm25:
+    """Reference ranking: BM25 (k1 1.2, b 0.75) with stop words and plural folding."""
+
+    def __init__(self, texts: dict[int, str]):
+        self.docs = {key: Counter(self.terms(text)) for key, text in texts.items()}
+        self.lengths = {key: sum(c.values()) for key, c in self.docs.items()}
+        self.avg = sum(self.lengths.values()) / max(1, len(self.docs))
+        self.df = Counter(term for c in self.docs.values() for term in c)
+
+    @staticmethod
+    def terms(text: str) -> list[str]:
+        """Folded tokens minus stop words, plurals folded to their singular."""
+        return [query_plan.singular(t) for t in query_plan.fts_tokens(text)
+                if t not in query_plan.STOP_WORDS]
+
+    def rank(self, query: str, limit: int) -> list[int]:
+        """Keys of the best ``limit`` documents."""
+        n = len(self.docs)
+        scores = {}
+        for term in set(self.terms(query)):
+            idf = math.log(1 + (n - self.df[term] + 0.5) / (self.df[term] + 0.5))
+            for key, counts in self.docs.items():
+                tf = counts.get(term)
+                if tf:
+                    norm = 1.2 * (1 - 0.75 + 0.75 * self.lengths[key] / self.avg)
+                    scores[key] = scores.get(key, 0.0) + idf * tf * 2.2 / (tf + norm)
+        return sorted(scores, key=lambda k: (-scores[k], -k))[:limit]
+
+
+def build(style: str, n_chats: int, folder: Path, environ: dict):
+    """One database with every chat as its own session; returns what the runs need."""
+    db = Database(str(folder / f"{style}.db"))
+    store, dag = Store(db), Dag(db)
+    cases = []
+    for index in range(n_chats):
+        chat = chats.make_chat(1000 + index)
+        session = f"chat{index}"
+        store.ensure_session(session, source="telegram")
+        ids = store.ingest(session, chats.render(chat, style)).store_ids
+        summarize_session(store, dag, session, ids)
+        cases.append((session, chat, ids))
+    config = load_config(environ=environ, hermes_home=folder / "home")
+    found = semantic.Semantic.open(db, config)
+    if found.provider is not None:
+        cache_passages(found.provider)
+        started = time.perf_counter()
+        report = semantic.backfill(db, found.provider, config, apply=True, max_seconds=3600)
+        seconds = time.perf_counter() - started
+        print(f"  {style}: embedded {report['texts_embedded']} distinct texts "
+              f"({report['texts_reused']} reused) for {report['rows']} rows in {seconds:.1f} s "
+              f"= {report['texts_embedded'] / seconds:.1f} texts/s")
+    return db, store, dag, config, cases, found
+
+
+CACHE = Path(os.environ.get("TROVE_BENCH_CACHE", "/tmp/trove-bench")) / "recall-vectors.pkl"
+
+
+def cache_passages(provider) -> None:
+    """Keep passage and query vectors on disk by (model, text) so reruns skip the model
+    (delete the file to time the embedding again: ``build`` prints texts/s)."""
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    known = pickle.loads(CACHE.read_bytes()) if CACHE.exists() else {}
+    embed = provider.passages
+    model = provider.identity.model
+
+    def passages(texts, timeout):
+        todo = [t for t in texts if (model, t) not in known]
+        if todo:
+            for text, vector in zip(todo, embed(todo, timeout)):
+                known[(model, text)] = vector
+            CACHE.write_bytes(pickle.dumps(known))
+        return provider.np.stack([known[(model, t)] for t in texts])
+
+    def query(text, timeout):
+        if ("query", model, text) not in known:
+            known[("query", model, text)] = embed_query(text, timeout)
+            CACHE.write_bytes(pickle.dumps(known))
+        return known[("query", model, text)]
+
+    embed_query = provider.query
+    provider.passages = passages
+    provider.query = query
+
+
+def ask(tool: str, args: dict, store: Store, dag: Dag, config, session: str, now: float,
+        found=None):
+    """One tool call as the chat's current turn (the question itself is not stored)."""
+    ctx = tools.ToolContext(store=store, dag=dag, config=config,
+                            count_tokens=COUNTER.count_text, session_id=session,
+                            conversation_id=None,
+                            current_turn_store_id=store.last_store_id() + 1,
+                            status=dict, llm_call=None, data_dir=Path(store.db.path).parent,
+                            now=lambda: now, semantic=found)
+    return json.loads(tools.dispatch(tool, args, ctx))
+
+
+def score(results: list[dict], evidence: set[int], dag: Dag) -> tuple[float, bool, float]:
+    """R@5, hit@5 and reciprocal rank of one answer list (see the module docstring)."""
+    top_raw = {r["store_id"] for r in results[:5] if r["kind"] == "message"}
+    recall = len(top_raw & evidence) / len(evidence)
+    first = None
+    for rank, r in enumerate(results[:10], start=1):
+        if r["kind"] == "message" and r["store_id"] in evidence:
+            first = rank
+        elif r["kind"] == "summary" and evidence & set(dag.descendant_store_ids(r["node_id"])):
+            first = rank
+        if first:
+            break
+    return recall, bool(first and first <= 5), (1.0 / first if first else 0.0)
+
+
+def run_style(style: str, methods: list[str], n_chats: int, environ: dict,
+              show_misses: bool) -> dict:
+    """Every method on every question of one rendering; figures overall and per group."""
+    figures: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        db, store, dag, config, cases, found = build(style, n_chats, Path(tmp), environ)
+        try:
+            for method in methods:
+                groups: dict[str, list] = defaultdict(list)
+                for session, chat, ids in cases:
+                    now = chat.session_starts[-1] + 30 * 86400
+                    bm25 = Bm25({sid: codec.message_text(codec.decode_message(row))
+                                 for sid, row in store.get_messages(ids).items()}) \
+                        if method == "bm25" else None
+                    for q in chat.questions:
+                        evidence = {ids[i] for i in q.evidence}
+                        if bm25 is not None:
+                            results = [{"kind": "message", "store_id": k}
+                                       for k in bm25.rank(q.text, 10)]
+                        else:
+                            tool, _, mode = method.partition(":")
+                            args = {"query": q.text, "limit": 10}
+                            if mode:
+                                args["mode"] = mode
+                            answer = ask(f"trove_{tool}", args, store, dag, config, session, now,
+                                         found)
+                            results = answer.get("results", [])
+                        figure = score(results, evidence, dag)
+                        for group in ("all", f"kind:{q.kind}", f"overlap:{q.overlap}"):
+                            groups[group].append(figure)
+                        if show_misses and figure[0] < 1.0:
+                            print(f"  miss {style} {method} [{q.kind}/{q.overlap}] {q.text}")
+                figures[method] = {group: summary(rows) for group, rows in sorted(groups.items())}
+        finally:
+            db.close()
+    return figures
+
+
+def summary(rows: list[tuple[float, bool, float]]) -> dict:
+    """Mean R@5, hit@5 and MRR of a group of questions."""
+    n = len(rows)
+    return {"n": n, "R@5": round(sum(r[0] for r in rows) / n, 3),
+            "hit@5": round(sum(r[1] for r in rows) / n, 3),
+            "MRR": round(sum(r[2] for r in rows) / n, 3)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chats", type=int, default=10)
+    parser.add_argument("--styles", nargs="+", default=["plain", "named", "field"])
+    parser.add_argument("--embeddings", action="store_true",
+                        help="turn the local embedding model on and add the mode runs")
+    parser.add_argument("--misses", action="store_true", help="print each question missed")
+    parser.add_argument("--fusion", choices=["score", "rrf"], default="score",
+                        help="how arms are fused (ranking.FUSION)")
+    parser.add_argument("--weights", type=float, default=None,
+                        help="hybrid: the full-text family's weight (vector = 1 - it)")
+    args = parser.parse_args(argv)
+    ranking.FUSION = args.fusion
+    if args.weights is not None:
+        semantic.WEIGHTS.update(full_text=args.weights, vector=1 - args.weights)
+    environ: dict = {}
+    methods = ["bm25", "grep", "recall"]
+    if args.embeddings:
+        environ = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "local"}
+        methods += ["grep:full_text", "grep:semantic", "grep:hybrid"]
+    results = {}
+    for style in args.styles:
+        results[style] = run_style(style, methods, args.chats, environ, args.misses)
+        print(f"\n== {style}")
+        groups = sorted({g for m in results[style].values() for g in m})
+        print(f"{'group':<18}" + "".join(f"{m:>22}" for m in methods))
+        for group in groups:
+            cells = []
+            for method in methods:
+                f = results[style][method].get(group)
+                cells.append(f"{f['R@5']:.3f}/{f['hit@5']:.3f}/{f['MRR']:.3f}" if f else "-")
+            print(f"{group:<18}" + "".join(f"{c:>22}" for c in cells))
+    print("\ncells: R@5 / hit@5 / MRR")
+    synth.save_results("recall_quality", chats=args.chats, fusion=args.fusion,
+                       weights=dict(semantic.WEIGHTS), results=results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

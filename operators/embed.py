@@ -1,0 +1,54 @@
+"""``/trove embed warmup | backfill [apply]`` and ``scripts/trove.py embed``.
+
+Operators prepare semantic search ahead of time, never inside a turn:
+``warmup`` loads (for fastembed: downloads) the configured model; ``backfill``
+counts what the index lacks (dry run) and with ``apply`` embeds it in bounded
+batches, one transaction each, for at most ``max_seconds``. Run it again to
+resume; rows already embedded are never redone (see ``recall.semantic``).
+"""
+
+from __future__ import annotations
+
+from ..recall import embeddings, semantic
+from ..storage.database import get_database
+from .actions import OperatorError, Target
+
+BACKFILL_SECONDS = 300.0      # one backfill call runs at most this long (resumable)
+
+
+def _provider(target: Target):
+    """The configured provider, or an operator error saying why there is none."""
+    state = embeddings.open_provider(target.config)
+    if state.provider is None:
+        raise OperatorError(f"embeddings are not available: {state.reason}")
+    return state.provider
+
+
+def warmup(target: Target) -> dict:
+    """Load the model once (fastembed downloads it here, never in a turn)."""
+    provider = _provider(target)
+    return {"status": "ready", "provider": target.config.embedding_provider,
+            "identity": vars(provider.identity) if provider.identity.dim else None,
+            "detail": provider.warmup()}
+
+
+def backfill(target: Target, apply: bool = False,
+             max_seconds: float = BACKFILL_SECONDS) -> dict:
+    """Dry run: what is pending; ``apply``: embed it (bounded, resumable, idempotent)."""
+    provider = _provider(target)
+    return semantic.backfill(get_database(target.db_path), provider, target.config,
+                             apply=apply, max_seconds=max_seconds)
+
+
+def format_report(report: dict) -> str:
+    """One or two lines for the chat and the command line."""
+    if "detail" in report:
+        return f"trove embed warmup: {report['detail']}"
+    identity = report.get("identity") or {}
+    head = (f"trove embed backfill ({identity.get('provider')} {identity.get('model')}): "
+            f"{report['indexed']:,} indexed, {report['pending']:,} pending")
+    if report["status"] == "preview":
+        return head + "\napply: /trove embed backfill apply (resumable; run again to continue)"
+    return (head + f"\nthis run: {report['rows']:,} rows, {report['texts_embedded']:,} texts "
+            f"embedded, {report['texts_reused']:,} reused, {report['seconds']} s "
+            f"({report['status']})")

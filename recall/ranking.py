@@ -1,0 +1,192 @@
+"""Ranking rules that decide which rows take the few result slots.
+
+Two things full-text scores alone get wrong in conversations:
+
+- **Names.** People ask about people ("when did Caroline start the pottery
+  class?"). The turns *by* Caroline hold the answer; the turns that address
+  her ("wow Caroline, that's great!") repeat her name but not the fact. So the
+  sender's name is a field of its own, read from the ``[Name] `` prefix
+  Hermes's gateway puts on shared-chat turns or from the message's ``name``
+  field (stored as ``tool_name`` on a user/assistant row). ``speaker_of``
+  splits it off the text; the scorer then counts a query word that names the
+  sender as a field match and gives that row a bonus, while the same name in
+  the text of a row someone else sent weighs half (and makes no phrase).
+- **Slots.** A result slot is precious and raw turns are the evidence. A
+  summary repeats the words of the turns under it, so it scores as well as
+  they do and used to crowd them out. ``place_summaries`` keeps raw hits first
+  and lets a summary take a slot only when it adds something the listed raw
+  hits do not: a query concept none of them matched, and no listed raw hit
+  under it. Summaries that add nothing move after the raw hits, and so does a
+  raw hit that repeats a better one word for word.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Sequence
+
+from ..dag import Dag
+
+SPEAKER_BONUS = 0.5           # a query word names the row's sender
+MENTION_WEIGHT = 0.5          # the same name in a row someone else sent (an address, a mention)
+_PREFIX = re.compile(r"\[([^\[\]\n]{1,64})\] ")
+_SPEAKER_ROLES = ("user", "assistant")
+
+
+def speaker_of(row: dict, text: str) -> tuple[str | None, str]:
+    """The row's sender name (or None) and its text without a ``[Name] `` prefix.
+
+    The prefix wins over the ``name`` field because it is what the host
+    showed; a tool row's ``tool_name`` is a tool, never a speaker.
+    """
+    match = _PREFIX.match(text)
+    if match:
+        return match.group(1).strip() or None, text[match.end():]
+    if row.get("role") in _SPEAKER_ROLES and row.get("tool_name"):
+        return row["tool_name"], text
+    return None, text
+
+
+def place_summaries(order: Sequence[Hashable], matched: dict[Hashable, Iterable[str]],
+                    limit: int, dag: Dag, texts: dict[Hashable, str]) -> list[Hashable]:
+    """Fused keys (``("m", store_id)`` / ``("n", node_id)``) in their final order.
+
+    Raw hits keep their fused order, except that a raw hit whose text repeats
+    a better one word for word moves to the end (it adds nothing but a slot).
+    A summary keeps its place only when it matched a query concept that no
+    raw hit in the first ``limit`` results matched and none of those raw hits
+    lies under it; otherwise it moves after the raw hits.
+    """
+    seen_texts: set[str] = set()
+    repeats = []
+    for key in order:
+        if key[0] == "m":
+            text = " ".join(texts.get(key, "").split())
+            if text in seen_texts:
+                repeats.append(key)
+            seen_texts.add(text)
+    if repeats:
+        gone = set(repeats)
+        order = [key for key in order if key not in gone]
+    shown_raw = [key for key in order if key[0] == "m"][:limit]
+    raw_concepts: set[str] = set()
+    for key in shown_raw:
+        raw_concepts.update(matched.get(key, ()))
+    above = ancestors(dag, [key[1] for key in shown_raw]) if len(shown_raw) < len(order) else set()
+    kept, demoted = [], []
+    for key in order:
+        if key[0] == "m":
+            kept.append(key)
+            continue
+        adds = set(matched.get(key, ())) - raw_concepts
+        if adds and key[1] not in above:
+            kept.append(key)
+            raw_concepts |= adds
+        else:
+            demoted.append(key)
+    return kept + demoted + repeats
+
+
+def ancestors(dag: Dag, store_ids: Iterable[int]) -> set[int]:
+    """Every summary node above these raw messages (leaf, then up the lineage).
+
+    Walks up from the few listed rows (a query per level), so it stays cheap
+    however much a high node covers.
+    """
+    level: set[int] = set()
+    for store_id in store_ids:
+        level.update(dag.covering_nodes(store_id))
+    seen: set[int] = set()
+    while level - seen:
+        fresh = level - seen
+        seen |= fresh
+        level = {parent for node in fresh for parent in dag.parents(node)}
+    return seen
+
+
+# ---------------------------------------------------------------- fusion
+@dataclass(frozen=True)
+class Fused:
+    """One key after fusion: its fused score and its rank in each arm that found it."""
+
+    key: Hashable
+    score: float
+    ranks: dict
+
+
+def fuse(arms: dict[str, Sequence[Hashable]], weights: dict[str, float] | None = None,
+         k: int = 60, quality: dict[Hashable, float] | None = None) -> list[Fused]:
+    """Weighted reciprocal rank fusion: ``sum(weight * quality / (k + rank))`` over the arms.
+
+    Arms are ranked key lists (best first) from any retriever (full text over
+    messages, over summaries, and later vectors); their scores never need to
+    be comparable. Plain RRF lets an arm whose best hit is poor (one word of
+    six) tie with another arm's perfect hit, so ``quality`` (per key, 0..1,
+    default 1; the full-text arms pass coverage) scales each contribution.
+    Ties keep the order of first appearance.
+    """
+    weights = weights or {}
+    quality = quality or {}
+    scores: dict[Hashable, float] = {}
+    ranks: dict[Hashable, dict] = {}
+    for arm, keys in arms.items():
+        weight = weights.get(arm, 1.0)
+        for rank, key in enumerate(dict.fromkeys(keys), start=1):
+            scores[key] = scores.get(key, 0.0) + weight * quality.get(key, 1.0) / (k + rank)
+            ranks.setdefault(key, {})[arm] = rank
+    order = sorted(scores, key=lambda key: -scores[key])
+    return [Fused(key, scores[key], ranks[key]) for key in order]
+
+
+FUSION = "score"              # "score" (normalised, weighted) or "rrf"; see fuse_arms
+
+
+def fuse_arms(arms: dict[str, Sequence[tuple[Hashable, float]]], *,
+              families: dict[str, str] | None = None,
+              weights: dict[str, float] | None = None) -> list[tuple[Hashable, float, dict]]:
+    """Fuse ranked arms (``[(key, score), ...]``, best first) into ``(key, score, ranks)``.
+
+    By score (the default, ``FUSION``): arms of one *family* (all full-text
+    arms score alike, a vector arm is another family) are min-max normalised
+    together, a key takes its best normalised score within a family, and the
+    families are added with their weights. Measured on bench/recall_quality.py
+    against reciprocal-rank fusion (``FUSION = "rrf"``, k = 60), which lets a
+    weak row that shows up in several arms beat a strong row found by one, and
+    so lost (bench/README.md has both figures).
+    """
+    families = families or {}
+    weights = weights or {}
+    ranks: dict[Hashable, dict] = {}
+    for arm, scored in arms.items():
+        for rank, (key, _) in enumerate(scored, start=1):
+            ranks.setdefault(key, {}).setdefault(arm, rank)
+    if FUSION == "rrf":
+        totals = {f.key: f.score for f in fuse({arm: [k for k, _ in scored]
+                                                 for arm, scored in arms.items()}, weights)}
+    else:
+        totals = _score_fusion(arms, families, weights)
+    order = sorted(totals, key=lambda key: -totals[key])
+    return [(key, totals[key], ranks[key]) for key in order]
+
+
+def _score_fusion(arms, families, weights) -> dict[Hashable, float]:
+    """Weighted sum over families of each key's best min-max normalised score."""
+    by_family: dict[str, list[str]] = {}
+    for arm in arms:
+        by_family.setdefault(families.get(arm, arm), []).append(arm)
+    totals: dict[Hashable, float] = {}
+    for family, members in by_family.items():
+        scores = [s for arm in members for _, s in arms[arm]]
+        if not scores:
+            continue
+        low, high = min(scores), max(scores)
+        best: dict[Hashable, float] = {}
+        for arm in members:
+            weight = weights.get(arm, 1.0)
+            for key, s in arms[arm]:
+                norm = (s - low) / (high - low) if high > low else 1.0
+                best[key] = max(best.get(key, 0.0), weight * norm)
+        for key, value in best.items():
+            totals[key] = totals.get(key, 0.0) + value
+    return totals

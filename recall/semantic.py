@@ -1,0 +1,441 @@
+"""Semantic recall: the embedding index, its background worker and vector search.
+
+What is embedded: user and assistant messages as ``"Speaker: text"`` (the
+sender's name from ``ranking.speaker_of``, else the role; questions name
+people, and a turn embedded without its speaker matches turns *addressed* to
+that person as well as turns *by* them), long ones in up to ``MAX_CHUNKS``
+chunks, and every summary node. Tool output is left to full text. A row with
+nothing to embed gets a NULL-vector row so it is not retried.
+
+Embedding never runs on a turn's hot path: ``EmbeddingWorker`` is a daemon
+thread with its own database connection; the engine pokes it after each
+ingest and it catches up in bounded batches (``TROVE_EMBEDDING_BATCH_SIZE``),
+one transaction per batch. ``backfill`` does the same work on demand
+(``/trove embed backfill``): a dry run counts, ``apply`` embeds; it resumes
+where it stopped and is idempotent (the pending rows are exactly those with no
+row in the space).
+
+Search is scoped first (the sessions' rows only, joined in SQL) and exact:
+one matrix product over the scope's vectors; a message's score is its best
+chunk's cosine. Above ``vectorscan.PRESCREEN_MIN`` vectors a sign-bit
+prescreen picks the candidates first (see ``vectorscan``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..config import TroveConfig
+from ..storage.database import Database
+from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
+from . import ranking, vectorscan
+from .embeddings import Provider, ProviderState, open_provider
+from .search import Hit
+
+CHUNK_CHARS = 1500            # a long message is embedded in pieces of about this size
+MAX_CHUNKS = 4                # pieces per message at most (the rest is left to full text)
+IDLE_SECONDS = 30.0           # the worker re-checks for work this often without a poke
+FAILURE_PAUSE = 60.0          # after a provider error the worker waits this long
+WORKER_NICE = 10              # the worker's thread runs at this nice value where the OS allows
+WORKER_PAUSE = 0.01           # seconds between two batches, so turns get the write lock
+
+
+def message_text(row: dict) -> str:
+    """A raw message as embedded: ``"Speaker: text"`` (empty when not embedded)."""
+    if row["role"] not in EMBEDDED_ROLES:
+        return ""
+    text = row["search_text"] if row.get("search_text") is not None else (row["content"] or "")
+    if row.get("content_format") not in ("text", "json") and row.get("search_text") is None:
+        text = ""
+    name, body = ranking.speaker_of(row, text)
+    body = body.strip()
+    return f"{name or row['role']}: {body}" if body else ""
+
+
+def chunks(text: str) -> list[str]:
+    """Up to ``MAX_CHUNKS`` pieces of about ``CHUNK_CHARS``, cut at whitespace."""
+    pieces: list[str] = []
+    rest = text
+    while rest and len(pieces) < MAX_CHUNKS:
+        if len(rest) <= CHUNK_CHARS:
+            pieces.append(rest)
+            break
+        cut = rest.rfind(" ", CHUNK_CHARS // 2, CHUNK_CHARS)
+        cut = cut if cut > 0 else CHUNK_CHARS
+        pieces.append(rest[:cut])
+        rest = rest[cut:].lstrip()
+    return pieces
+
+
+def text_hash(text: str) -> str:
+    """Identity of an embedded text (identical texts share one model call)."""
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+@dataclass
+class BatchOutcome:
+    """What one batch did."""
+
+    rows: int = 0
+    embedded: int = 0
+    reused: int = 0
+
+
+class Indexer:
+    """Embeds pending rows of one database into the provider's space, a batch at a time."""
+
+    def __init__(self, db: Database, provider: Provider, config: TroveConfig):
+        self.vectors = VectorStore(db)
+        self.provider = provider
+        self.batch = config.embedding_batch_size
+        self.timeout = config.embedding_batch_timeout_ms / 1000.0
+        self._space: int | None = None
+        self.cursor = {"m": 0, "n": 0}     # every row at or below has a row in the space
+
+    def space(self) -> int:
+        """This provider's space id (asks the provider once when its dimension is unknown)."""
+        if self._space is None:
+            if not self.provider.identity.dim:
+                self.provider.query("dimension probe", self.timeout)
+            self._space = self.vectors.space_id(self.provider.identity)
+        return self._space
+
+    def step(self) -> BatchOutcome:
+        """Embed one batch of pending messages, else of pending nodes; 0 rows when done."""
+        space = self.space()
+        messages = self.vectors.pending_messages(space, self.batch, self.cursor["m"])
+        if messages:
+            outcome = self._embed(space, "m", [(r["store_id"], message_text(r))
+                                               for r in messages])
+            self.cursor["m"] = messages[-1]["store_id"]
+            return outcome
+        nodes = self.vectors.pending_nodes(space, self.batch, self.cursor["n"])
+        outcome = self._embed(space, "n", [(r["node_id"], f"summary: {r['text']}")
+                                           for r in nodes])
+        if nodes:
+            self.cursor["n"] = nodes[-1]["node_id"]
+        return outcome
+
+    def _embed(self, space: int, kind: str, items: list[tuple[int, str]]) -> BatchOutcome:
+        rows: list[tuple[int, int, str, str]] = []          # (ref, chunk, hash, text)
+        empty: list[VectorRow] = []
+        for ref, text in items:
+            pieces = chunks(text)
+            if not pieces:
+                empty.append(VectorRow(kind, ref, 0, "", None))
+            rows += [(ref, i, text_hash(p), p) for i, p in enumerate(pieces)]
+        known = self.vectors.known_vectors(space, (h for _, _, h, _ in rows))
+        todo = list({h: t for _, _, h, t in rows if h not in known}.items())
+        if todo:
+            matrix = self.provider.passages([t for _, t in todo], self.timeout)
+            for (h, _), vector in zip(todo, matrix):
+                known[h] = vector.astype("float32").tobytes()
+        self.vectors.write(space, empty + [VectorRow(kind, ref, i, h, known[h])
+                                           for ref, i, h, _ in rows])
+        return BatchOutcome(len(items), len(todo), len(rows) - len(todo))
+
+
+def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bool,
+             max_seconds: float = 300.0) -> dict:
+    """Catch the index up: a dry run counts what is pending; ``apply`` embeds until done
+    or ``max_seconds`` pass (run it again to resume)."""
+    indexer = Indexer(db, provider, config)
+    before = indexer.vectors.counts(indexer.space())
+    report = {"identity": vars(provider.identity), **before}
+    if not apply:
+        return {**report, "status": "preview", "note": "pass apply to embed the pending rows"}
+    started, total = time.monotonic(), BatchOutcome()
+    while time.monotonic() - started < max_seconds:
+        outcome = indexer.step()
+        if not outcome.rows:
+            break
+        total.rows += outcome.rows
+        total.embedded += outcome.embedded
+        total.reused += outcome.reused
+    after = indexer.vectors.counts(indexer.space())
+    return {**report, **after, "status": "done" if not after["pending"] else "partial",
+            "rows": total.rows, "texts_embedded": total.embedded, "texts_reused": total.reused,
+            "seconds": round(time.monotonic() - started, 2)}
+
+
+class EmbeddingWorker(threading.Thread):
+    """Background model loading and catch-up, on its own connection.
+
+    It first loads the provider (so a slow load or checksum never delays a
+    turn), then embeds pending rows batch by batch; ``poke`` wakes it when new
+    rows arrive.
+    """
+
+    def __init__(self, semantic: "Semantic"):
+        super().__init__(name="trove-embeddings", daemon=True)
+        self.semantic = semantic
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.last_error = ""
+        self.batches = 0
+
+    def poke(self) -> None:
+        """New rows may be pending: wake the worker."""
+        self.wake.set()
+
+    def stop(self) -> None:
+        """Finish the current batch and end the thread."""
+        self.stopping.set()
+        self.wake.set()
+
+    def run(self) -> None:
+        _lower_priority()
+        semantic = self.semantic
+        semantic.state = open_provider(semantic.config)
+        if semantic.provider is None:
+            return
+        db = Database(semantic.db.path)
+        # vectors are derived data (a lost batch is simply embedded again), so this
+        # connection commits without an fsync and holds the write lock for less time
+        db.conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            indexer = Indexer(db, semantic.provider, semantic.config)
+            while not self.stopping.is_set():
+                try:
+                    worked = indexer.step().rows
+                    self.batches += bool(worked)
+                    self.last_error = ""
+                    self.stopping.wait(WORKER_PAUSE)   # let turns take the write lock
+                except Exception as exc:  # never kill the host; retry later
+                    self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                    self.stopping.wait(FAILURE_PAUSE)
+                    continue
+                if not worked:
+                    self._warm(indexer)
+                    self.wake.wait(IDLE_SECONDS)
+                    self.wake.clear()
+        finally:
+            db.close()
+
+
+    def _warm(self, indexer: Indexer) -> None:
+        """Caught up: load the prescreen bits of a big index now, not in a query."""
+        space = indexer.space()
+        for kind in ("m", "n"):
+            if indexer.vectors.count_vectors(space, kind) > vectorscan.PRESCREEN_MIN:
+                self.semantic.bits.warm(VectorStore(self.semantic.db), space, kind)
+
+
+def _lower_priority() -> None:
+    """Nice this thread (Linux: per thread), so turns win the CPU over catch-up."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
+@dataclass
+class Semantic:
+    """The embedding side of one database: provider state, index reads, optional worker."""
+
+    db: Database
+    config: TroveConfig
+    state: ProviderState
+    worker: EmbeddingWorker | None = None
+    _space: int | None = field(default=None, repr=False)
+    _bits: vectorscan.BitIndex | None = field(default=None, repr=False)
+
+    @property
+    def bits(self) -> vectorscan.BitIndex:
+        """The in-memory prescreen for big scopes (built on first use)."""
+        if self._bits is None:
+            self._bits = vectorscan.BitIndex(self.provider.np)
+        return self._bits
+
+    @classmethod
+    def open(cls, db: Database, config: TroveConfig) -> "Semantic":
+        """Load the configured provider now (operators, benches; never in a turn)."""
+        return cls(db, config, open_provider(config))
+
+    @property
+    def provider(self) -> Provider | None:
+        return self.state.provider
+
+    def space(self) -> int | None:
+        """The provider's space id, if it has vectors (never creates one)."""
+        if self._space is None and self.provider is not None and self.provider.identity.dim:
+            self._space = VectorStore(self.db).space_id(self.provider.identity, create=False)
+        return self._space
+
+    def status(self) -> dict:
+        """``embeddings: {enabled, provider, model, indexed, pending}`` and why it is off."""
+        report = {"enabled": self.config.embeddings_enabled,
+                  "provider": self.config.embedding_provider,
+                  "model": self.provider.identity.model if self.provider else
+                  (self.config.embedding_model or None)}
+        if self.provider is None:
+            return {**report, "available": False, "reason": self.state.reason}
+        report.update(available=True, **VectorStore(self.db).counts(self.space()))
+        if self.worker is not None and self.worker.last_error:
+            report["worker_error"] = self.worker.last_error
+        return report
+
+    def coverage(self, sessions: Sequence[str] | None,
+                 hidden: tuple[str, int] | None = None) -> float:
+        """Share of the scope's embeddable messages that have vectors (0 without a space);
+        ``hidden`` leaves out the current turn (see ``VectorStore.scope_counts``)."""
+        space = self.space()
+        if space is None:
+            return 0.0
+        total, done = VectorStore(self.db).scope_counts(space, sessions, hidden)
+        return done / total if total else 1.0
+
+    def query_vector(self, text: str):
+        """The query's vector, or None when the provider fails in time (full text then)."""
+        if self.provider is None:
+            return None
+        try:
+            return self.provider.query(text, self.config.embedding_query_timeout_ms / 1000.0)
+        except Exception:  # a slow or broken model degrades to full text, never fails a call
+            return None
+
+    def search(self, vector, kind: str, sessions: Sequence[str] | None,
+               limit: int) -> list[tuple[int, float]]:
+        """Best ``limit`` (id, cosine) of messages (``"m"``) or nodes (``"n"``) in scope."""
+        space = self.space()
+        if space is None or vector is None:
+            return []
+        store = VectorStore(self.db)
+        total = self.bits.size(space, kind)
+        if total is None:
+            total = store.count_vectors(space, kind)
+        if total > vectorscan.PRESCREEN_MIN:
+            nearest = self.bits.search(store, space, kind, vector, sessions)
+            rows = store.vectors_of(space, kind, nearest)
+        else:
+            rows = store.vectors(space, kind, sessions)
+        if not rows:
+            return []
+        np = self.provider.np
+        matrix = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32)
+        scores = matrix.reshape(len(rows), -1) @ np.asarray(vector, dtype=np.float32)
+        best: dict[int, float] = {}
+        for index in np.argsort(-scores)[:limit * MAX_CHUNKS]:
+            ref = rows[int(index)][0]
+            if ref not in best:
+                best[ref] = float(scores[index])
+        return sorted(best.items(), key=lambda pair: -pair[1])[:limit]
+
+
+# ---------------------------------------------------------------- search modes
+MODES = ("full_text", "semantic", "hybrid")
+HYBRID_COVERAGE = 0.95        # hybrid is the default when vectors cover this share of the scope
+WEIGHTS = {"full_text": 0.5, "vector": 0.5}   # measured: bench/README.md (recall quality)
+
+
+@dataclass
+class ModeChoice:
+    """Which search mode runs, how much of the scope the vectors cover, and the query vector."""
+
+    mode: str
+    coverage: float | None
+    vector: object = None
+    note: str = ""
+
+
+def choose_mode(semantic: "Semantic | None", requested: str | None, query: str,
+                sessions: Sequence[str] | None,
+                hidden: tuple[str, int] | None = None) -> ModeChoice:
+    """The mode a search runs in: the requested one when it can run, else full text.
+
+    Without a request: hybrid when the index covers the scope
+    (``HYBRID_COVERAGE``; the current turn, ``hidden``, is not part of it: it is
+    never searched and is embedded after it), else full text. A request the index cannot serve
+    falls back to full text with a note saying why.
+    """
+    if semantic is None or semantic.provider is None:
+        reason = semantic.state.reason if semantic is not None else "embeddings are off"
+        note = f"semantic search is unavailable: {reason}" if requested not in (
+            None, "full_text") else ""
+        return ModeChoice("full_text", None, note=note)
+    coverage = semantic.coverage(sessions, hidden)
+    if requested == "full_text" or (requested is None and coverage < HYBRID_COVERAGE):
+        return ModeChoice("full_text", coverage)
+    if coverage == 0.0:
+        return ModeChoice("full_text", coverage,
+                          note="no vectors cover this scope yet; ran full text")
+    vector = semantic.query_vector(query)
+    if vector is None:
+        return ModeChoice("full_text", coverage,
+                          note="the query could not be embedded in time; ran full text")
+    return ModeChoice(requested or "hybrid", coverage, vector)
+
+
+def vector_arms(semantic: Semantic, vector, messages, summaries, limit: int, own=None):
+    """Vector arms over raw messages, this session's (``own``, when given) and
+    summaries (when given), with their hits.
+
+    The corpora are those full text searched, so the scope rules (session,
+    role, time, current turn, carried lineage) apply unchanged: rows they do
+    not load are dropped.
+    """
+    arms: dict[str, list] = {}
+    hits: dict = {}
+    corpora = [("vector_messages", "m", messages, messages.scope.session_ids)]
+    if own is not None:
+        corpora.append(("vector_session", "m", own, own.scope.session_ids))
+    if summaries is not None:
+        corpora.append(("vector_summaries", "n", summaries, summaries.session_ids))
+    for arm, kind, corpus, sessions in corpora:
+        found = semantic.search(vector, kind, sessions, limit * 2)
+        loaded = corpus.load([ref for ref, _ in found])
+        kept = [(ref, cos) for ref, cos in found if ref in loaded][:limit]
+        arms[arm] = [((kind, ref), cos) for ref, cos in kept]
+        for ref, cos in kept:
+            row, text = loaded[ref]
+            hits[(kind, ref)] = Hit(ref, row, text, cos, {"cosine": round(cos, 4), "matched": [],
+                                                          "coverage": 0.0})
+    return arms, hits
+
+
+# ---------------------------------------------------------------- one per database
+_shared: dict[tuple, Semantic] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(db: Database, config: TroveConfig) -> Semantic:
+    """The process's one ``Semantic`` (and worker) for a database and provider setting.
+
+    The host copies the engine per agent; the model and its worker are loaded
+    once per process, in the background (``state`` says "loading" until then).
+    """
+    key = (db.path, config.embedding_provider, config.embedding_model,
+           config.embedding_base_url)
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is None:
+            found = Semantic(db, config, ProviderState(None, "the embedding model is loading"))
+            found.worker = EmbeddingWorker(found)
+            found.worker.start()
+            _shared[key] = found
+        found.db = db     # the caller's live connection (a reopened file gets a new one)
+        return found
+
+
+def forget_shared(path: str | None = None) -> None:
+    """Stop and drop the shared workers (of one database, or all): tests, shutdown."""
+    with _shared_lock:
+        for key in [k for k in _shared if path is None or k[0] == path]:
+            worker = _shared.pop(key).worker
+            if worker is not None:
+                worker.stop()
+                worker.join(timeout=30)
+
+
+def status_of(config: TroveConfig, found: Semantic | None) -> dict:
+    """The ``embeddings`` block of the engine's status (off: why)."""
+    if found is None:
+        return {"enabled": False, "provider": config.embedding_provider,
+                "model": config.embedding_model or None, "available": False,
+                "reason": "TROVE_EMBEDDINGS_ENABLED is false"}
+    return found.status()

