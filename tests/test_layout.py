@@ -9,7 +9,8 @@ a higher layer or a sibling concern of the same layer):
     ingest/ compaction/ recall/ diagnostics/ binding/
     schemas.py                the tool schemas and argument checks
     evidence/                 exact refs, values, verified computation, evidence tool handlers
-    tools.py                  the agent tools' dispatcher and scope
+    toolkit/                  the agent tools' handlers: scope, rendering, search and reading
+    tools.py                  the agent tools' context, dispatcher and handler table
     engine.py                 the orchestrator the host calls
     operators/ openclaw/      what operators run
     command.py, __init__.py   /trove and registration
@@ -27,7 +28,7 @@ LAYERS = {
     "store": 1,
     "dag": 2,
     "ingest": 3, "compaction": 3, "recall": 3, "diagnostics": 3, "binding": 3,
-    "schemas": 4, "evidence": 4.5, "tools": 5,
+    "schemas": 4, "evidence": 4.5, "toolkit": 4.8, "tools": 5,
     "engine": 6,
     "operators": 7, "openclaw": 7,
     "command": 8, "": 9,

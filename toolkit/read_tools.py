@@ -1,0 +1,266 @@
+"""trove_expand, trove_describe, trove_load_session and trove_recent: reading exact rows."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from ..ingest.policy import policy_for
+from ..recall import externalized, periods, recent
+from ..schemas import ArgumentError, Shape, budget_chars, clamp, offset_arg
+from ..storage import codec, timekeys
+from ..storage.timekeys import iso
+from ..storage.timeline import Timeline
+from .render import _node_summary, _row_time, _set_cursor, message_item
+from .scope import Access, _load_message, _load_node, _unbound, bound_session
+
+PREVIEW_CHARS = 300
+RECENT_MESSAGE_CAP = 500        # trove_recent: unsummarized messages listed at most
+_REF_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+def _check_ref(ref: str) -> None:
+    """Externalized refs are ids, never paths."""
+    if ".." in ref or "/" in ref or "\\" in ref or not _REF_PATTERN.fullmatch(ref):
+        raise ArgumentError("externalized_ref must be a payload id (letters, digits, . _ : -), "
+                            "never a path")
+
+
+def _one_target(params: dict, keys: tuple[str, ...]) -> str:
+    given = [k for k in keys if k in params]
+    if len(given) != 1:
+        raise ArgumentError(f"give exactly one of {', '.join(keys)}")
+    return given[0]
+
+
+def _externalized(params: dict, ctx: Any, current: str, cap: int, *,
+                  describe: bool) -> tuple[dict, Shape]:
+    """Describe or page an externalized payload a row of the caller's scope refers to."""
+    ref = params["externalized_ref"]
+    _check_ref(ref)
+    access = Access(ctx, params, current)
+    try:
+        if not externalized.visible(ctx.store, ctx.dag, ctx.payloads, ref,
+                                    access.search_sessions()):
+            raise ArgumentError(f"externalized_ref {ref!r} not found in this scope (pass "
+                                "session_id or session_scope='all' for another session's)")
+        if describe:
+            return externalized.describe(ctx.payloads, ref), Shape(texts=("preview",))
+        page = externalized.expand(ctx.payloads, ref,
+                                   content_offset=offset_arg(params, "content_offset"),
+                                   budget_chars=budget_chars(cap), budget_tokens=cap,
+                                   count_tokens=ctx.count_tokens)
+    except externalized.PayloadAccessError as exc:
+        raise ArgumentError(str(exc)) from exc
+    return page, Shape(texts=("content",))
+
+
+def tool_expand(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
+    """A node's sources page by page, or one raw message's exact text from an offset."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_expand", "sources")
+    target = _one_target(params, ("node_id", "store_id", "externalized_ref", "rollup_id"))
+    if target == "externalized_ref":
+        return _externalized(params, ctx, current, cap, describe=False)
+    access = Access(ctx, params, current)
+    exact_ref = bool(params.get("include_exact_ref"))
+    if target == "rollup_id":
+        return _expand_rollup(params, ctx, access, cap, exact_ref)
+    if target == "store_id":
+        row = _load_message(ctx, access, params["store_id"])
+        item = message_item(row, access, budget=budget_chars(cap),
+                            content_offset=offset_arg(params, "content_offset"),
+                            tool_calls_offset=offset_arg(params, "tool_calls_offset"),
+                            exact_ref=exact_ref)
+        return {"message": item, "covering_nodes": ctx.dag.covering_nodes(row["store_id"])}, \
+            Shape(texts=("content", "tool_calls"), nested=("message",))
+    node = _load_node(ctx, access, params["node_id"])
+    payload: dict = {"node_id": node["node_id"], "depth": node["depth"],
+                     "child_count": ctx.dag.child_count(node["node_id"])}
+    return _source_page(params, ctx, access, cap, exact_ref, payload,
+                        lambda offset, limit: ctx.dag.children(node["node_id"], offset, limit))
+
+
+def _expand_rollup(params: dict, ctx: Any, access: Access, cap: int,
+                   exact_ref: bool) -> tuple[dict, Shape]:
+    """A day/week/month rollup's sources page by page (rollups, summaries, messages)."""
+    timeline = Timeline(ctx.store.db)
+    rollup = timeline.get_rollups([params["rollup_id"]]).get(params["rollup_id"])
+    if rollup is None:
+        raise ArgumentError(f"rollup_id {params['rollup_id']} not found")
+    outside = [s for s in timeline.sessions_of(rollup["rollup_id"])
+               if not access.allows_session(s)]
+    if outside:
+        raise ArgumentError(f"rollup_id {rollup['rollup_id']} covers other sessions; pass "
+                            "session_scope='all' to read it")
+    payload: dict = {"rollup_id": rollup["rollup_id"], "period": rollup["kind"],
+                     "key": rollup["period_key"],
+                     "child_count": timeline.source_count(rollup["rollup_id"])}
+    return _source_page(params, ctx, access, cap, exact_ref, payload,
+                        lambda offset, limit: timeline.sources(rollup["rollup_id"], offset, limit))
+
+
+def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bool,
+                 payload: dict, page: Callable[[int, int], list[dict]]) -> tuple[dict, Shape]:
+    """One page of a node's or a rollup's ordered sources, with its cursor."""
+    limit = clamp("trove_expand", "source_limit", params, payload)
+    offset = offset_arg(params, "source_offset")
+    children = page(offset, limit)
+    per_item = budget_chars(cap, len(children))
+    payload["sources"] = _render_children(ctx, access, children, per_item, exact_ref)
+    _set_cursor(payload, offset, len(children), "child_count", "next_source_offset")
+    payload["source_offset"] = offset
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        _set_cursor(trimmed, offset, kept, "child_count", "next_source_offset")
+
+    return payload, Shape(items="sources", on_trim=on_trim, texts=("content", "text", "tool_calls"))
+
+
+def _render_children(ctx: Any, access: Access, children: list[dict], per_item: int,
+                     exact_ref: bool) -> list[dict]:
+    nodes = ctx.dag.get_nodes([c["id"] for c in children if c["kind"] == "node"])
+    rows = ctx.store.get_messages([c["id"] for c in children if c["kind"] == "message"])
+    rollups = Timeline(ctx.store.db).get_rollups(
+        [c["id"] for c in children if c["kind"] == "rollup"])
+    items = []
+    for child in children:
+        if child["id"] not in (rollups if child["kind"] == "rollup" else
+                               nodes if child["kind"] == "node" else rows):
+            item = {"kind": child["kind"], "missing": True, "id": child["id"]}
+        elif child["kind"] == "rollup":
+            item = recent.rollup_item(rollups[child["id"]], per_item)
+        elif child["kind"] == "node":
+            item = _node_summary(nodes[child["id"]], access, per_item)
+        else:
+            item = message_item(rows[child["id"]], access, budget=per_item, exact_ref=exact_ref)
+        item["ordinal"] = child["ordinal"]
+        items.append(item)
+    return items
+
+
+def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
+    """Metadata and a short preview of a node or a message, without loading children."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_describe", "results")
+    target = _one_target(params, ("node_id", "store_id", "externalized_ref"))
+    if target == "externalized_ref":
+        return _externalized(params, ctx, current, cap, describe=True)
+    access = Access(ctx, params, current)
+    if target == "store_id":
+        row = _load_message(ctx, access, params["store_id"])
+        text = codec.message_text(codec.decode_message(row))
+        return {"kind": "message", "store_id": row["store_id"], "role": row["role"],
+                "session_id": row["session_id"], "source": row["source"],
+                "time": iso(_row_time(row)), "content_format": row["content_format"],
+                "content_chars": len(row["content"] or ""),
+                "tool_calls_chars": len(row["tool_calls"] or ""), "tokens": row["token_count"],
+                "covering_nodes": ctx.dag.covering_nodes(row["store_id"]),
+                "preview": text[:PREVIEW_CHARS],
+                "expand": access.handle("store_id", row["store_id"], row["session_id"])}, \
+            Shape(texts=("preview",))
+    node = _load_node(ctx, access, params["node_id"])
+    first = ctx.dag.children(node["node_id"], 0, 1)
+    return {"kind": "summary", "node_id": node["node_id"], "session_id": node["session_id"],
+            "carried": node["session_id"] != current, "depth": node["depth"],
+            "level": node["level"], "model": node["model"],
+            "time_from": iso(node["time_from"]), "time_to": iso(node["time_to"]),
+            "child_count": ctx.dag.child_count(node["node_id"]),
+            "child_kind": first[0]["kind"] if first else None,
+            "descendant_messages": node["message_count"],
+            "first_store_id": node["first_store_id"], "last_store_id": node["last_store_id"],
+            "tokens": node["token_count"], "source_tokens": node["source_token_count"],
+            "topics": node["topics"], "parents": ctx.dag.parents(node["node_id"]),
+            "preview": node["text"][:PREVIEW_CHARS],
+            "expand": access.handle("node_id", node["node_id"], node["session_id"])}, \
+        Shape(texts=("preview",), optional=("topics",))
+
+
+def tool_load_session(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
+    """One ordered page of a session's raw transcript, continuing with ``next_cursor``."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_load_session", "messages")
+    access = Access(ctx, params, current)
+    target = access.named or current
+    if target != current and ctx.store.get_session(target) is None \
+            and not ctx.store.session_messages(target, 0, 1):
+        raise ArgumentError(f"session {target!r} not found")
+    payload: dict = {"session_id": target}
+    limit = clamp("trove_load_session", "limit", params, payload)
+    after = offset_arg(params, "after_store_id")
+    rows = ctx.store.session_messages(target, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    per_item = budget_chars(cap, len(rows))
+    exact_ref = bool(params.get("include_exact_ref"))
+    payload["after_store_id"] = after
+    payload["messages"] = [message_item(r, access, budget=per_item, exact_ref=exact_ref)
+                           for r in rows]
+    payload["has_more"] = more
+    payload["next_cursor"] = rows[-1]["store_id"] if more else None
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        trimmed["has_more"] = True
+        trimmed["next_cursor"] = trimmed["messages"][kept - 1]["store_id"] if kept else after
+
+    return payload, Shape(items="messages", on_trim=on_trim, texts=("content", "tool_calls"))
+
+
+def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
+    """What happened in a natural period: ready rollups, else summaries, else raw messages."""
+    current = bound_session(ctx)
+    if not current:
+        return _unbound("trove_recent", "items")
+    scope = params.get("session_scope", "current")
+    access = Access(ctx, {"session_scope": scope}, current)
+    try:
+        period = periods.resolve(params.get("period", "today"), ctx.now(),
+                                 timekeys.zone_or_utc(ctx.config.timezone))
+    except ValueError as exc:
+        raise ArgumentError(f"period: {exc}") from None
+    payload: dict = {"period": period.label, "from": iso(period.start), "to": iso(period.end),
+                     "time_zone": ctx.config.timezone, "session_scope": scope}
+    limit = clamp("trove_recent", "limit", params, payload)
+    offset = offset_arg(params, "offset")
+    timeline = Timeline(ctx.store.db)
+    found = recent.select(
+        ctx.store, ctx.dag, timeline, period.start, period.end,
+        sessions=access.search_sessions(),
+        extra_nodes=([] if scope == "all" else
+                     list(ctx.dag.get_nodes(ctx.dag.carried_node_ids(current)).values())),
+        node_ok=access.node_ok, message_ok=access.message_ok,
+        rollup_ok=lambda r: all(access.allows_session(s)
+                                for s in timeline.sessions_of(r["rollup_id"])),
+        time_zone=ctx.config.timezone, eligible=policy_for(ctx.config).feeds_rollups,
+        message_cap=RECENT_MESSAGE_CAP)
+    page = found.items[offset:offset + limit]
+    per_item = budget_chars(cap, len(page))
+    payload["used"] = found.used
+    payload["items"] = [_recent_item(kind, row, access, per_item) for kind, row in page]
+    payload["total"] = len(found.items)
+    payload["offset"] = offset
+    _set_cursor(payload, offset, len(page), "total", "next_offset")
+    if found.skipped_stale:
+        payload["stale_rollups_skipped"] = found.skipped_stale
+    if found.messages_capped:
+        payload["note"] = (f"only the newest {RECENT_MESSAGE_CAP} unsummarized messages are "
+                           "listed; narrow the period or use trove_load_session")
+    elif not found.items:
+        payload["note"] = "nothing was stored in this period" + (
+            "" if scope == "all" else " in this session (try session_scope='all')")
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        _set_cursor(trimmed, offset, kept, "total", "next_offset")
+
+    return payload, Shape(items="items", on_trim=on_trim, texts=("text", "content", "tool_calls"))
+
+
+def _recent_item(kind: str, row: dict, access: Access, per_item: int) -> dict:
+    if kind == "rollup":
+        return recent.rollup_item(row, per_item)
+    if kind == "node":
+        return _node_summary(row, access, per_item)
+    return message_item(row, access, budget=per_item)

@@ -1,0 +1,129 @@
+"""Scope of one tool call (design invariant 6): the bound session and what a call may read.
+
+Every tool works inside the calling engine's session. Another session is
+reachable only when the call names it (``session_id``) or asks for
+``session_scope="all"``; nodes carried into this session from an older one,
+and what lies under them, count as this session's. An unbound engine (no
+session id) gets empty "unbound" answers. ``ctx`` is ``tools.ToolContext``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schemas import ArgumentError, Shape
+from ..storage.owners import Owners
+
+
+def bound_session(ctx: Any) -> str | None:
+    """The calling engine's canonical session, or None when it is unbound."""
+    if not ctx.session_id:
+        return None
+    return ctx.store.canonical_session(ctx.session_id)
+
+
+def _unbound(tool: str, key: str) -> tuple[dict, Shape]:
+    return ({"unbound": True, key: [], "note": f"{tool}: no session is bound to this engine yet, "
+             "so nothing can be searched or read"}, Shape())
+
+
+class Access:
+    """What one call may read: its session, carried lineage, and what it explicitly names.
+
+    Owners (shared gateways): another session is readable only when it belongs
+    to the calling session's owner, unless ``TROVE_CROSS_OWNER_RECALL`` is on or
+    an operator command asks. Another owner's session or row is "not found":
+    its existence is not revealed either."""
+
+    def __init__(self, ctx: Any, params: dict, current: str):
+        self.ctx = ctx
+        self.current = current
+        self.scope = params.get("session_scope", "current")
+        self._owners = Owners(ctx.store.db)
+        self.every_owner = bool(ctx.operator or getattr(ctx.config, "cross_owner_recall", False))
+        self.owner = self._owners.owner_of(current)
+        self._owned: tuple[str, ...] | None = None
+        named = params.get("session_id")
+        self.named = ctx.store.canonical_session(named) if named else None
+        if self.named and not self.owns(self.named):
+            raise ArgumentError(f"session {str(named)[:120]!r} not found")
+        if self.scope == "session" and not self.named:
+            raise ArgumentError("session_scope='session' needs session_id")
+        self._closure: set[int] | None = None
+
+    def owns(self, session: str) -> bool:
+        """Whether ``session`` (canonical) belongs to the caller's owner."""
+        return (self.every_owner or session == self.current
+                or self._owners.owner_of(session) == self.owner)
+
+    def search_sessions(self) -> tuple[str, ...] | None:
+        """Sessions whose raw rows a search covers (None = all)."""
+        if self.scope == "all":
+            if self.every_owner or not self._owners.others_exist(self.owner):
+                return None  # every session is readable: no filter at all
+            if self._owned is None:
+                self._owned = tuple(sorted(
+                    {*self._owners.canonical_sessions_of(self.owner), self.current}))
+            return self._owned
+        return (self.named,) if self.named else (self.current,)
+
+    def carried(self) -> set[int]:
+        """Nodes carried into this session and everything under them."""
+        if self._closure is None:
+            self._closure = self.ctx.dag.carried_closure(self.current)
+        return self._closure
+
+    def allows_session(self, session: str) -> bool:
+        """This session, an explicitly named one, or any of the owner's with
+        ``session_scope="all"``."""
+        if session == self.current or session == self.named:
+            return True
+        return self.scope == "all" and self.owns(session)
+
+    def node_ok(self, node: dict) -> bool:
+        """A node of an allowed session, or one under a node carried into this session."""
+        return self.allows_session(node["session_id"]) or node["node_id"] in self.carried()
+
+    def message_ok(self, row: dict) -> bool:
+        """A message of an allowed session, or one under a carried node."""
+        if self.allows_session(row["session_id"]):
+            return True
+        closure = self.carried()
+        return bool(closure) and any(n in closure for n in
+                                     self.ctx.dag.covering_nodes(row["store_id"]))
+
+    def handle(self, key: str, value: int, session: str, **extra) -> dict:
+        """A complete ``trove_expand`` call that reaches this row from this session."""
+        args: dict = {key: value, **extra}
+        if session != self.current:
+            if self.scope == "all":
+                args["session_scope"] = "all"
+            elif session == self.named:
+                args["session_id"] = session
+        return {"tool": "trove_expand", "args": args}
+
+    def refusal(self, what: str, session: str) -> ArgumentError:
+        """The error for a row of another session, naming the argument that opens it
+        (another owner's row is simply not found)."""
+        if not self.owns(session):
+            return ArgumentError(f"{what} not found")
+        return ArgumentError(f"{what} belongs to another session ({session}); pass "
+                             f"session_id='{session}' or session_scope='all' to read it")
+
+
+def _load_message(ctx: Any, access: Access, store_id: int) -> dict:
+    row = ctx.store.get_message(store_id)
+    if row is None:
+        raise ArgumentError(f"store_id {store_id} not found")
+    if not access.message_ok(row):
+        raise access.refusal(f"store_id {store_id}", row["session_id"])
+    return row
+
+
+def _load_node(ctx: Any, access: Access, node_id: int) -> dict:
+    node = ctx.dag.get_node(node_id)
+    if node is None:
+        raise ArgumentError(f"node_id {node_id} not found")
+    if not access.node_ok(node):
+        raise access.refusal(f"node_id {node_id}", node["session_id"])
+    return node
