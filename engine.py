@@ -21,7 +21,7 @@ import uuid
 import weakref
 from typing import Any
 
-from .compaction import assemble, fallback, tokens
+from .compaction import assemble, fallback, known_tails, tokens
 from .storage import codec, integrity
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
@@ -86,12 +86,6 @@ def _clean(message: dict) -> dict:
     return {k: v for k, v in message.items() if not str(k).startswith("_")}
 
 
-def _block_hash(content) -> str:
-    """A short fingerprint of a summary block's text."""
-    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-
-
 def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
     """One breaker per process and setting, so deep copies share route health."""
     key = (cfg.summary_circuit_breaker_failure_threshold,
@@ -125,7 +119,7 @@ class TroveEngine(ContextEngine):
         self._last_compression_made_progress = False
         self._last_summary_error: str | None = None
         self._runtime: dict[str, Any] = {}
-        self._known_tail: dict | None = None
+        self._known_tails: dict[str, dict] = {}  # block fingerprint -> what followed it
         self._memo = MessageMemo()
         self._rotate_pending = False
         self.session_mode = "normal"            # normal | ignored | stateless
@@ -292,7 +286,7 @@ class TroveEngine(ContextEngine):
 
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
-        self._known_tail = None
+        self._known_tails = {}
         with _live_lock:
             _live_engines[session_id] = self
 
@@ -328,7 +322,7 @@ class TroveEngine(ContextEngine):
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
         self.compression_count = 0
         self._noop_at_tokens = None
-        self._known_tail = None
+        self._known_tails = {}
 
     def update_from_response(self, usage: dict) -> None:
         """Track the provider's real usage (it beats any estimate)."""
@@ -364,23 +358,32 @@ class TroveEngine(ContextEngine):
     # ------------------------------------------------------------------ ingest
     def ingest(self, messages: list) -> list[int | None]:
         """Store every shown message once; return store_ids aligned with ``messages``."""
+        return self._ingest(messages)[0]
+
+    def _ingest(self, messages: list, *, system_prompt: bool = True
+                ) -> tuple[list[int | None], list[bool]]:
+        """Store every shown message once: store_ids aligned with ``messages`` and which
+        of them the engine itself inserted. Only those, a leading system prompt
+        (``system_prompt``) and messages the ignore patterns match are not stored."""
         canonical = self._ensure_bound()
         if not self.stores:
-            return [None] * len(messages)  # ignored or stateless: nothing is written
-        skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
-                for i, m in enumerate(messages)]
+            return [None] * len(messages), [False] * len(messages)
+        inserted = self._inserted(messages)
+        skip = [ins or (system_prompt and i == 0 and m.get("role") == "system")
+                for i, (m, ins) in enumerate(zip(messages, inserted))]
         prepare = self.policy.prepare
         encoded = [None if s else self._memo.encoded(m, prepare) for m, s in zip(messages, skip)]
         skip = [s or e is None for s, e in zip(skip, encoded)]
         result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
                                    conversation_id=self.conversation_id, source=self.platform,
                                    count_tokens=self.count_message,
-                                   known=self._known_tail_for(messages))
+                                   known=self._known_tail_for(messages, inserted),
+                                   after_block=any(inserted))
         for sid, message in zip(reversed(result.store_ids), reversed(messages)):
             if sid is not None and assemble.is_real_user(message):
                 self.current_turn_store_id = sid
                 break
-        return result.store_ids
+        return result.store_ids, inserted
 
     def stored_form(self, message: dict) -> dict:
         """The message as its row holds it (redacted, payloads externalized): what
@@ -396,26 +399,31 @@ class TroveEngine(ContextEngine):
         """Tokens of a list of messages (memoized per message)."""
         return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
 
-    def _known_tail_for(self, messages: list) -> KnownTail | None:
-        """What the engine knows of a list that carries its own summary block.
+    def _inserted(self, messages: list) -> list[bool]:
+        """Which shown messages the engine inserted: only a block whose exact text it
+        rendered for this session (remembered in memory and in the session state)."""
+        shown = {assemble.block_fingerprint(m.get("content")) for m in messages
+                 if assemble.is_trove_message(m) and m.get("role") == "user"}
+        if shown - self._known_tails.keys() and self.canonical_id:
+            state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
+            self._known_tails = known_tails.merged(known_tails.from_state(state),
+                                                   self._known_tails)
+        return assemble.engine_inserted(messages, self._known_tails)
 
-        The last compaction recorded the block's hash and the store_ids of the raw
+    def _known_tail_for(self, messages: list, inserted: list[bool]) -> KnownTail | None:
+        """What the engine returned after the block this list carries.
+
+        Each compaction records the block's fingerprint and the store_ids of the raw
         messages it returned after it (in memory and in the session state, so a
         restarted process or another copy knows it too). Identical messages
         ("ok") can then never line up one position off."""
-        block = next((m for m in messages if assemble.is_trove_message(m)
-                      and m.get("role") == "user"), None)
+        block = next((m for m, ins in zip(messages, inserted)
+                      if ins and m.get("role") == "user"), None)
         if block is None:
             return None
-        digest = _block_hash(block.get("content"))
-        tail = self._known_tail
-        if (tail is None or tail.get("block_hash") != digest) and self.session_id:
-            state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
-            tail = state.get("known_tail")
-        if not tail or tail.get("block_hash") != digest or "low" not in tail:
-            return None
-        self._known_tail = tail
-        return KnownTail(tuple(tail["store_ids"]), int(tail["low"]))
+        tail = self._known_tails.get(assemble.block_fingerprint(block.get("content")))
+        return (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("high"))
+                if tail else None)
 
     # ------------------------------------------------------------------ compaction
     def compress(self, messages: list, current_tokens: int | None = None,
@@ -458,19 +466,22 @@ class TroveEngine(ContextEngine):
         cfg = self.config
         system = messages[0] if messages and messages[0].get("role") == "system" else None
         body = messages[1:] if system is not None else messages
-        store_ids = self.ingest(body)
+        store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
         if not force and current_tokens is not None and 0 < current_tokens < trigger:
             self.last_compaction = {"at": time.time(), "outcome": "noop",
                                     "note": f"under the trigger ({current_tokens} < {trigger})"}
             return messages
-        shown_block = next((m.get("content") for m in body if assemble.is_trove_message(m)
-                            and m.get("role") == "user"), None)
+        shown_block = next((m.get("content") for m, ins in zip(body, inserted)
+                            if ins and m.get("role") == "user"), None)
         session = self.canonical_id
         floor = (self.store.get_session(session) or {}).get("replay_floor", 0)
         covered = self.dag.covered_store_ids(s for s in store_ids if s is not None)
-        live = [(m, sid) for m, sid in zip(body, store_ids)
-                if sid is not None and sid not in covered and sid > floor]
+        # Messages the ignore patterns match are not stored but stay in place: kept
+        # when the tail reaches them, dropped (never summarized) when older.
+        live = [(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
+                if (sid is None and not ins) or (sid is not None and sid not in covered
+                                                 and sid > floor)]
         live_msgs = [m for m, _ in live]
         count = self.count_message
         before = self.count_messages(messages)
@@ -492,7 +503,7 @@ class TroveEngine(ContextEngine):
                                              max_tokens=max_tokens, count=tail_count)
             gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
             backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
-                       for i in range(len(live_msgs)) if i not in keep]
+                       for i in range(len(live_msgs)) if i not in keep and live[i][1] is not None]
             compactor = self._compactor(budget)
             if backlog:
                 compactor.leaf_pass(session, backlog, chunk_tokens=self._chunk_tokens(backlog),
@@ -528,7 +539,7 @@ class TroveEngine(ContextEngine):
         return self._finish(messages, result, before=before, final=final, trigger=trigger,
                             overhead=overhead, report=report, gave_way=gave_way,
                             omitted=omitted, started=started,
-                            tail_ids=[sid for _, sid in live],
+                            tail_ids=[sid for _, sid in live if sid is not None],
                             shown_max=max((s for s in store_ids if s is not None), default=0))
 
     def _collect_transcript_garbage(self, store_ids: list[int]) -> int:
@@ -574,8 +585,8 @@ class TroveEngine(ContextEngine):
         if not cfg.large_output_active_replay_stubbing_effective:
             return tail
         limit = cfg.large_output_active_replay_stub_threshold_tokens
-        big = [i for i, m in enumerate(tail)
-               if m.get("role") == "tool" and self.count_message(m) > limit]
+        big = [i for i, m in enumerate(tail) if store_ids[i] is not None
+               and m.get("role") == "tool" and self.count_message(m) > limit]
         if not big:
             return tail
         rows = self.store.get_messages(store_ids[i] for i in big)
@@ -618,9 +629,9 @@ class TroveEngine(ContextEngine):
             block = next((m for m in result if assemble.is_trove_message(m)
                           and m.get("role") == "user"), None)
             if block is not None:
-                known = {"block_hash": _block_hash(block["content"]), "store_ids": tail_ids,
-                         "low": min(tail_ids) if tail_ids else shown_max + 1}
-                self._known_tail = known
+                known = {assemble.block_fingerprint(block["content"]): known_tails.entry(
+                    tail_ids, min(tail_ids) if tail_ids else shown_max + 1, shown_max)}
+                self._known_tails = known_tails.merged(self._known_tails, known)
         self._record(outcome, known_tail=known)
         return result if changed else messages
 
@@ -691,7 +702,9 @@ class TroveEngine(ContextEngine):
             try:
                 patch = {"last_compaction": outcome}
                 if known_tail is not None:
-                    patch["known_tail"] = known_tail
+                    state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
+                    patch["known_tails"] = known_tails.merged(
+                        known_tails.from_state(state), known_tail)
                 self.store.update_session_state(self.canonical_id, patch)
             except Exception as exc:  # status bookkeeping must never fail a turn
                 self.errors.append(f"state: {exc}")

@@ -1,0 +1,45 @@
+"""Which summary blocks the engine rendered, and what it returned after each.
+
+A list the host shows may carry one of the engine's blocks. Recognizing it by
+its exact text (not by its header, which a user can paste) tells the engine
+which messages it inserted itself; the store_ids it returned after that block
+tell the store where the rest of the list lines up (see ``store.KnownTail``).
+The newest few blocks are remembered, not only the last: a deep copy, a hook or
+a stale view may show a list from before the latest compaction.
+
+Pure bookkeeping on plain dicts, kept in memory and in the session state.
+"""
+
+from __future__ import annotations
+
+# How many of the newest rendered blocks are remembered per session.
+KEEP = 16
+
+
+def entry(store_ids: list[int], low: int, high: int) -> dict:
+    """What is remembered of one rendered block: the raw messages returned after
+    it, where alignment after them starts (``low``), and the highest store_id its
+    compaction saw (rows above it were stored later)."""
+    return {"store_ids": list(store_ids), "low": int(low), "high": int(high)}
+
+
+def from_state(state: dict) -> dict[str, dict]:
+    """The remembered blocks of a session's state (``known_tails``, plus the single
+    ``known_tail`` that older versions wrote)."""
+    tails = dict(state.get("known_tails") or {})
+    legacy = state.get("known_tail") or {}
+    if legacy.get("block_hash") and "low" in legacy and legacy["block_hash"] not in tails:
+        tails[legacy["block_hash"]] = {"store_ids": legacy.get("store_ids") or [],
+                                       "low": legacy["low"]}
+    return tails
+
+
+def merged(*sources: dict[str, dict]) -> dict[str, dict]:
+    """Several copies' remembered blocks in one dict, the newest ``KEEP`` kept (later
+    sources and later entries are newer)."""
+    out: dict[str, dict] = {}
+    for source in sources:
+        for digest, known in source.items():
+            out.pop(digest, None)
+            out[digest] = known
+    return dict(list(out.items())[-KEEP:])
