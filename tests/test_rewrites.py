@@ -140,3 +140,43 @@ def test_random_rewrites_never_lose_or_misplace_a_message(tmp_path_factory, ops,
             check_prompt(messages, out)
             messages = out
         check_invariants(engine, messages)
+
+
+# ---------------------------------------------------------------- messages never silently skipped
+def test_a_second_system_message_is_stored_and_kept(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    note = {"role": "system", "content": "Operator note: the repo moved to /srv/app."}
+    body = [note] + repetitive(5) + [{"role": "user", "content": "continue"}]
+    out = engine.compress([SYSTEM] + body, force=True)
+    assert note in out
+    assert "Operator note: the repo moved to /srv/app." in [
+        r["content"] for r in engine.store.session_messages("sess")]
+
+
+def test_a_pasted_block_header_is_conversation_not_the_engines_block(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    messages = compact(engine, repetitive(20))
+    pasted = {"role": "user", "content": assemble.BLOCK_HEADER + "\n(pasted from a log) why?"}
+    messages = messages + [pasted]
+    out = compact(engine, messages)
+    assert out[-1] == pasted
+    stored = [r["content"] for r in engine.store.session_messages("sess", limit=500)]
+    assert stored[-1] == pasted["content"]
+    # The engine's own block and acknowledgement are still recognized and not stored.
+    assert not any(c.startswith(assemble.BLOCK_MARKER) for c in stored[:-1])
+    assert assemble.ACK_TEXT not in stored
+
+
+def test_ignored_messages_stay_in_the_prompt_but_are_not_stored(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6,
+                         ignore_message_patterns="^HEARTBEAT")
+    messages = [m for t in range(30) for m in turn(f"task {t}", f"done {t}")]
+    messages += turn("HEARTBEAT", "HEARTBEAT_OK") + [{"role": "user", "content": "HEARTBEAT"}]
+    out = compact(engine, messages)
+    assert out[-3:] == messages[-3:]
+    assert not [r for r in engine.store.session_messages("sess", limit=500)
+                if r["content"].startswith("HEARTBEAT")]
+    # Shown again after the compaction: still not stored, still in place.
+    out = compact(engine, out + turn("task 99", "done 99"))
+    assert [m["content"] for m in out[-5:]] == [
+        "HEARTBEAT", "HEARTBEAT_OK", "HEARTBEAT", "task 99", "done 99"]
