@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from .compaction import assemble, fallback, known_tails, tokens
-from .storage import codec, integrity
+from .storage import codec, faults, integrity
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -34,6 +34,7 @@ from .compaction.message_memo import MessageMemo
 from .storage.payloads import encode_text, ref_for, tool_output_placeholder
 from .store import KnownTail, Store, decode_row
 from .compaction.summarize import CircuitBreaker, Summarizer
+from .diagnostics import unavailable
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
     from agent.context_engine import ContextEngine
@@ -59,6 +60,8 @@ ROTATE_SCAN_LIMIT = 20_000
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
 ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
+# After a database failure, the engine runs without it this long before trying again.
+DATABASE_RETRY_SECONDS = 30.0
 
 _live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
@@ -133,6 +136,8 @@ class TroveEngine(ContextEngine):
         self.last_compaction: dict = {}
         self.errors: list[str] = []
         self._llm_override: tuple | None = None
+        self.database_fault: dict | None = None  # what is wrong with the database, if anything
+        self._fault_at = 0.0
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -235,8 +240,20 @@ class TroveEngine(ContextEngine):
         if self._classify(session_id) != "normal":
             self._bind(session_id, session_id, "host")  # nothing is written for it
             return
-        old = kwargs.get("old_session_id")
-        boundary = kwargs.get("boundary_reason")
+        try:
+            if not self._usable_database():
+                raise faults.Unavailable(self.database_fault)
+            self._start_session(session_id, kwargs.get("old_session_id"),
+                                kwargs.get("boundary_reason"))
+        except Exception as exc:
+            if not faults.is_database_error(exc):
+                raise
+            if not isinstance(exc, faults.Unavailable):
+                self._note_fault(exc)
+            self._bind(session_id, session_id, "host")  # tools still know the session
+
+    def _start_session(self, session_id: str, old: str | None, boundary: str | None) -> None:
+        """Record the session (and the one it continues) and bind it."""
         store = self.store
         if old and old != session_id and boundary == "compression":
             canonical = store.ensure_session(old, conversation_id=self.conversation_id,
@@ -314,8 +331,32 @@ class TroveEngine(ContextEngine):
     def on_session_end(self, session_id: str, messages: list) -> None:
         """Persist what the host shows; not proof the session is over (it runs before
         every host compaction too), so nothing is torn down."""
-        if messages:
-            self.ingest(messages)
+        if messages and self._usable_database():
+            try:
+                self.ingest(messages)
+            except Exception as exc:
+                if not faults.is_database_error(exc):
+                    raise
+                self._note_fault(exc)
+
+    def _note_fault(self, exc: BaseException) -> None:
+        """Remember what is wrong with the database: until it works again the engine
+        keeps the prompt bounded without it and every tool says why."""
+        self.database_fault = faults.describe(self.config.resolved_database_path, exc)
+        self._fault_at = time.monotonic()
+        self.errors.append(f"database: {self.database_fault['problem']}")
+        log.warning("hermes-trove: %s; %s", self.database_fault["problem"],
+                    self.database_fault["repair"])
+
+    def _usable_database(self) -> bool:
+        """False while a recent database failure stands; after the retry interval the
+        next call tries the database again (a restored file is picked up)."""
+        if self.database_fault is None:
+            return True
+        if time.monotonic() - self._fault_at < DATABASE_RETRY_SECONDS:
+            return False
+        self.database_fault = None
+        return True
 
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
@@ -439,11 +480,16 @@ class TroveEngine(ContextEngine):
         try:
             if self._rotate_pending:
                 self._rotate_pending, force = False, True
+            if not self._usable_database():
+                return self._compress_unstored(messages, current_tokens, focus_topic)
             self._ensure_bound()
             if not self.stores:
                 return self._compress_unstored(messages, current_tokens, focus_topic)
             return self._compress(messages, current_tokens, focus_topic, force)
         except Exception as exc:  # never break the agent
+            if faults.is_database_error(exc):
+                self._note_fault(exc)
+                return self._compress_unstored(messages, current_tokens, focus_topic)
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True
             self._last_summary_error = f"hermes-trove compaction failed: {exc}"
@@ -771,11 +817,23 @@ class TroveEngine(ContextEngine):
         from . import tools
         try:
             live = kwargs.get("messages")
-            if live:
+            if live and self._usable_database():
                 self.ingest(live)
         except Exception as exc:  # the tool still answers from what is stored
+            if faults.is_database_error(exc):
+                self._note_fault(exc)
             self.errors.append(f"ingest before tool: {exc}")
-        return tools.dispatch(name, args, self.tool_context())
+        try:
+            context = self.tool_context() if self._usable_database() else None
+        except Exception as exc:
+            if not faults.is_database_error(exc):
+                raise
+            self._note_fault(exc)
+            context = None
+        if context is None:
+            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or {},
+                                                      self.get_status()), default=str)
+        return tools.dispatch(name, args, context)
 
     def tool_context(self):
         """What a tool may see: the store, the bound session (or none), the bounds."""
@@ -824,4 +882,5 @@ class TroveEngine(ContextEngine):
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),
             "errors": self.errors[-5:],
+            "database_fault": self.database_fault,
         }

@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .storage import codec
+from .storage import codec, faults
 from .recall import externalized, query_plan, search
 from .diagnostics import health
 from .storage.payloads import refs_in
@@ -108,6 +109,10 @@ def dispatch(name: str, args: Any, ctx: ToolContext) -> str:
     except ArgumentError as exc:
         return error_json(name, str(exc), ctx.count_tokens, cap)
     except Exception as exc:  # any failure is an answer, never a traceback
+        if isinstance(exc, sqlite3.Error):  # say what is wrong with the file and the fix
+            fault = faults.describe(ctx.config.resolved_database_path, exc)
+            return error_json(name, f"{fault['problem']}; repair: {fault['repair']}",
+                              ctx.count_tokens, cap)
         return error_json(name, f"{type(exc).__name__}: {exc}", ctx.count_tokens, cap)
 
 

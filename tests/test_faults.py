@@ -38,3 +38,108 @@ def test_several_processes_open_a_new_database_at_once(tmp_path):
             v for v, _, _ in migrations.MIGRATIONS]
         conn.close()
     assert failures == []
+
+
+# ---------------------------------------------------------------- broken databases
+import json  # noqa: E402
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+from hermes_trove.compaction import assemble  # noqa: E402
+from hermes_trove.storage import database  # noqa: E402
+
+from enginekit import coding_turn, make_engine  # noqa: E402
+
+SYSTEM = {"role": "system", "content": "You are a test agent."}
+
+
+def _filled_database(tmp_path) -> str:
+    engine = make_engine(tmp_path, window=64_000)
+    engine.ingest([m for t in range(60) for m in coding_turn(t)])
+    path = str(engine.config.resolved_database_path)
+    database.forget_database(path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
+def _truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(3000)
+
+
+def _zero_header(path):
+    with open(path, "r+b") as f:
+        f.write(b"\0" * 100)
+
+
+def _garbage_pages(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        f.write(os.urandom(size - 4096))
+
+
+def _directory(path):
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    os.mkdir(path)
+
+
+def _read_only(path, monkeypatch):
+    """A read-only WAL database (the tests run as root, which ignores file modes, so the
+    connection itself is opened read-only)."""
+    connect = sqlite3.connect
+
+    def read_only(target, *args, **kwargs):
+        if str(target) == str(path):
+            return connect(f"file:{target}?mode=ro", *args, uri=True, **kwargs)
+        return connect(target, *args, **kwargs)
+    monkeypatch.setattr(database.sqlite3, "connect", read_only)
+
+
+BREAKS = {"truncated": _truncate, "zeroed_header": _zero_header,
+          "garbage_pages": _garbage_pages, "directory": _directory, "read_only": None}
+
+
+@pytest.mark.parametrize("kind", list(BREAKS))
+def test_a_broken_database_never_breaks_the_agent(tmp_path, monkeypatch, kind):
+    path = _filled_database(tmp_path)
+    if kind == "read_only":
+        _read_only(path, monkeypatch)
+    else:
+        BREAKS[kind](path)
+    engine = make_engine(tmp_path, window=64_000, session=None)
+    engine.on_session_start("sess", platform="cli")  # must not raise
+    messages = [m for t in range(100, 160) for m in coding_turn(t)]
+    for tool in ("trove_status", "trove_doctor", "trove_grep"):
+        answer = json.loads(engine.handle_tool_call(tool, {"query": "handler"},
+                                                    messages=messages))
+        text = json.dumps(answer)
+        assert "repair" in text and ("damaged" in text or "directory" in text
+                                     or "cannot be" in text), (tool, answer)
+        assert "no session is bound" not in text
+    out = engine.compress([SYSTEM] + messages, current_tokens=engine.threshold_tokens + 1)
+    assert len(out) < len(messages) and out[-1] == messages[-1]
+    assert assemble.sequence_problems(out) == []
+    engine.on_session_end("sess", messages)
+    assert engine.get_status()["database_fault"]["repair"]
+
+
+def test_the_engine_uses_the_database_again_once_it_is_repaired(tmp_path, monkeypatch):
+    path = _filled_database(tmp_path)
+    _zero_header(path)
+    engine = make_engine(tmp_path, window=64_000)
+    assert engine.database_fault is not None
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    monkeypatch.setattr(engine, "_fault_at", engine._fault_at - 3600)  # the retry is due
+    messages = [m for t in range(5) for m in coding_turn(t)]
+    engine.on_session_start("sess", platform="cli")
+    engine.ingest(messages)
+    assert engine.database_fault is None
+    assert engine.store.count_messages("sess") == len(messages)
