@@ -367,20 +367,21 @@ class TroveEngine(ContextEngine):
 
     def update_from_response(self, usage: dict) -> None:
         """Track the provider's real usage (it beats any estimate)."""
-        usage = usage or {}
-        prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
-        self.last_prompt_tokens = int(prompt)
-        self.last_completion_tokens = int(usage.get("completion_tokens")
-                                          or usage.get("output_tokens") or 0)
-        self.last_total_tokens = int(usage.get("total_tokens")
-                                     or self.last_prompt_tokens + self.last_completion_tokens)
+        usage = usage if isinstance(usage, dict) else {}
+        prompt = tokens.as_count(usage.get("prompt_tokens") or usage.get("input_tokens"))
+        self.last_prompt_tokens = prompt
+        self.last_completion_tokens = tokens.as_count(usage.get("completion_tokens")
+                                                      or usage.get("output_tokens"))
+        self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
+                                  or self.last_prompt_tokens + self.last_completion_tokens)
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """True at the trigger, unless the last pass proved nothing more can be done
         at this size (the host would otherwise retry pointlessly within the turn)."""
         if self._rotate_pending:
             return True  # an operator rotated the session: let the host pick it up now
-        current = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        current = tokens.as_count(self.last_prompt_tokens if prompt_tokens is None
+                                  else prompt_tokens)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
         if current < self.threshold_tokens:
@@ -477,6 +478,7 @@ class TroveEngine(ContextEngine):
         """
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
+        self._last_summary_error = None  # a success clears the last failure
         try:
             if self._rotate_pending:
                 self._rotate_pending, force = False, True

@@ -641,9 +641,12 @@ def tool_recent(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     period = params.get("period", "today")
     try:
         start, end = parse_period(period, ctx.now())
+        payload: dict = {"period": period, "from": iso(start), "to": iso(end)}
     except ValueError as exc:
         raise ArgumentError(f"period: {exc}") from None
-    payload: dict = {"period": period, "from": iso(start), "to": iso(end)}
+    except (OverflowError, OSError):  # a period reaching before year 1 or past 9999
+        raise ArgumentError(f"period: {str(period)[:60]!r} reaches outside the calendar; "
+                            "use a shorter period such as 'last 30 days'") from None
     limit = clamp("trove_recent", "limit", params, payload)
     own = ctx.dag.nodes_in_period(start, end, session_ids=[current], limit=500)
     carried = [n for n in ctx.dag.get_nodes(ctx.dag.carried_node_ids(current)).values()

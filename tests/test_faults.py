@@ -143,3 +143,42 @@ def test_the_engine_uses_the_database_again_once_it_is_repaired(tmp_path, monkey
     engine.ingest(messages)
     assert engine.database_fault is None
     assert engine.store.count_messages("sess") == len(messages)
+
+
+# ---------------------------------------------------------------- small ones
+def test_odd_token_counts_never_raise(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    assert engine.should_compress("abc") is False
+    engine.update_from_response({"prompt_tokens": "abc", "completion_tokens": None,
+                                 "total_tokens": float("nan")})
+    assert (engine.last_prompt_tokens, engine.last_total_tokens) == (0, 0)
+    engine.update_from_response({"prompt_tokens": "30000", "completion_tokens": 12.0})
+    assert engine.last_prompt_tokens == 30_000 and engine.last_total_tokens == 30_012
+    assert engine.should_compress() is True and engine.should_compress(-1) is False
+
+
+def test_a_period_outside_the_calendar_is_a_clear_error(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    answer = json.loads(engine.handle_tool_call(
+        "trove_recent", {"period": "last 999999999999 days"}))
+    assert "period" in answer["error"] and "OSError" not in answer["error"]
+
+
+def test_a_message_without_a_role_comes_back_without_one(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    odd = {"content": "no role here"}
+    (store_id,) = engine.ingest([odd])
+    from hermes_trove.store import decode_row
+    assert decode_row(engine.store.get_message(store_id)) == odd
+    assert engine.ingest([odd]) == [store_id]
+
+
+def test_the_last_summary_error_is_cleared_by_a_success(tmp_path, monkeypatch):
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [m for t in range(40) for m in coding_turn(t)]
+    monkeypatch.setattr(engine, "_compress", lambda *a: (_ for _ in ()).throw(ValueError("x")))
+    engine.compress(messages, force=True)
+    assert engine._last_summary_error
+    monkeypatch.undo()
+    engine.compress(messages, force=True)
+    assert engine._last_summary_error is None
