@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from .compaction import assemble, fallback, known_tails, tokens
-from .storage import codec, faults, integrity
+from .storage import codec, faults, integrity, locks
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -62,6 +62,8 @@ STUB_TOKENS_ESTIMATE = 600
 ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
 # After a database failure, the engine runs without it this long before trying again.
 DATABASE_RETRY_SECONDS = 30.0
+# How long a compaction or rotate waits for another one of the same session to finish.
+COMPACTION_LOCK_SECONDS = 120.0
 
 _live_engines: "weakref.WeakValueDictionary[str, TroveEngine]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
@@ -487,7 +489,8 @@ class TroveEngine(ContextEngine):
             self._ensure_bound()
             if not self.stores:
                 return self._compress_unstored(messages, current_tokens, focus_topic)
-            return self._compress(messages, current_tokens, focus_topic, force)
+            with self._compaction_lock():
+                return self._compress(messages, current_tokens, focus_topic, force)
         except Exception as exc:  # never break the agent
             if faults.is_database_error(exc):
                 self._note_fault(exc)
@@ -771,6 +774,18 @@ class TroveEngine(ContextEngine):
         if not self.stores:
             return {"status": "refused", "reason": f"this session is {self.session_mode} "
                     f"(matched {self.session_filter_match!r}): trove does not store it"}
+        if not apply:
+            return self._rotate(apply=False)
+        with self._compaction_lock():  # rows are read after any running compaction
+            return self._rotate(apply=True)
+
+    def _compaction_lock(self):
+        """The bound session's compaction lock (threads and processes; see ``locks``)."""
+        return locks.session_compaction(str(self.config.resolved_database_path),
+                                        self.canonical_id, COMPACTION_LOCK_SECONDS)
+
+    def _rotate(self, apply: bool) -> dict:
+        """Rotate's plan, and with ``apply`` its writes (under the compaction lock)."""
         session, cfg = self.canonical_id, self.config
         floor = (self.store.get_session(self.canonical_id) or {}).get("replay_floor", 0)
         rows = self.store.session_messages(session, after_store_id=floor, limit=ROTATE_SCAN_LIMIT)

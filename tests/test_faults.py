@@ -182,3 +182,75 @@ def test_the_last_summary_error_is_cleared_by_a_success(tmp_path, monkeypatch):
     monkeypatch.undo()
     engine.compress(messages, force=True)
     assert engine._last_summary_error is None
+
+
+# ---------------------------------------------------------------- compaction vs rotate
+import threading  # noqa: E402
+import time  # noqa: E402
+
+RACE_SECONDS = 20
+
+
+def _rows_under_two_leaves(engine) -> list:
+    with engine.store.db.reading() as conn:
+        return conn.execute(
+            "SELECT child_store_id FROM node_edges WHERE child_store_id IS NOT NULL"
+            " GROUP BY child_store_id HAVING count(*) > 1").fetchall()
+
+
+def test_rotate_apply_while_the_agent_compacts_summarizes_nothing_twice(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4, leaf_chunk_tokens=400)
+    messages: list = []
+    stop = time.monotonic() + RACE_SECONDS
+    errors: list = []
+
+    def agent():
+        nonlocal messages
+        turn = 0
+        while time.monotonic() < stop:
+            messages = messages + coding_turn(turn, filler=5)
+            turn += 1
+            messages = engine.compress(messages, force=True)
+            if engine._last_compress_aborted:
+                errors.append(engine.last_compaction)
+
+    def operator():
+        while time.monotonic() < stop:
+            result = engine.rotate(apply=True)
+            if result["status"] not in ("rotated", "noop"):
+                errors.append(result)
+
+    threads = [threading.Thread(target=agent), threading.Thread(target=operator)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert engine.dag.stats("sess")["nodes"] > 0
+    assert _rows_under_two_leaves(engine) == []
+
+
+def _compact_backlog(tmp_path, barrier, results) -> None:
+    database._registry.clear()
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4, leaf_chunk_tokens=400)
+    messages = [m for t in range(80) for m in coding_turn(t, filler=5)]
+    barrier.wait()
+    engine.compress(messages, force=True)
+    results.put(engine.last_compaction.get("outcome"))
+
+
+def test_two_processes_never_compact_the_same_backlog_twice(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    engine.ingest([m for t in range(80) for m in coding_turn(t, filler=5)])
+    ctx = multiprocessing.get_context("fork")
+    for _ in range(3):
+        barrier, results = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_compact_backlog, args=(tmp_path, barrier, results))
+                 for _ in range(2)]
+        for p in procs:
+            p.start()
+        outcomes = sorted(results.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(timeout=60)
+        assert "error" not in outcomes
+    assert _rows_under_two_leaves(engine) == []
