@@ -547,10 +547,10 @@ class Store:
 
     def fts_row_counts(self) -> dict:
         """Rows in ``messages`` and documents in its FTS index (they should be equal)."""
-        with self.db.reading() as conn:
-            return {"rows": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
-                    "fts_docs": conn.execute(
-                        "SELECT count(*) FROM messages_fts_docsize").fetchone()[0]}
+        with self.db.reading() as conn:  # one statement: both counts from one snapshot
+            rows, docs = conn.execute("SELECT (SELECT count(*) FROM messages),"
+                                      " (SELECT count(*) FROM messages_fts_docsize)").fetchone()
+        return {"rows": rows, "fts_docs": docs}
 
     def largest_messages(self, limit: int = 5, max_rows: int = 50_000) -> list[dict]:
         """The biggest of the newest ``max_rows`` rows by content + tool-call characters

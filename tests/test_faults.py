@@ -254,3 +254,33 @@ def test_two_processes_never_compact_the_same_backlog_twice(tmp_path):
             p.join(timeout=60)
         assert "error" not in outcomes
     assert _rows_under_two_leaves(engine) == []
+
+
+# ---------------------------------------------------------------- doctor under a writer
+def test_doctor_fts_counts_agree_under_a_concurrent_writer(tmp_path):
+    from hermes_trove.diagnostics import health
+    engine = make_engine(tmp_path, window=64_000)
+    path = str(engine.config.resolved_database_path)
+    writer_db = database.Database(database.resolve_path(path))  # its own connection
+    from hermes_trove.store import Store
+    writer, stop = Store(writer_db), threading.Event()
+    # Counting a bigger table takes longer: room for a commit between two separate reads.
+    writer.ingest("w", [{"role": "user", "content": f"seed {n}"} for n in range(10_000)])
+
+    def write():
+        n = 0
+        while not stop.is_set():
+            writer.ingest("w", [{"role": "user", "content": f"message {n}"}])
+            n += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        bad = [c for _ in range(300) for c in health.check_fts(engine.store, engine.dag,
+                                                                engine.config)
+               if c["name"].endswith("_rows") and c["status"] != "ok"]
+    finally:
+        stop.set()
+        thread.join()
+        writer_db.close()
+    assert bad == []
