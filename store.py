@@ -25,6 +25,9 @@ UNKNOWN_SOURCE = "unknown"
 ANCHOR_CANDIDATES = 16
 # Stored rows read past the shown list's length when aligning (room for skipped rows).
 ALIGN_SLACK = 64
+# The substring scan holds the shared connection one page at a time, for so long overall.
+SCAN_PAGE_ROWS = 200
+SCAN_SECONDS = 2.0
 
 MESSAGE_COLUMNS = (
     "store_id, session_id, conversation_id, source, role, content, content_format, tool_calls,"
@@ -433,19 +436,35 @@ class Store:
                 (match, limit))]
 
     def substring_scan(self, session_id: str | None, needles: Sequence[str], *,
-                       limit: int, max_rows: int) -> list[int]:
+                       limit: int, max_rows: int, max_seconds: float = SCAN_SECONDS,
+                       page_rows: int = SCAN_PAGE_ROWS) -> list[int]:
         """store_ids (newest first) whose text contains every needle, scanning at most
         ``max_rows`` of the newest rows: the bounded fallback for text FTS5 tokenizes
-        badly (CJK runs, emoji, symbols)."""
-        conds = " AND ".join("instr(lower(COALESCE(search_text, content, '')), ?) > 0"
-                             for _ in needles)
-        scope = "WHERE session_id = ?" if session_id else ""
-        params: list = [session_id] if session_id else []
-        params += [max_rows] + [n.lower() for n in needles] + [limit]
-        with self.db.reading() as conn:
-            return [r[0] for r in conn.execute(
-                f"SELECT store_id FROM (SELECT store_id, search_text, content FROM messages"
-                f" {scope} ORDER BY store_id DESC LIMIT ?) WHERE {conds} LIMIT ?", params)]
+        badly (CJK runs, emoji, symbols).
+
+        The scan goes page by page and takes the shared connection only for one
+        page at a time, so a writer (another agent's compaction) waits at most one
+        page; it stops after ``max_seconds`` with what it found so far."""
+        conds = " AND ".join("instr(t, ?) > 0" for _ in needles) or "1"
+        scope = "session_id = ? AND " if session_id else ""
+        found: list[int] = []
+        cursor, scanned = 2 ** 62, 0
+        deadline = time.monotonic() + max_seconds
+        while scanned < max_rows and len(found) < limit:
+            size = min(page_rows, max_rows - scanned)
+            params = ([session_id] if session_id else []) + [cursor, size]
+            with self.db.reading() as conn:
+                page = conn.execute(
+                    f"SELECT store_id, {conds} FROM (SELECT store_id,"
+                    f" lower(COALESCE(search_text, content, '')) AS t FROM messages"
+                    f" WHERE {scope}store_id < ? ORDER BY store_id DESC LIMIT ?)",
+                    [n.lower() for n in needles] + params).fetchall()
+            found += [r[0] for r in page if r[1]]
+            scanned += len(page)
+            if len(page) < size or time.monotonic() > deadline:
+                break
+            cursor = page[-1][0]
+        return found[:limit]
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: str | None = None) -> str | None:

@@ -284,3 +284,35 @@ def test_doctor_fts_counts_agree_under_a_concurrent_writer(tmp_path):
         thread.join()
         writer_db.close()
     assert bad == []
+
+
+# ---------------------------------------------------------------- bounded recall reads
+def test_a_query_of_hundreds_of_cjk_terms_is_bounded():
+    from hermes_trove.recall import query_plan
+    terms = " ".join(chr(0x4E00 + i) + chr(0x4E00 + 2 * i + 7) for i in range(300))
+    plan = query_plan.parse_query(terms)
+    assert 0 < len(plan.needles) <= query_plan.MAX_NEEDLES
+
+
+def test_the_substring_scan_holds_the_connection_one_page_at_a_time(tmp_path, monkeypatch):
+    from hermes_trove.store import Store
+    db = database.get_database(tmp_path / "scan.db")
+    store = Store(db)
+    big = "日志 " * 2000
+    store.ingest("s", [{"role": "tool", "tool_call_id": f"c{n}", "content": f"{big} {n}"}
+                       for n in range(1000)])
+    entries = {"n": 0}
+    reading = type(db).reading
+
+    def counting(self):
+        entries["n"] += 1
+        return reading(self)
+    monkeypatch.setattr(type(db), "reading", counting)
+    assert store.substring_scan("s", ["退避"], limit=5, max_rows=1000, page_rows=50) == []
+    assert entries["n"] == 1000 // 50  # the lock was let go between pages
+    entries["n"] = 0
+    store.substring_scan("s", ["退避"], limit=5, max_rows=1000, page_rows=50, max_seconds=0)
+    assert entries["n"] == 1  # out of time after the first page
+    assert store.substring_scan("s", ["日志", "999"], limit=5, max_rows=1000,
+                                page_rows=50) == [1000]
+    database.forget_database(tmp_path / "scan.db")
