@@ -60,8 +60,6 @@ ROTATE_SCAN_LIMIT = 20_000
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
 ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
-# After a database failure, the engine runs without it this long before trying again.
-DATABASE_RETRY_SECONDS = 30.0
 # How long a compaction or rotate waits for another one of the same session to finish.
 COMPACTION_LOCK_SECONDS = 120.0
 
@@ -138,8 +136,7 @@ class TroveEngine(ContextEngine):
         self.last_compaction: dict = {}
         self.errors: list[str] = []
         self._llm_override: tuple | None = None
-        self.database_fault: dict | None = None  # what is wrong with the database, if anything
-        self._fault_at = 0.0
+        self._faults = faults.Tracker()           # what is wrong with the database, if anything
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -341,24 +338,20 @@ class TroveEngine(ContextEngine):
                     raise
                 self._note_fault(exc)
 
+    @property
+    def database_fault(self) -> dict | None:
+        """What is wrong with the database (problem, repair), or None."""
+        return self._faults.fault
+
     def _note_fault(self, exc: BaseException) -> None:
         """Remember what is wrong with the database: until it works again the engine
         keeps the prompt bounded without it and every tool says why."""
-        self.database_fault = faults.describe(self.config.resolved_database_path, exc)
-        self._fault_at = time.monotonic()
-        self.errors.append(f"database: {self.database_fault['problem']}")
-        log.warning("hermes-trove: %s; %s", self.database_fault["problem"],
-                    self.database_fault["repair"])
+        fault = self._faults.note(self.config.resolved_database_path, exc)
+        self.errors.append(f"database: {fault['problem']}")
 
     def _usable_database(self) -> bool:
-        """False while a recent database failure stands; after the retry interval the
-        next call tries the database again (a restored file is picked up)."""
-        if self.database_fault is None:
-            return True
-        if time.monotonic() - self._fault_at < DATABASE_RETRY_SECONDS:
-            return False
-        self.database_fault = None
-        return True
+        """Whether to use the database now (see ``faults.Tracker.usable``)."""
+        return self._faults.usable()
 
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
@@ -412,7 +405,7 @@ class TroveEngine(ContextEngine):
         canonical = self._ensure_bound()
         if not self.stores:
             return [None] * len(messages), [False] * len(messages)
-        inserted = self._inserted(messages)
+        inserted, known = self._read_blocks(messages)
         skip = [ins or (system_prompt and i == 0 and m.get("role") == "system")
                 for i, (m, ins) in enumerate(zip(messages, inserted))]
         prepare = self.policy.prepare
@@ -421,7 +414,7 @@ class TroveEngine(ContextEngine):
         result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
                                    conversation_id=self.conversation_id, source=self.platform,
                                    count_tokens=self.count_message,
-                                   known=self._known_tail_for(messages, inserted),
+                                   known=known,
                                    after_block=any(inserted))
         for sid, message in zip(reversed(result.store_ids), reversed(messages)):
             if sid is not None and assemble.is_real_user(message):
@@ -443,31 +436,15 @@ class TroveEngine(ContextEngine):
         """Tokens of a list of messages (memoized per message)."""
         return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
 
-    def _inserted(self, messages: list) -> list[bool]:
-        """Which shown messages the engine inserted: only a block whose exact text it
-        rendered for this session (remembered in memory and in the session state)."""
-        shown = {assemble.block_fingerprint(m.get("content")) for m in messages
-                 if assemble.is_trove_message(m) and m.get("role") == "user"}
-        if shown - self._known_tails.keys() and self.canonical_id:
-            state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
-            self._known_tails = known_tails.merged(known_tails.from_state(state),
-                                                   self._known_tails)
-        return assemble.engine_inserted(messages, self._known_tails)
-
-    def _known_tail_for(self, messages: list, inserted: list[bool]) -> KnownTail | None:
-        """What the engine returned after the block this list carries.
-
-        Each compaction records the block's fingerprint and the store_ids of the raw
-        messages it returned after it (in memory and in the session state, so a
-        restarted process or another copy knows it too). Identical messages
-        ("ok") can then never line up one position off."""
-        block = next((m for m, ins in zip(messages, inserted)
-                      if ins and m.get("role") == "user"), None)
-        if block is None:
-            return None
-        tail = self._known_tails.get(assemble.block_fingerprint(block.get("content")))
-        return (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("high"))
-                if tail else None)
+    def _read_blocks(self, messages: list) -> tuple[list[bool], KnownTail | None]:
+        """Which shown messages the engine inserted, and what it returned after the
+        block the list carries (see ``known_tails.read``)."""
+        def state() -> dict:
+            if not self.canonical_id:
+                return {}
+            return (self.store.get_session(self.canonical_id) or {}).get("state", {})
+        self._known_tails, inserted, known = known_tails.read(messages, self._known_tails, state)
+        return inserted, known
 
     # ------------------------------------------------------------------ compaction
     def compress(self, messages: list, current_tokens: int | None = None,

@@ -12,6 +12,11 @@ Pure bookkeeping on plain dicts, kept in memory and in the session state.
 
 from __future__ import annotations
 
+from typing import Callable
+
+from ..store import KnownTail
+from .assemble import block_fingerprint, engine_inserted, is_trove_message
+
 # How many of the newest rendered blocks are remembered per session.
 KEEP = 16
 
@@ -43,3 +48,22 @@ def merged(*sources: dict[str, dict]) -> dict[str, dict]:
             out.pop(digest, None)
             out[digest] = known
     return dict(list(out.items())[-KEEP:])
+
+
+def read(messages: list, tails: dict[str, dict], load_state: Callable[[], dict]
+         ) -> tuple[dict[str, dict], list[bool], KnownTail | None]:
+    """Read a shown list's blocks: the remembered blocks (``load_state`` is called only
+    when the list shows a block not remembered in memory), which messages the engine
+    inserted (only a block whose exact text it rendered, and its acknowledgement),
+    and the ``KnownTail`` of the first such block (None without one)."""
+    shown = {block_fingerprint(m.get("content")) for m in messages
+             if is_trove_message(m) and m.get("role") == "user"}
+    if shown - tails.keys():
+        tails = merged(from_state(load_state()), tails)
+    inserted = engine_inserted(messages, tails)
+    block = next((m for m, ins in zip(messages, inserted)
+                  if ins and m.get("role") == "user"), None)
+    tail = tails.get(block_fingerprint(block.get("content"))) if block is not None else None
+    known = (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("high"))
+             if tail else None)
+    return tails, inserted, known

@@ -10,13 +10,20 @@ This module turns the error into those two sentences; it never writes.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from .backup import backup_dir
 from .database import DatabaseError
 from .migrations import SchemaTooNewError
+
+log = logging.getLogger(__name__)
+
+# After a database failure, the engine runs without it this long before trying again.
+RETRY_SECONDS = 30.0
 
 DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted", "corrupt")
 READ_ONLY = ("readonly", "read-only", "permission denied", "access permission",
@@ -66,3 +73,28 @@ def _writable(path: Path) -> bool:
     if path.exists() and not os.access(path, os.W_OK):
         return False
     return os.access(path.parent if path.parent.exists() else Path("."), os.W_OK)
+
+
+class Tracker:
+    """One engine's view of its database's health: the last fault, and whether it is
+    time to try the database again (plain values, so deep copies stay cheap)."""
+
+    def __init__(self) -> None:
+        self.fault: dict | None = None
+        self.at = 0.0
+
+    def note(self, path: str | os.PathLike, exc: BaseException) -> dict:
+        """Remember what is wrong (from ``exc``) and when; log it once per failure."""
+        self.fault, self.at = describe(path, exc), time.monotonic()
+        log.warning("hermes-trove: %s; %s", self.fault["problem"], self.fault["repair"])
+        return self.fault
+
+    def usable(self) -> bool:
+        """False while a recent fault stands; after ``RETRY_SECONDS`` the next caller
+        tries the database again (a restored file is picked up)."""
+        if self.fault is None:
+            return True
+        if time.monotonic() - self.at < RETRY_SECONDS:
+            return False
+        self.fault = None
+        return True

@@ -137,7 +137,7 @@ def test_the_engine_uses_the_database_again_once_it_is_repaired(tmp_path, monkey
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
-    monkeypatch.setattr(engine, "_fault_at", engine._fault_at - 3600)  # the retry is due
+    monkeypatch.setattr(engine._faults, "at", engine._faults.at - 3600)  # the retry is due
     messages = [m for t in range(5) for m in coding_turn(t)]
     engine.on_session_start("sess", platform="cli")
     engine.ingest(messages)
