@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, integrity
+from ..storage import codec, faults, integrity
 from ..diagnostics import health
 from ..compaction import tokens
 from .. import tools
@@ -120,7 +120,9 @@ def open_target(config: TroveConfig, engine: Any = None) -> Target:
     try:
         get_database(target.db_path)
     except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
-        raise OperatorError(f"cannot open {target.db_path}: {exc}") from None
+        fault = faults.describe(target.db_path, exc)
+        raise OperatorError(f"cannot open {target.db_path}: {fault['problem']}. "
+                            f"Repair: {fault['repair']}") from None
     return target
 
 

@@ -316,3 +316,13 @@ def test_the_substring_scan_holds_the_connection_one_page_at_a_time(tmp_path, mo
     assert store.substring_scan("s", ["日志", "999"], limit=5, max_rows=1000,
                                 page_rows=50) == [1000]
     database.forget_database(tmp_path / "scan.db")
+
+
+def test_operator_status_and_doctor_name_the_problem_and_the_repair(tmp_path, monkeypatch):
+    path = _filled_database(tmp_path)
+    _zero_header(path)
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    from hermes_trove import command
+    for sub in ("status", "doctor"):
+        text = command.handle(sub)
+        assert "damaged" in text and "Repair:" in text and "backups" in text, text
