@@ -180,3 +180,25 @@ def test_ignored_messages_stay_in_the_prompt_but_are_not_stored(tmp_path):
     out = compact(engine, out + turn("task 99", "done 99"))
     assert [m["content"] for m in out[-5:]] == [
         "HEARTBEAT", "HEARTBEAT_OK", "HEARTBEAT", "task 99", "done 99"]
+
+
+# ---------------------------------------------------------------- store level
+def test_after_a_block_with_no_known_tail_summarized_rows_are_not_candidates(tmp_path):
+    from hermes_trove.dag import Dag, NewNode
+    from hermes_trove.storage import database
+    from hermes_trove.store import Store
+    db = database.get_database(tmp_path / "s.db")
+    store, dag = Store(db), Dag(db)
+    history = repetitive(10)
+    ids = store.ingest("s", history).store_ids
+    dag.add_node(NewNode(session_id="s", depth=0, text="old turns", token_count=2,
+                         source_token_count=40, level=1, model="test",
+                         child_store_ids=ids[:16]))
+    block = {"role": "user", "content": "[block]"}
+    shown = [block] + history[16:] + turn("continue", "ok")
+    result = store.ingest("s", shown, skip=[True] + [False] * (len(shown) - 1),
+                          after_block=True)
+    assert result.store_ids[1:5] == ids[16:] and result.inserted == 2
+    # A whole-transcript view (no block) may line up with summarized rows, in order.
+    assert store.ingest("s", history).inserted == 0
+    database.forget_database(tmp_path / "s.db")
