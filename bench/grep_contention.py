@@ -3,12 +3,14 @@
 another agent of the same process compacts: how long the grep takes and how long
 the other agent's ``compress`` calls wait for the shared connection.
 
-The store holds ``--rows`` tool outputs of ~20 KB each (ASCII log text, so the CJK
-needles match nothing and the substring fallback has to scan) in session "a".
+The store holds ``--rows`` tool outputs in session "a", each the query's first 299
+two-character CJK terms repeated 20 times (~18 KB): every row holds almost every
+needle, so the substring fallback (CJK is matched by substring, not FTS5) must test
+each of them in each row and finds nothing (the 300th term is in no row).
 Thread 1 runs the grep in session "a" ``--greps`` times; thread 2 runs a
 coding-agent session "b" whose every turn ends with a forced ``compress``.
 
-    .venv/bin/python bench/grep_contention.py [--rows 1500] [--greps 3]
+    .venv/bin/python bench/grep_contention.py [--rows 1500] [--greps 1]
 Prints the figures and writes bench/results/grep_contention.json.
 """
 
@@ -34,14 +36,15 @@ from enginekit import coding_turn, make_engine  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1500)
-    parser.add_argument("--greps", type=int, default=3)
+    parser.add_argument("--greps", type=int, default=1)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="trove-grep-bench-"))
     reader = make_engine(home, window=128_000, session="a")
-    line = "2026-12-02T05:00:00Z worker-7 INFO request served in 12 ms status=200 path=/api/v1\n"
+    terms = [chr(0x4E00 + i) + chr(0x4E00 + 2 * i + 7) for i in range(300)]
+    text = (" ".join(terms[:299]) + "\n") * 20
     reader.ingest([{"role": "tool", "tool_call_id": f"c{n}", "name": "terminal",
-                    "content": line * 240 + f"row {n}"} for n in range(args.rows)])
-    query = " ".join(chr(0x4E00 + i) + chr(0x4E00 + 2 * i + 7) for i in range(300))
+                    "content": text + f"row {n}"} for n in range(args.rows)])
+    query = " ".join(terms)
     writer = make_engine(home, window=64_000, session="b")
     grep_seconds: list[float] = []
     waits: list[float] = []

@@ -18,3 +18,4 @@ run search bench/search.py 100000 1000000
 run open_time bench/open_time.py 1000000
 run compaction bench/compaction.py
 run recall_vs_builtin bench/recall_vs_builtin.py
+run grep_contention bench/grep_contention.py
