@@ -25,6 +25,9 @@ UNKNOWN_SOURCE = "unknown"
 ANCHOR_CANDIDATES = 16
 # Stored rows read past the shown list's length when aligning (room for skipped rows).
 ALIGN_SLACK = 64
+# A block whose tail is unknown is aligned against unsummarized rows among this many
+# times the shown list's length of the session's newest rows.
+FRESH_SCAN_FACTOR = 8
 # The substring scan holds the shared connection one page at a time, for so long overall.
 SCAN_PAGE_ROWS = 200
 SCAN_SECONDS = 2.0
@@ -306,12 +309,12 @@ class Store:
     @staticmethod
     def _fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
         """``(store_id, hash)`` of the session's newest ``limit`` rows that no summary
-        covers, in store order."""
+        covers, in store order (looking at most ``FRESH_SCAN_FACTOR * limit`` rows back)."""
         rows = [(r[0], r[1]) for r in conn.execute(
-            "SELECT store_id, content_hash FROM messages AS m WHERE session_id = ?"
-            " AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
-            " WHERE e.child_store_id = m.store_id) ORDER BY store_id DESC LIMIT ?",
-            (session_id, limit))]
+            "SELECT store_id, content_hash FROM (SELECT store_id, content_hash FROM messages"
+            " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?) AS m WHERE NOT EXISTS"
+            " (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
+            " ORDER BY store_id DESC LIMIT ?", (session_id, FRESH_SCAN_FACTOR * limit, limit))]
         return rows[::-1]
 
     @staticmethod
