@@ -658,7 +658,8 @@ class TroveEngine(ContextEngine):
                           and m.get("role") == "user"), None)
             if block is not None:
                 known = {assemble.block_fingerprint(block["content"]): known_tails.entry(
-                    tail_ids, min(tail_ids) if tail_ids else shown_max + 1, shown_max)}
+                    tail_ids, min(tail_ids) if tail_ids else shown_max + 1,
+                    self.dag.last_node_id())}
                 self._known_tails = known_tails.merged(self._known_tails, known)
         self._record(outcome, known_tail=known)
         return result if changed else messages

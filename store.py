@@ -50,8 +50,8 @@ class IngestResult:
 @dataclass(frozen=True)
 class KnownTail:
     """What the engine returned after one of its summary blocks: the raw messages
-    after it were ``store_ids``; ``high`` was the highest store_id shown to that
-    compaction (rows above it were stored later; None when not known).
+    after it were ``store_ids``; ``nodes`` was the highest node_id when the block
+    was rendered (summaries above it were written later; None when not known).
 
     A list carrying that block starts with those messages, as far as the host
     did not rewrite them (/undo, /retry, edits). What follows is aligned in order
@@ -61,7 +61,7 @@ class KnownTail:
 
     store_ids: tuple[int, ...]
     low: int
-    high: int | None = None
+    nodes: int | None = None
 
 
 def hex_tag(prefix: str, value: str) -> str:
@@ -279,10 +279,10 @@ class Store:
         agree (an /undo, /retry or edit changes the list from some point on);
         what follows is aligned, in order, against the rows after the last match:
         rows a hook stored later, the verbatim turns beside a manual /compress, or
-        nothing (then it is new). A row this block's compaction had already
-        summarized is never a candidate; a row stored after it (above ``high``)
-        is, even when a later compaction summarized it: a stale view shown again
-        must still line up with it.
+        nothing (then it is new). A row already summarized when the block was
+        rendered (by a node up to ``nodes``) is never a candidate; a row only a
+        later compaction summarized is: a stale view shown again must still line
+        up with it.
         """
         real = [i for i, h in enumerate(hashes) if h is not None]
         ids = list(known.store_ids)
@@ -297,10 +297,10 @@ class Store:
         if rest:
             window = [(r[0], r[1]) for r in conn.execute(
                 "SELECT store_id, content_hash FROM messages AS m WHERE session_id = ?"
-                " AND store_id > ? AND (store_id > ? OR NOT EXISTS (SELECT 1 FROM"
-                " node_edges AS e WHERE e.child_store_id = m.store_id))"
+                " AND store_id > ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                " WHERE e.child_store_id = m.store_id AND e.parent_id <= ?)"
                 " ORDER BY store_id LIMIT ?",
-                (session_id, last, 2**62 if known.high is None else known.high,
+                (session_id, last, 2**62 if known.nodes is None else known.nodes,
                  len(rest) + ALIGN_SLACK))]
             for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest], window)):
                 alignment[pos] = store_id

@@ -21,11 +21,11 @@ from .assemble import block_fingerprint, engine_inserted, is_trove_message
 KEEP = 16
 
 
-def entry(store_ids: list[int], low: int, high: int) -> dict:
+def entry(store_ids: list[int], low: int, nodes: int) -> dict:
     """What is remembered of one rendered block: the raw messages returned after
-    it, where alignment after them starts (``low``), and the highest store_id its
-    compaction saw (rows above it were stored later)."""
-    return {"store_ids": list(store_ids), "low": int(low), "high": int(high)}
+    it, where alignment after them starts (``low``), and the highest node_id when
+    it was rendered (summaries above it were written later)."""
+    return {"store_ids": list(store_ids), "low": int(low), "nodes": int(nodes)}
 
 
 def from_state(state: dict) -> dict[str, dict]:
@@ -64,6 +64,6 @@ def read(messages: list, tails: dict[str, dict], load_state: Callable[[], dict]
     block = next((m for m, ins in zip(messages, inserted)
                   if ins and m.get("role") == "user"), None)
     tail = tails.get(block_fingerprint(block.get("content"))) if block is not None else None
-    known = (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("high"))
+    known = (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("nodes"))
              if tail else None)
     return tails, inserted, known

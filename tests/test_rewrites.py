@@ -108,10 +108,11 @@ def operations(draw):
         st.tuples(st.just("undo")),
         st.tuples(st.just("retry"), st.sampled_from(VOCAB)),
         st.tuples(st.just("edit"), st.integers(0, 40), st.sampled_from(VOCAB)),
-        st.tuples(st.just("compact"))), min_size=5, max_size=30))
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("stale"), st.integers(0, 40))), min_size=5, max_size=30))
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=operations(), turns=st.integers(3, 30))
 def test_random_rewrites_never_lose_or_misplace_a_message(tmp_path_factory, ops, turns):
@@ -119,7 +120,13 @@ def test_random_rewrites_never_lose_or_misplace_a_message(tmp_path_factory, ops,
     messages = [m for t in range(turns)
                 for m in turn(VOCAB[t % 3], VOCAB[(t * 2) % 3])]
     check_invariants(engine, messages)
+    seen = [list(messages)]
     for op in ops:
+        if op[0] == "stale":  # an earlier view shown again (a deep copy, a hook)
+            count = engine.store.count_messages("sess")
+            engine.ingest(seen[op[1] % len(seen)])
+            assert engine.store.count_messages("sess") == count, "a stale view stored more"
+            continue
         inserted = [assemble.is_trove_message(m) for m in messages]
         editable = [i for i, ins in enumerate(inserted) if not ins]
         if op[0] == "append":
@@ -140,6 +147,7 @@ def test_random_rewrites_never_lose_or_misplace_a_message(tmp_path_factory, ops,
             check_prompt(messages, out)
             messages = out
         check_invariants(engine, messages)
+        seen.append(list(messages))
 
 
 # ---------------------------------------------------------------- messages never silently skipped
