@@ -35,9 +35,9 @@ class Unavailable(RuntimeError):
 
 
 def is_database_error(exc: BaseException) -> bool:
-    """Whether ``exc`` comes from the database itself (as opposed to a bug or bad input)."""
-    return isinstance(exc, (sqlite3.Error, DatabaseError, SchemaTooNewError, OSError,
-                            Unavailable))
+    """Whether ``exc`` comes from the database itself (as opposed to a bug, bad input or
+    a payload file: those must not switch the engine to running without its store)."""
+    return isinstance(exc, (sqlite3.Error, DatabaseError, SchemaTooNewError, Unavailable))
 
 
 def describe(path: str | os.PathLike, exc: BaseException) -> dict:
