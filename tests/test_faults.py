@@ -1,36 +1,57 @@
 """Faults the agent must survive: racing first opens, broken databases, bad inputs."""
 
-import multiprocessing
+import os
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 from hermes_trove.storage import migrations
 
 
-def _open_new(path: str, barrier, results) -> None:
-    from hermes_trove.storage import database
-    from hermes_trove.store import Store
-    database._registry.clear()  # a forked child owns none of the parent's connections
-    barrier.wait()
-    try:
-        store = Store(database.get_database(path))
-        store.ensure_session("s")
-        results.put("ok")
-    except Exception as exc:  # reported to the parent
-        results.put(f"{type(exc).__name__}: {exc}")
+TESTS = Path(__file__).resolve().parent
+CHILD = """
+import os, sys, time
+sys.path[:0] = [{scripts!r}, {tests!r}]
+from _bootstrap import load_package
+load_package()
+from hermes_trove.storage import database
+from hermes_trove.store import Store
+while not os.path.exists({go!r}):
+    time.sleep(0.001)
+try:
+{body}
+    print("ok")
+except Exception as exc:
+    print(f"{{type(exc).__name__}}: {{exc}}")
+"""
+
+
+def run_together(tmp_path, body: str, count: int) -> list[str]:
+    """Start ``count`` fresh interpreters (no threads or locks inherited from this one)
+    that run ``body`` at the same moment; return what each printed."""
+    go = tmp_path / f"go-{time.monotonic_ns()}"
+    code = CHILD.format(scripts=str(TESTS.parent / "scripts"), tests=str(TESTS), go=str(go),
+                        body=textwrap.indent(textwrap.dedent(body), "    "))
+    env = {**os.environ, "HERMES_HOME": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(count)]
+    time.sleep(1.0)  # let every interpreter import and reach the barrier
+    go.touch()
+    return [(p.communicate(timeout=180)[0].strip().splitlines() or ["no output"])[-1]
+            for p in procs]
 
 
 def test_several_processes_open_a_new_database_at_once(tmp_path):
-    ctx = multiprocessing.get_context("fork")
     failures = []
     for trial in range(20):
         path = str(tmp_path / f"race-{trial}.db")
-        barrier, results = ctx.Barrier(3), ctx.Queue()
-        procs = [ctx.Process(target=_open_new, args=(path, barrier, results)) for _ in range(3)]
-        for p in procs:
-            p.start()
-        outcomes = [results.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
+        outcomes = run_together(tmp_path, f"""
+            Store(database.get_database({path!r})).ensure_session("s")
+        """, 3)
         failures += [o for o in outcomes if o != "ok"]
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA user_version").fetchone()[0] == migrations.latest_version()
@@ -42,7 +63,6 @@ def test_several_processes_open_a_new_database_at_once(tmp_path):
 
 # ---------------------------------------------------------------- broken databases
 import json  # noqa: E402
-import os  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -230,29 +250,20 @@ def test_rotate_apply_while_the_agent_compacts_summarizes_nothing_twice(tmp_path
     assert _rows_under_two_leaves(engine) == []
 
 
-def _compact_backlog(tmp_path, barrier, results) -> None:
-    database._registry.clear()
-    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4, leaf_chunk_tokens=400)
-    messages = [m for t in range(80) for m in coding_turn(t, filler=5)]
-    barrier.wait()
-    engine.compress(messages, force=True)
-    results.put(engine.last_compaction.get("outcome"))
-
-
 def test_two_processes_never_compact_the_same_backlog_twice(tmp_path):
     engine = make_engine(tmp_path, window=64_000)
     engine.ingest([m for t in range(80) for m in coding_turn(t, filler=5)])
-    ctx = multiprocessing.get_context("fork")
     for _ in range(3):
-        barrier, results = ctx.Barrier(2), ctx.Queue()
-        procs = [ctx.Process(target=_compact_backlog, args=(tmp_path, barrier, results))
-                 for _ in range(2)]
-        for p in procs:
-            p.start()
-        outcomes = sorted(results.get(timeout=120) for _ in procs)
-        for p in procs:
-            p.join(timeout=60)
-        assert "error" not in outcomes
+        outcomes = run_together(tmp_path, """
+            from enginekit import coding_turn, make_engine
+            from pathlib import Path
+            engine = make_engine(Path(os.environ["HERMES_HOME"]), window=64_000,
+                                 fresh_tail_count=4, leaf_chunk_tokens=400)
+            engine.compress([m for t in range(80) for m in coding_turn(t, filler=5)],
+                            force=True)
+            assert engine.last_compaction.get("outcome") != "error", engine.last_compaction
+        """, 2)
+        assert outcomes == ["ok", "ok"]
     assert _rows_under_two_leaves(engine) == []
 
 
