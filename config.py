@@ -117,7 +117,8 @@ class TroveConfig:
     stateless_session_patterns: tuple[str, ...] = _list(
         (), "Sessions matching any of these patterns read the store but never write to it.")
     ignore_message_patterns: tuple[str, ...] = _list(
-        (), "Regular expressions; messages matching any of them are not stored.")
+        (), "Regular expressions; messages matching any of them are not stored (nor "
+        "summarized); they stay in the prompt while the fresh tail reaches them.")
     summary_model: str = _str("", "Model for summaries (empty = the host's model).")
     summary_fallback_models: tuple[str, ...] = _list(
         (), "Models tried in order when the summary model fails.")

@@ -362,10 +362,10 @@ class Dag:
 
     def fts_row_counts(self) -> dict:
         """Rows in ``nodes`` and documents in its FTS index (they should be equal)."""
-        with self.db.reading() as conn:
-            return {"rows": conn.execute("SELECT count(*) FROM nodes").fetchone()[0],
-                    "fts_docs": conn.execute(
-                        "SELECT count(*) FROM nodes_fts_docsize").fetchone()[0]}
+        with self.db.reading() as conn:  # one statement: both counts from one snapshot
+            rows, docs = conn.execute("SELECT (SELECT count(*) FROM nodes),"
+                                      " (SELECT count(*) FROM nodes_fts_docsize)").fetchone()
+        return {"rows": rows, "fts_docs": docs}
 
     # ------------------------------------------------------------------ operator maintenance
     def external_references(self, session_ids: Sequence[str], limit: int = 20) -> list[dict]:

@@ -11,7 +11,6 @@ connection (the host falls back to its own compressor if the copy raises).
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import logging
 import time
@@ -21,8 +20,8 @@ from typing import Any, Callable
 from .binding import forks, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
-from .compaction import assemble, fallback, prepare, spend, sweep, tokens
-from .storage import codec, integrity, lifecycle
+from .compaction import assemble, fallback, known_tails, prepare, spend, sweep, tokens
+from .storage import codec, faults, integrity, lifecycle, locks
 from .storage.backup import backup_database, backup_dir
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -37,6 +36,7 @@ from .store import KnownTail, Store, decode_row
 from .compaction import rollups
 from .compaction.summarize import CircuitBreaker, Summarizer
 from .evidence import assertions
+from .diagnostics import unavailable
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
     from agent.context_engine import ContextEngine
@@ -62,6 +62,8 @@ ROTATE_SCAN_LIMIT = 20_000
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
 ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
+# How long a compaction or rotate waits for another one of the same session to finish.
+COMPACTION_LOCK_SECONDS = 120.0
 
 _breakers: dict[tuple, CircuitBreaker] = {}
 
@@ -72,12 +74,6 @@ def _clean(message: dict) -> dict:
     if not any(str(k).startswith("_") for k in message):
         return message
     return {k: v for k, v in message.items() if not str(k).startswith("_")}
-
-
-def _block_hash(content) -> str:
-    """A short fingerprint of a summary block's text."""
-    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
@@ -113,7 +109,7 @@ class TroveEngine(SessionBinding, ContextEngine):
         self._last_compression_made_progress = False
         self._last_summary_error: str | None = None
         self._runtime: dict[str, Any] = {}
-        self._known_tail: dict | None = None
+        self._known_tails: dict[str, dict] = {}  # block fingerprint -> what followed it
         self._memo = MessageMemo()
         self._rotate_pending = False
         self.session_mode = "normal"            # normal | ignored | stateless
@@ -132,6 +128,7 @@ class TroveEngine(SessionBinding, ContextEngine):
         self._hint_at_bind: str | None = None
         self.owner: str | None = None
         self.clock: Callable[[], float] = time.time   # the tools' and rollups' "now"
+        self._faults = faults.Tracker()           # what is wrong with the database, if anything
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -246,6 +243,19 @@ class TroveEngine(SessionBinding, ContextEngine):
         boundary = kwargs.get("boundary_reason")
         if self.session_id and session_id != self.session_id and boundary != "compression":
             self._forget_session_memory()  # the gateway's /new and /reset
+        try:
+            if not self._usable_database():
+                raise faults.Unavailable(self.database_fault)
+            self._start_session(session_id, old, boundary)
+        except Exception as exc:
+            if not faults.is_database_error(exc):
+                raise
+            if not isinstance(exc, faults.Unavailable):
+                self._note_fault(exc)
+            self._bind(session_id, session_id, "host")  # tools still know the session
+
+    def _start_session(self, session_id: str, old: str | None, boundary: str | None) -> None:
+        """Record the session (and the one it continues) and bind it."""
         store = self.store
         if old and old != session_id and boundary == "compression":
             canonical = store.ensure_session(old, conversation_id=self.conversation_id,
@@ -301,7 +311,7 @@ class TroveEngine(SessionBinding, ContextEngine):
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
         previous = self.session_id
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
-        self._known_tail = None
+        self._known_tails = {}
         self._hint_at_bind = forks.host_session_hint()
         register(self, session_id, previous=previous, by_host=how == "host")
         if self.stores:
@@ -331,8 +341,13 @@ class TroveEngine(SessionBinding, ContextEngine):
     def on_session_end(self, session_id: str, messages: list) -> None:
         """Persist what the host shows; not proof the session is over (it runs before
         every host compaction too), so nothing is torn down."""
-        if messages:
-            self.ingest(messages, into=session_id or None)
+        if messages and self._usable_database():
+            try:
+                self.ingest(messages, into=session_id or None)
+            except Exception as exc:
+                if not faults.is_database_error(exc):
+                    raise
+                self._note_fault(exc)
         self._start_rollups()
 
     def _start_rollups(self) -> None:
@@ -346,29 +361,45 @@ class TroveEngine(SessionBinding, ContextEngine):
         except Exception as exc:  # rollups must never break a turn
             self.errors.append(f"rollups: {exc}")
 
+    @property
+    def database_fault(self) -> dict | None:
+        """What is wrong with the database (problem, repair), or None."""
+        return self._faults.fault
+
+    def _note_fault(self, exc: BaseException) -> None:
+        """Remember what is wrong with the database: until it works again the engine
+        keeps the prompt bounded without it and every tool says why."""
+        fault = self._faults.note(self.config.resolved_database_path, exc)
+        self.errors.append(f"database: {fault['problem']}")
+
+    def _usable_database(self) -> bool:
+        """Whether to use the database now (see ``faults.Tracker.usable``)."""
+        return self._faults.usable()
+
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
         self.compression_count = 0
         self._noop_at_tokens = None
-        self._known_tail = None
+        self._known_tails = {}
 
     def update_from_response(self, usage: dict) -> None:
         """Track the provider's real usage (it beats any estimate)."""
-        usage = usage or {}
-        prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
-        self.last_prompt_tokens = int(prompt)
-        self.last_completion_tokens = int(usage.get("completion_tokens")
-                                          or usage.get("output_tokens") or 0)
-        self.last_total_tokens = int(usage.get("total_tokens")
-                                     or self.last_prompt_tokens + self.last_completion_tokens)
+        usage = usage if isinstance(usage, dict) else {}
+        prompt = tokens.as_count(usage.get("prompt_tokens") or usage.get("input_tokens"))
+        self.last_prompt_tokens = prompt
+        self.last_completion_tokens = tokens.as_count(usage.get("completion_tokens")
+                                                      or usage.get("output_tokens"))
+        self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
+                                  or self.last_prompt_tokens + self.last_completion_tokens)
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """True at the trigger, unless the last pass proved nothing more can be done
         at this size (the host would otherwise retry pointlessly within the turn)."""
         if self._rotate_pending:
             return True  # an operator rotated the session: let the host pick it up now
-        current = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        current = tokens.as_count(self.last_prompt_tokens if prompt_tokens is None
+                                  else prompt_tokens)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
         self._maybe_prepare(current)
@@ -412,25 +443,39 @@ class TroveEngine(SessionBinding, ContextEngine):
         (``on_session_end``): a session this copy is not bound to gets them, never
         the bound one. A review fork's turns (from its harness prompt on) are never
         stored."""
+        return self._ingest(messages, into=into)[0]
+
+    def _ingest(self, messages: list, *, into: str | None = None, system_prompt: bool = True
+                ) -> tuple[list[int | None], list[bool]]:
+        """Store every shown message once: store_ids aligned with ``messages`` and which
+        of them the engine itself inserted. Only those, a leading system prompt
+        (``system_prompt``) and messages the ignore patterns match are not stored."""
         canonical = self._ensure_bound()
         own = into is None or self.store.canonical_session(into) == canonical
         if self.review_fork or not (self.stores if own else self._stores_session(into)):
-            return [None] * len(messages)  # ignored, stateless or a fork: nothing is written
+            # ignored, stateless or a fork: nothing is written
+            return [None] * len(messages), [False] * len(messages)
         if not own:
             canonical = self.store.ensure_session(into, conversation_id=self.conversation_id,
                                                   source=self.platform)
         user_part = forks.user_part(messages)
         if user_part is not messages:
-            return self.ingest(user_part, into) + [None] * (len(messages) - len(user_part))
-        skip = [assemble.is_trove_message(m) or (i == 0 and m.get("role") == "system")
-                for i, m in enumerate(messages)]
+            ids, inserted = self._ingest(user_part, into=into, system_prompt=system_prompt)
+            rest = len(messages) - len(user_part)
+            return ids + [None] * rest, inserted + [False] * rest
+        inserted, known = self._read_blocks(messages)
+        if not own:
+            known = None  # the known tails are this copy's own session's
+        skip = [ins or (system_prompt and i == 0 and m.get("role") == "system")
+                for i, (m, ins) in enumerate(zip(messages, inserted))]
         prepare = self.policy.prepare
         encoded = [None if s else self._memo.encoded(m, prepare) for m, s in zip(messages, skip)]
         skip = [s or e is None for s, e in zip(skip, encoded)]
         result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
                                    conversation_id=self.conversation_id, source=self.platform,
                                    count_tokens=self.count_message,
-                                   known=self._known_tail_for(messages) if own else None)
+                                   known=known,
+                                   after_block=any(inserted))
         for sid, message in zip(reversed(result.store_ids) if own else (),
                                 reversed(messages)):
             if sid is not None and assemble.is_real_user(message):
@@ -439,11 +484,20 @@ class TroveEngine(SessionBinding, ContextEngine):
         found = self._semantic()
         if found is not None and found.worker is not None:
             found.worker.poke()   # embedding happens on the worker's thread, never here
-        return result.store_ids
+        return result.store_ids, inserted
+
+    def _prepare_state(self) -> dict:
+        """The background preparer's state; nothing to read while the database is broken."""
+        if not self.canonical_id or not self._usable_database():
+            return {"running": False}
+        try:
+            return prepare.state(self.store.db.path, self.canonical_id)
+        except Exception as exc:  # status must answer whatever is wrong
+            return {"running": False, "error": str(exc)[:200]}
 
     def _semantic(self):
         """The process's embedding side of this database (None when embeddings are off)."""
-        if not self.config.embeddings_enabled:
+        if not self.config.embeddings_enabled or not self._usable_database():
             return None
         try:
             return semantic.shared(self.store.db, self.config)
@@ -465,26 +519,15 @@ class TroveEngine(SessionBinding, ContextEngine):
         """Tokens of a list of messages (memoized per message)."""
         return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
 
-    def _known_tail_for(self, messages: list) -> KnownTail | None:
-        """What the engine knows of a list that carries its own summary block.
-
-        The last compaction recorded the block's hash and the store_ids of the raw
-        messages it returned after it (in memory and in the session state, so a
-        restarted process or another copy knows it too). Identical messages
-        ("ok") can then never line up one position off."""
-        block = next((m for m in messages if assemble.is_trove_message(m)
-                      and m.get("role") == "user"), None)
-        if block is None:
-            return None
-        digest = _block_hash(block.get("content"))
-        tail = self._known_tail
-        if (tail is None or tail.get("block_hash") != digest) and self.session_id:
-            state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
-            tail = state.get("known_tail")
-        if not tail or tail.get("block_hash") != digest or "low" not in tail:
-            return None
-        self._known_tail = tail
-        return KnownTail(tuple(tail["store_ids"]), int(tail["low"]))
+    def _read_blocks(self, messages: list) -> tuple[list[bool], KnownTail | None]:
+        """Which shown messages the engine inserted, and what it returned after the
+        block the list carries (see ``known_tails.read``)."""
+        def state() -> dict:
+            if not self.canonical_id:
+                return {}
+            return (self.store.get_session(self.canonical_id) or {}).get("state", {})
+        self._known_tails, inserted, known = known_tails.read(messages, self._known_tails, state)
+        return inserted, known
 
     # ------------------------------------------------------------------ compaction
     def compress(self, messages: list, current_tokens: int | None = None,
@@ -497,19 +540,26 @@ class TroveEngine(SessionBinding, ContextEngine):
         """
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
+        self._last_summary_error = None  # a success clears the last failure
         try:
             self._follow_host(messages)
             if self.review_fork:
                 return messages  # the host never lets a fork compress; be safe anyway
             if self._rotate_pending:
                 self._rotate_pending, force = False, True
+            if not self._usable_database():
+                return self._compress_unstored(messages, current_tokens, focus_topic)
             self._ensure_bound()
             if not self.stores:
                 return self._compress_unstored(messages, current_tokens, focus_topic)
-            result = self._compress(messages, current_tokens, focus_topic, force)
+            with self._compaction_lock():
+                result = self._compress(messages, current_tokens, focus_topic, force)
             self._start_rollups()
             return result
         except Exception as exc:  # never break the agent
+            if faults.is_database_error(exc):
+                self._note_fault(exc)
+                return self._compress_unstored(messages, current_tokens, focus_topic)
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True
             self._last_summary_error = f"hermes-trove compaction failed: {exc}"
@@ -532,19 +582,22 @@ class TroveEngine(SessionBinding, ContextEngine):
         cfg = self.config
         system = messages[0] if messages and messages[0].get("role") == "system" else None
         body = messages[1:] if system is not None else messages
-        store_ids = self.ingest(body)
+        store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
         if not force and current_tokens is not None and 0 < current_tokens < trigger:
             self.last_compaction = {"at": time.time(), "outcome": "noop",
                                     "note": f"under the trigger ({current_tokens} < {trigger})"}
             return messages
-        shown_block = next((m.get("content") for m in body if assemble.is_trove_message(m)
-                            and m.get("role") == "user"), None)
+        shown_block = next((m.get("content") for m, ins in zip(body, inserted)
+                            if ins and m.get("role") == "user"), None)
         session = self.canonical_id
         floor = (self.store.get_session(session) or {}).get("replay_floor", 0)
         covered = self.dag.covered_store_ids(s for s in store_ids if s is not None)
-        live = [(m, sid) for m, sid in zip(body, store_ids)
-                if sid is not None and sid not in covered and sid > floor]
+        # Messages the ignore patterns match are not stored but stay in place: kept
+        # when the tail reaches them, dropped (never summarized) when older.
+        live = [(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
+                if (sid is None and not ins) or (sid is not None and sid not in covered
+                                                 and sid > floor)]
         live_msgs = [m for m, _ in live]
         count = self.count_message
         before = self.count_messages(messages)
@@ -567,7 +620,7 @@ class TroveEngine(SessionBinding, ContextEngine):
                                              max_tokens=max_tokens, count=tail_count)
             gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
             backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
-                       for i in range(len(live_msgs)) if i not in keep]
+                       for i in range(len(live_msgs)) if i not in keep and live[i][1] is not None]
             compactor = self._compactor(budget)
             if swept is not None:
                 compactor.summarizer = swept.bound(compactor.summarizer)
@@ -615,7 +668,7 @@ class TroveEngine(SessionBinding, ContextEngine):
         return self._finish(messages, result, before=before, final=final, trigger=trigger,
                             overhead=overhead, report=report, gave_way=gave_way,
                             omitted=omitted, started=started,
-                            tail_ids=[sid for _, sid in live],
+                            tail_ids=[sid for _, sid in live if sid is not None],
                             shown_max=max((s for s in store_ids if s is not None), default=0))
 
     def _extract_assertions(self, session: str, upto_store_id: int) -> None:
@@ -674,8 +727,8 @@ class TroveEngine(SessionBinding, ContextEngine):
         if not cfg.large_output_active_replay_stubbing_effective:
             return tail
         limit = cfg.large_output_active_replay_stub_threshold_tokens
-        big = [i for i, m in enumerate(tail)
-               if m.get("role") == "tool" and self.count_message(m) > limit]
+        big = [i for i, m in enumerate(tail) if store_ids[i] is not None
+               and m.get("role") == "tool" and self.count_message(m) > limit]
         if not big:
             return tail
         rows = self.store.get_messages(store_ids[i] for i in big)
@@ -719,9 +772,10 @@ class TroveEngine(SessionBinding, ContextEngine):
             block = next((m for m in result if assemble.is_trove_message(m)
                           and m.get("role") == "user"), None)
             if block is not None:
-                known = {"block_hash": _block_hash(block["content"]), "store_ids": tail_ids,
-                         "low": min(tail_ids) if tail_ids else shown_max + 1}
-                self._known_tail = known
+                known = {assemble.block_fingerprint(block["content"]): known_tails.entry(
+                    tail_ids, min(tail_ids) if tail_ids else shown_max + 1,
+                    self.dag.last_node_id())}
+                self._known_tails = known_tails.merged(self._known_tails, known)
         self._record(outcome, known_tail=known)
         return result if changed else messages
 
@@ -792,7 +846,9 @@ class TroveEngine(SessionBinding, ContextEngine):
             try:
                 patch = {"last_compaction": outcome}
                 if known_tail is not None:
-                    patch["known_tail"] = known_tail
+                    state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
+                    patch["known_tails"] = known_tails.merged(
+                        known_tails.from_state(state), known_tail)
                 self.store.update_session_state(self.canonical_id, patch)
             except Exception as exc:  # status bookkeeping must never fail a turn
                 self.errors.append(f"state: {exc}")
@@ -811,6 +867,18 @@ class TroveEngine(SessionBinding, ContextEngine):
         if not self.stores:
             return {"status": "refused", "reason": f"this session is {self.session_mode} "
                     f"(matched {self.session_filter_match!r}): trove does not store it"}
+        if not apply:
+            return self._rotate(apply=False)
+        with self._compaction_lock():  # rows are read after any running compaction
+            return self._rotate(apply=True)
+
+    def _compaction_lock(self):
+        """The bound session's compaction lock (threads and processes; see ``locks``)."""
+        return locks.session_compaction(str(self.config.resolved_database_path),
+                                        self.canonical_id, COMPACTION_LOCK_SECONDS)
+
+    def _rotate(self, apply: bool) -> dict:
+        """Rotate's plan, and with ``apply`` its writes (under the compaction lock)."""
         session, cfg = self.canonical_id, self.config
         floor = (self.store.get_session(self.canonical_id) or {}).get("replay_floor", 0)
         rows = self.store.session_messages(session, after_store_id=floor, limit=ROTATE_SCAN_LIMIT)
@@ -860,11 +928,23 @@ class TroveEngine(SessionBinding, ContextEngine):
         try:
             live = kwargs.get("messages")
             self._follow_host(live)
-            if live:
+            if live and self._usable_database():
                 self.ingest(live)
         except Exception as exc:  # the tool still answers from what is stored
+            if faults.is_database_error(exc):
+                self._note_fault(exc)
             self.errors.append(f"ingest before tool: {exc}")
-        return tools.dispatch(name, args, self.tool_context())
+        try:
+            context = self.tool_context() if self._usable_database() else None
+        except Exception as exc:
+            if not faults.is_database_error(exc):
+                raise
+            self._note_fault(exc)
+            context = None
+        if context is None:
+            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or {},
+                                                      self.get_status()), default=str)
+        return tools.dispatch(name, args, context)
 
     def tool_context(self):
         """What a tool may see: the store, the bound session (or none), the bounds."""
@@ -919,10 +999,9 @@ class TroveEngine(SessionBinding, ContextEngine):
             "ingest_policy": self.policy.describe(),
             "summary_spend": self.spend_guard.state(),
             "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
-            "background_prepare": {
-                "share": self.config.background_prepare_share,
-                **prepare.state(self.store.db.path if self.canonical_id else "",
-                                self.canonical_id)},
+            "background_prepare": {"share": self.config.background_prepare_share,
+                                   **self._prepare_state()},
             "embeddings": semantic.status_of(self.config, self._semantic()),
             "errors": self.errors[-5:],
+            "database_fault": self.database_fault,
         }

@@ -23,10 +23,14 @@ from .storage.database import Database
 UNKNOWN_SOURCE = "unknown"
 # At most this many stored copies of the first shown message are tried as anchors.
 ANCHOR_CANDIDATES = 16
-# The first this-many distinct shown messages are tried as the anchor.
-ANCHOR_LEADERS = 4
 # Stored rows read past the shown list's length when aligning (room for skipped rows).
 ALIGN_SLACK = 64
+# A block whose tail is unknown is aligned against unsummarized rows among this many
+# times the shown list's length of the session's newest rows.
+FRESH_SCAN_FACTOR = 8
+# The substring scan holds the shared connection one page at a time, for so long overall.
+SCAN_PAGE_ROWS = 200
+SCAN_SECONDS = 2.0
 
 MESSAGE_COLUMNS = (
     "store_id, session_id, conversation_id, source, role, content, content_format, tool_calls,"
@@ -45,16 +49,19 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class KnownTail:
-    """What the engine returned last time: the raw messages after its summary block
-    were ``store_ids``; nothing it summarized has a store_id >= ``low``.
+    """What the engine returned after one of its summary blocks: the raw messages
+    after it were ``store_ids``; ``nodes`` was the highest node_id when the block
+    was rendered (summaries above it were written later; None when not known).
 
-    A list carrying that block starts with those messages. What follows them is
-    aligned against the session's other rows from ``low`` on: rows stored later
-    (by a hook), or newer turns the host keeps verbatim beside a manual
-    /compress of the older part; anything else is new."""
+    A list carrying that block starts with those messages, as far as the host
+    did not rewrite them (/undo, /retry, edits). What follows is aligned in order
+    against unsummarized rows after the last match: rows stored later (by a
+    hook), or newer turns the host keeps verbatim beside a manual /compress of
+    the older part; anything else is new."""
 
     store_ids: tuple[int, ...]
     low: int
+    nodes: int | None = None
 
 
 def hex_tag(prefix: str, value: str) -> str:
@@ -193,13 +200,16 @@ class Store:
                skip: Sequence[bool] | None = None, conversation_id: str | None = None,
                source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
                known: KnownTail | None = None, now: float | None = None,
-               encoded: Sequence[codec.EncodedMessage | None] | None = None) -> IngestResult:
+               encoded: Sequence[codec.EncodedMessage | None] | None = None,
+               after_block: bool = False) -> IngestResult:
         """Store every shown message not already stored; return each one's store_id.
 
         ``skip[i]`` marks messages that are not conversation (the engine's own
         summary block). ``known`` is what the caller knows of where the list
         starts (see ``KnownTail``). ``encoded`` may carry encodings the caller
-        already has (None where skipped). The whole call is one transaction:
+        already has (None where skipped). ``after_block`` says the list carries the
+        engine's summary block, so rows already summarized are not candidates
+        (see ``identity``). The whole call is one transaction:
         either every new message is stored or none is.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
@@ -210,8 +220,11 @@ class Store:
         stamp = time.time() if now is None else now
         with self.db.transaction() as conn:
             canonical = self._canonical(conn, session_id)
-            alignment = self._align_known(conn, canonical, hashes, known) if known else None
-            if alignment is None:
+            if known is not None:
+                alignment = self._align_known(conn, canonical, hashes, known)
+            elif after_block:
+                alignment = self._align_fresh(conn, canonical, hashes)
+            else:
                 alignment = self._align(conn, canonical, hashes)
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None]
             next_ordinal = self._next_ordinals(conn, canonical,
@@ -259,31 +272,50 @@ class Store:
         return found
 
     def _align_known(self, conn, session_id: str, hashes: list[str | None],
-                     known: KnownTail) -> list[int | None] | None:
-        """Align a list that starts with a known tail; None when it does not match."""
+                     known: KnownTail) -> list[int | None]:
+        """Align a list that follows the engine's summary block.
+
+        The shown messages line up with the known tail's store_ids as far as they
+        agree (an /undo, /retry or edit changes the list from some point on);
+        what follows is aligned, in order, against the rows after the last match:
+        rows a hook stored later, the verbatim turns beside a manual /compress, or
+        nothing (then it is new). A row already summarized when the block was
+        rendered (by a node up to ``nodes``) is never a candidate; a row only a
+        later compaction summarized is: a stale view shown again must still line
+        up with it.
+        """
         real = [i for i, h in enumerate(hashes) if h is not None]
         ids = list(known.store_ids)
-        if len(real) < len(ids):
-            return None
         stored = dict(self._hashes_of(conn, ids))
         alignment: list[int | None] = [None] * len(hashes)
+        matched, last = 0, known.low - 1
         for pos, store_id in zip(real, ids):
-            if stored.get(store_id) != hashes[pos]:
-                return None
-            alignment[pos] = store_id
-        rest = real[len(ids):]
+            if stored.get(store_id) != hashes[pos] or store_id <= last:
+                break
+            alignment[pos], last, matched = store_id, store_id, matched + 1
+        rest = real[matched:]
         if rest:
-            claimed = set(ids)
-            # Rows already summarized are never shown raw again: not candidates.
             window = [(r[0], r[1]) for r in conn.execute(
                 "SELECT store_id, content_hash FROM messages AS m WHERE session_id = ?"
-                " AND store_id >= ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
-                " WHERE e.child_store_id = m.store_id) ORDER BY store_id LIMIT ?",
-                (session_id, known.low, len(ids) + len(rest) + ALIGN_SLACK))
-                if r[0] not in claimed]
+                " AND store_id > ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                " WHERE e.child_store_id = m.store_id AND e.parent_id <= ?)"
+                " ORDER BY store_id LIMIT ?",
+                (session_id, last, 2**62 if known.nodes is None else known.nodes,
+                 len(rest) + ALIGN_SLACK))]
             for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest], window)):
                 alignment[pos] = store_id
         return alignment
+
+    @staticmethod
+    def _fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
+        """``(store_id, hash)`` of the session's newest ``limit`` rows that no summary
+        covers, in store order (looking at most ``FRESH_SCAN_FACTOR * limit`` rows back)."""
+        rows = [(r[0], r[1]) for r in conn.execute(
+            "SELECT store_id, content_hash FROM (SELECT store_id, content_hash FROM messages"
+            " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?) AS m WHERE NOT EXISTS"
+            " (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
+            " ORDER BY store_id DESC LIMIT ?", (session_id, FRESH_SCAN_FACTOR * limit, limit))]
+        return rows[::-1]
 
     @staticmethod
     def _hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
@@ -295,56 +327,44 @@ class Store:
                 f" ({','.join('?' * len(chunk))})", chunk)]
         return found
 
-    def _align(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
-        """Find where the shown list starts in the stored history and align it there.
-
-        Candidates are stored copies of the first few distinct shown messages (a
-        shown list may begin with something new, such as a host note). A
-        candidate for the message at shown position p is pinned to it: earlier
-        shown messages align only with rows before it. The candidate lining up
-        the most messages wins.
-        """
-        leaders: dict[str, int] = {}
-        for pos, digest in enumerate(hashes):
-            if digest is not None and digest not in leaders:
-                leaders[digest] = pos
-                if len(leaders) == ANCHOR_LEADERS:
-                    break
-        if not leaders:
-            return [None] * len(hashes)
-        candidates: list[tuple[int, int]] = []  # (store_id, shown position)
-        for digest, pos in leaders.items():
-            # The newest copies (a tail shown again) and the oldest (a whole
-            # transcript replayed), both found through the identity index.
-            for order in ("DESC", "ASC"):
-                for r in conn.execute(
-                        f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
-                        f" ORDER BY ordinal {order} LIMIT ?",
-                        (session_id, digest, ANCHOR_CANDIDATES)):
-                    if (r[0], pos) not in candidates:
-                        candidates.append((r[0], pos))
+    def _align_fresh(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
+        """Align a list that follows a summary block whose tail is not known: only
+        the newest rows no summary covers are candidates, anchored at each stored
+        copy of the first shown message; the longest in-order match wins."""
         wanted = sum(1 for h in hashes if h is not None)
-        best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
-        for store_id, pos in candidates:
-            earlier = sum(1 for h in hashes[:pos] if h is not None)
-            before = conn.execute(
-                "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
-                " AND store_id < ? ORDER BY store_id DESC LIMIT ?",
-                (session_id, store_id, earlier)).fetchall()
-            after = conn.execute(
-                "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
-                " AND store_id >= ? ORDER BY store_id LIMIT ?",
-                (session_id, store_id, len(hashes) - pos + ALIGN_SLACK)).fetchall()
-            # The leader is pinned to the candidate: what precedes it aligns only
-            # with rows before the candidate, the rest from the candidate on.
-            alignment = (identity.align(hashes[:pos], [(r[0], r[1]) for r in reversed(before)])
-                         + identity.align(hashes[pos:], [(r[0], r[1]) for r in after]))
-            score = identity.matched_count(alignment)
-            if score > best[0]:
-                best = (score, alignment)
-            if score == wanted:
-                break
-        return best[1]
+        first = next((h for h in hashes if h is not None), None)
+        window = self._fresh_rows(conn, session_id, wanted + ALIGN_SLACK)
+        return _best_anchor(hashes, (window[i:] for i, (_, digest) in enumerate(window)
+                                     if digest == first))
+
+    def _align(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
+        """Find where a list without a summary block starts in the stored history.
+
+        Such a list is a whole-transcript view (the host before any compaction, a
+        replay, an import), so any row may match, summarized or not. Candidates
+        are the newest and the oldest stored copies of its first message; from
+        each the list is aligned in order, and the candidate lining up the most
+        messages wins (a list that starts with something new is new throughout).
+        """
+        first = next((h for h in hashes if h is not None), None)
+        if first is None:
+            return [None] * len(hashes)
+        candidates: list[int] = []
+        # The newest copies (a tail shown again) and the oldest (a whole
+        # transcript replayed), both found through the identity index.
+        for order in ("DESC", "ASC"):
+            for r in conn.execute(
+                    f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
+                    f" ORDER BY ordinal {order} LIMIT ?",
+                    (session_id, first, ANCHOR_CANDIDATES)):
+                if r[0] not in candidates:
+                    candidates.append(r[0])
+        span = sum(1 for h in hashes if h is not None) + ALIGN_SLACK
+        windows = ([(r[0], r[1]) for r in conn.execute(
+            "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
+            " AND store_id >= ? ORDER BY store_id LIMIT ?", (session_id, store_id, span))]
+            for store_id in candidates)
+        return _best_anchor(hashes, windows)
 
     # ------------------------------------------------------------------ reads
     def get_messages(self, store_ids: Iterable[int]) -> dict[int, dict]:
@@ -419,19 +439,35 @@ class Store:
                 (match, limit))]
 
     def substring_scan(self, session_id: str | None, needles: Sequence[str], *,
-                       limit: int, max_rows: int) -> list[int]:
+                       limit: int, max_rows: int, max_seconds: float = SCAN_SECONDS,
+                       page_rows: int = SCAN_PAGE_ROWS) -> list[int]:
         """store_ids (newest first) whose text contains every needle, scanning at most
         ``max_rows`` of the newest rows: the bounded fallback for text FTS5 tokenizes
-        badly (CJK runs, emoji, symbols)."""
-        conds = " AND ".join("instr(lower(COALESCE(search_text, content, '')), ?) > 0"
-                             for _ in needles)
-        scope = "WHERE session_id = ?" if session_id else ""
-        params: list = [session_id] if session_id else []
-        params += [max_rows] + [n.lower() for n in needles] + [limit]
-        with self.db.reading() as conn:
-            return [r[0] for r in conn.execute(
-                f"SELECT store_id FROM (SELECT store_id, search_text, content FROM messages"
-                f" {scope} ORDER BY store_id DESC LIMIT ?) WHERE {conds} LIMIT ?", params)]
+        badly (CJK runs, emoji, symbols).
+
+        The scan goes page by page and takes the shared connection only for one
+        page at a time, so a writer (another agent's compaction) waits at most one
+        page; it stops after ``max_seconds`` with what it found so far."""
+        conds = " AND ".join("instr(t, ?) > 0" for _ in needles) or "1"
+        scope = "session_id = ? AND " if session_id else ""
+        found: list[int] = []
+        cursor, scanned = 2 ** 62, 0
+        deadline = time.monotonic() + max_seconds
+        while scanned < max_rows and len(found) < limit:
+            size = min(page_rows, max_rows - scanned)
+            params = ([session_id] if session_id else []) + [cursor, size]
+            with self.db.reading() as conn:
+                page = conn.execute(
+                    f"SELECT store_id, {conds} FROM (SELECT store_id,"
+                    f" lower(COALESCE(search_text, content, '')) AS t FROM messages"
+                    f" WHERE {scope}store_id < ? ORDER BY store_id DESC LIMIT ?)",
+                    [n.lower() for n in needles] + params).fetchall()
+            found += [r[0] for r in page if r[1]]
+            scanned += len(page)
+            if len(page) < size or time.monotonic() > deadline:
+                break
+            cursor = page[-1][0]
+        return found[:limit]
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: str | None = None) -> str | None:
@@ -533,10 +569,10 @@ class Store:
 
     def fts_row_counts(self) -> dict:
         """Rows in ``messages`` and documents in its FTS index (they should be equal)."""
-        with self.db.reading() as conn:
-            return {"rows": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
-                    "fts_docs": conn.execute(
-                        "SELECT count(*) FROM messages_fts_docsize").fetchone()[0]}
+        with self.db.reading() as conn:  # one statement: both counts from one snapshot
+            rows, docs = conn.execute("SELECT (SELECT count(*) FROM messages),"
+                                      " (SELECT count(*) FROM messages_fts_docsize)").fetchone()
+        return {"rows": rows, "fts_docs": docs}
 
     def largest_messages(self, limit: int = 5, max_rows: int = 50_000) -> list[dict]:
         """The biggest of the newest ``max_rows`` rows by content + tool-call characters
@@ -639,6 +675,23 @@ class Store:
                 " sum(token_count) AS tokens, min(COALESCE(message_at, created_at)) AS first_at,"
                 " max(COALESCE(message_at, created_at)) AS last_at"
                 " FROM messages GROUP BY session_id ORDER BY chars DESC LIMIT ?", (limit,))]
+
+
+def _best_anchor(hashes: list[str | None],
+                 windows: Iterable[Sequence[tuple[int, str]]]) -> list[int | None]:
+    """The in-order alignment that lines up the most shown messages, over candidate
+    windows each starting at a stored copy of the first shown message (the first
+    window wins a tie; all new when there is none)."""
+    wanted = sum(1 for h in hashes if h is not None)
+    best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
+    for window in windows:
+        alignment = identity.align(hashes, window)
+        score = identity.matched_count(alignment)
+        if score > best[0]:
+            best = (score, alignment)
+        if score == wanted:
+            break
+    return best[1]
 
 
 def _match_filters(match: str, below_store_id: int | None, time_from: float | None,

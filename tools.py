@@ -21,12 +21,13 @@ context, the dispatcher, the handler table and the status/inspect/doctor tools.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .storage import codec
+from .storage import codec, faults
 from .storage.timekeys import iso
 from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers
@@ -88,6 +89,10 @@ def dispatch(name: str, args: Any, ctx: ToolContext) -> str:
     except ArgumentError as exc:
         return error_json(name, str(exc), ctx.count_tokens, cap)
     except Exception as exc:  # any failure is an answer, never a traceback
+        if isinstance(exc, sqlite3.Error):  # say what is wrong with the file and the fix
+            fault = faults.describe(ctx.config.resolved_database_path, exc)
+            return error_json(name, f"{fault['problem']}; repair: {fault['repair']}",
+                              ctx.count_tokens, cap)
         return error_json(name, f"{type(exc).__name__}: {exc}", ctx.count_tokens, cap)
 
 

@@ -21,3 +21,4 @@ run recall_vs_builtin bench/recall_vs_builtin.py
 run prepare bench/prepare.py
 run evidence bench/evidence.py 100
 run rollups bench/rollups.py 62 10 100
+run grep_contention bench/grep_contention.py

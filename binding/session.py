@@ -131,7 +131,7 @@ class SessionBinding:
 
     def _forget_session_memory(self) -> None:
         """What one session's compactions taught this copy; wrong for any other."""
-        self._known_tail = None
+        self._known_tails = {}
         self._noop_at_tokens = None
         self._rotate_pending = False
         self.current_turn_store_id = None

@@ -11,8 +11,10 @@ Everything here is pure: no database, no host, no LLM.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Container, Sequence
 
 # The engine's own messages carry these exact openings; seen again in a
 # transcript they are recognized and never stored as conversation.
@@ -115,6 +117,30 @@ def replayable(unit: Unit, is_last: bool) -> bool:
     if unit.kind == "tool_group" and not unit.complete:
         return is_last
     return True
+
+
+def block_fingerprint(content) -> str:
+    """A short fingerprint of a summary block's text: how the engine recognizes a
+    block it rendered itself (a pasted copy of the header text is not one)."""
+    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def engine_inserted(messages: Sequence[dict], known_blocks: Container[str]) -> list[bool]:
+    """Which shown messages the engine itself inserted: a summary block whose exact
+    text it rendered (``known_blocks`` holds their fingerprints) and the
+    acknowledgement right after such a block. Everything else, including a user
+    message that merely starts with the block header, is conversation."""
+    flags = [False] * len(messages)
+    for i, message in enumerate(messages):
+        if (isinstance(message, dict) and message.get("role") == "user"
+                and _text_of(message).startswith(BLOCK_MARKER)
+                and block_fingerprint(message.get("content")) in known_blocks):
+            flags[i] = True
+            if i + 1 < len(messages) and is_trove_message(messages[i + 1]) \
+                    and messages[i + 1].get("role") == "assistant":
+                flags[i + 1] = True
+    return flags
 
 
 def is_real_user(message: dict) -> bool:

@@ -77,6 +77,19 @@ _STANDARD_BLOBS = {
 _DOWNLOADING_PLUGIN = "tiktoken_ext.openai_public"
 
 
+def as_count(value: Any) -> int:
+    """A token count from whatever a host or provider reported: ints and finite floats
+    (negatives kept: the host's -1 means "waiting for real usage"), numeric strings;
+    anything else is 0 ("not known"), never an exception on the turn's path."""
+    if isinstance(value, bool) or value is None:
+        return 0
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0
+    return int(number) if math.isfinite(number) else 0
+
+
 def estimate_tokens(text: str) -> int:
     """Character-based estimate used when no tiktoken encoding is available.
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, integrity
+from ..storage import codec, faults, integrity
 from ..diagnostics import health, host
 from ..compaction import tokens
 from .. import tools
@@ -137,15 +137,26 @@ def open_target(config: TroveConfig, engine: Any = None, writable: bool = False)
     if engine is None:
         problem = trove_file_problem(target.db_path, allow_older=writable)
         if problem is not None:
-            raise OperatorError(problem + ("" if target.db_path.exists() else
-                                           " (pass --db PATH or set TROVE_DATABASE_PATH)"))
+            raise OperatorError(problem + _file_problem_hint(target.db_path, problem))
     try:
-        target.database
-    except (DatabaseError, SchemaTooNewError) as exc:
-        raise OperatorError(str(exc)) from None  # already names the file
-    except sqlite3.Error as exc:
-        raise OperatorError(f"cannot open {target.db_path}: {exc}") from None
+        target.database  # read-only unless the command writes
+    except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
+        fault = faults.describe(target.db_path, exc)
+        raise OperatorError(f"cannot open {target.db_path}: {fault['problem']}. "
+                            f"Repair: {fault['repair']}") from None
     return target
+
+
+def _file_problem_hint(path: Path, problem: str) -> str:
+    """What to do about a file that is not a trove database: name the path settings when
+    there is none; when the file cannot be read as SQLite it may be the user's damaged
+    trove database, so say how to restore it too."""
+    if not path.exists():
+        return " (pass --db PATH or set TROVE_DATABASE_PATH)"
+    if "not SQLite" in problem or "cannot read it" in problem:
+        damage = faults.describe(path, sqlite3.DatabaseError("database disk image is malformed"))
+        return (". If it is your trove database it is damaged. Repair: " + damage["repair"])
+    return ""
 
 
 def json_safe(value: Any) -> Any:

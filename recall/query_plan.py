@@ -26,6 +26,7 @@ from ..store import role_tag, session_tag, source_tag
 
 MAX_QUERY_CHARS = 1000        # longer queries are cut (reported by the caller)
 MAX_CONCEPTS = 12             # more words add cost, not precision
+MAX_NEEDLES = 8               # substring needles scanned per query (each costs a pass per row)
 FILLER_WEIGHT = 0.3           # weight of question words like "decide", "use"
 
 STOP_WORDS = frozenset("""
@@ -282,7 +283,8 @@ def parse_query(text: object) -> QueryPlan:
     return QueryPlan(text=cleaned, concepts=concepts,
                      identifiers=tuple(builder.identifiers.values()),
                      phrases=tuple(dict.fromkeys(phrases)), excluded=tuple(excluded),
-                     needles=tuple(dict.fromkeys(n for n in builder.needles if n.strip())),
+                     needles=tuple(dict.fromkeys(
+                         n for n in builder.needles if n.strip()))[:MAX_NEEDLES],
                      truncated=truncated)
 
 

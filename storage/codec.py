@@ -25,6 +25,8 @@ from typing import Any
 HOST_SIDECAR_KEYS = frozenset({"api_content"})
 # Keys stored in their own columns; everything else non-internal goes to ``extra``.
 COLUMN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id"})
+# Marks (in ``extra``) a message that had no ``role`` key at all.
+ROLE_ABSENT = "\u0000role_absent"
 
 CONTENT_TEXT = "text"      # content is a str, stored as is
 CONTENT_JSON = "json"      # content is any other JSON value (list of parts, ...) or an un-encodable str
@@ -174,7 +176,9 @@ def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMes
     else:
         content, fmt = dump_json(message["content"]), CONTENT_JSON
     extra_keys = {k: v for k, v in message.items() if k not in COLUMN_KEYS}
-    if not usable_role:
+    if "role" not in message:
+        extra_keys[ROLE_ABSENT] = True  # decodes without a role key, as it came
+    elif not usable_role:
         extra_keys["role"] = role  # keep the exact original when it is not a usable role
     tool_calls = message.get("tool_calls")
     call_id = message.get("tool_call_id")
@@ -208,7 +212,7 @@ def decode_encoded(encoded: EncodedMessage) -> dict:
 def decode_message(row: dict) -> dict:
     """Rebuild the message dict from the row fields written by ``encode_message``."""
     extra = json.loads(row["extra"]) if row.get("extra") else {}
-    message: dict = {"role": extra.pop("role", row["role"])}
+    message: dict = {} if extra.pop(ROLE_ABSENT, False) else {"role": extra.pop("role", row["role"])}
     fmt = row["content_format"]
     if fmt == CONTENT_TEXT:
         message["content"] = row["content"]

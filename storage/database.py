@@ -61,8 +61,7 @@ class Database:
             if read_only:
                 self.conn = _connect_read_only(path)
             else:
-                self.conn = _connect(path)
-                migrations.migrate(self.conn)
+                self.conn = _open_with_retry(path)
             self.missing_objects = structural_check(self.conn)
         except migrations.SchemaTooNewError:
             raise
@@ -92,6 +91,30 @@ class Database:
         """Close the connection (tests and scripts; the engine never closes it)."""
         with self.lock:
             self.conn.close()
+
+
+def _open_with_retry(path: str) -> sqlite3.Connection:
+    """Connect and migrate. Several processes may create the same new file at once
+    (a gateway and a cron run): switching a new file to WAL can answer "database is
+    locked" without waiting, so the whole open is tried again for up to the busy
+    timeout before the error stands."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        conn = None
+        try:
+            conn = _connect(path)
+            migrations.migrate(conn)
+            return conn
+        except sqlite3.OperationalError as exc:
+            if conn is not None:
+                conn.close()
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
 
 
 def _connect(path: str) -> sqlite3.Connection:

@@ -7,12 +7,19 @@ ordinal-th message with that exact content in the session's history ("the third
 Which ordinal a *shown* message has cannot be read off the shown list alone:
 after a compaction the host shows only the tail, so counting identical messages
 inside the list would map a new "ok" onto an old one and drop it. Instead the
-shown list is aligned against the stored history, starting at the stored copy
-of its first message (the anchor): shown messages that line up with stored ones
-are the same messages; the rest are new and get the next free ordinal. New
-messages can only be appended, never merged into old ones, so nothing shown is
-ever lost, and a transcript shown again (whole, grown by a turn, or as the tail
-after a compaction) lines up and adds nothing.
+shown list is aligned against the stored history. Three rules make that safe
+when the host rewrites history (/undo, /retry, edits) and texts repeat:
+
+* **Order.** Matches never go backwards in store order, and a shown message
+  that follows a new one is new itself: new rows get store_ids after every
+  existing row, so stored order always equals transcript order.
+* **Fresh rows only after the block.** Everything the engine returned after its
+  summary block was raw at the time; a list carrying the block is aligned only
+  against rows not yet summarized (``Store``), so a repeated "continue" is never
+  mapped onto an old, summarized copy and dropped from the prompt.
+* **New is appended, never merged.** A message that does not line up is stored
+  as a new row with the next free ordinal; nothing shown is ever lost, and a
+  list shown again lines up and adds nothing.
 """
 
 from __future__ import annotations
@@ -29,14 +36,17 @@ def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> lis
 
     ``shown`` holds content hashes in transcript order (None for messages that are
     not to be stored, such as the engine's own summary block). ``stored`` is the
-    session's history from the anchor on, as ``(store_id, hash)`` in store order.
-    Matching is greedy and monotonic: a match never goes backwards in the stored
-    window, so each stored row is claimed at most once.
+    candidate rows from the anchor on, as ``(store_id, hash)`` in store order.
+    Matching is greedy and monotonic (a stored row is claimed at most once and
+    never before an earlier claim), and it stops at the first shown message that
+    does not line up: that one and every later one are new, so they are stored
+    after every existing row, in transcript order.
     """
     result: list[int | None] = []
     cursor = 0
+    ended = False
     for digest in shown:
-        if digest is None:
+        if digest is None or ended:
             result.append(None)
             continue
         found = None
@@ -45,6 +55,7 @@ def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> lis
                 found = offset
                 break
         if found is None:
+            ended = True
             result.append(None)
         else:
             result.append(stored[found][0])

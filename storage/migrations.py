@@ -228,6 +228,12 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # Another process (a gateway and a cron run opening a new file at the same
+            # moment) may have applied it while this one waited for the write lock.
+            current = schema_version(conn)
+            if version <= current:
+                conn.execute("COMMIT")
+                continue
             _ensure_ledger(conn)
             fn(conn)
             conn.execute(

@@ -1,0 +1,69 @@
+"""Which summary blocks the engine rendered, and what it returned after each.
+
+A list the host shows may carry one of the engine's blocks. Recognizing it by
+its exact text (not by its header, which a user can paste) tells the engine
+which messages it inserted itself; the store_ids it returned after that block
+tell the store where the rest of the list lines up (see ``store.KnownTail``).
+The newest few blocks are remembered, not only the last: a deep copy, a hook or
+a stale view may show a list from before the latest compaction.
+
+Pure bookkeeping on plain dicts, kept in memory and in the session state.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..store import KnownTail
+from .assemble import block_fingerprint, engine_inserted, is_trove_message
+
+# How many of the newest rendered blocks are remembered per session.
+KEEP = 16
+
+
+def entry(store_ids: list[int], low: int, nodes: int) -> dict:
+    """What is remembered of one rendered block: the raw messages returned after
+    it, where alignment after them starts (``low``), and the highest node_id when
+    it was rendered (summaries above it were written later)."""
+    return {"store_ids": list(store_ids), "low": int(low), "nodes": int(nodes)}
+
+
+def from_state(state: dict) -> dict[str, dict]:
+    """The remembered blocks of a session's state (``known_tails``, plus the single
+    ``known_tail`` that older versions wrote)."""
+    tails = dict(state.get("known_tails") or {})
+    legacy = state.get("known_tail") or {}
+    if legacy.get("block_hash") and "low" in legacy and legacy["block_hash"] not in tails:
+        tails[legacy["block_hash"]] = {"store_ids": legacy.get("store_ids") or [],
+                                       "low": legacy["low"]}
+    return tails
+
+
+def merged(*sources: dict[str, dict]) -> dict[str, dict]:
+    """Several copies' remembered blocks in one dict, the newest ``KEEP`` kept (later
+    sources and later entries are newer)."""
+    out: dict[str, dict] = {}
+    for source in sources:
+        for digest, known in source.items():
+            out.pop(digest, None)
+            out[digest] = known
+    return dict(list(out.items())[-KEEP:])
+
+
+def read(messages: list, tails: dict[str, dict], load_state: Callable[[], dict]
+         ) -> tuple[dict[str, dict], list[bool], KnownTail | None]:
+    """Read a shown list's blocks: the remembered blocks (``load_state`` is called only
+    when the list shows a block not remembered in memory), which messages the engine
+    inserted (only a block whose exact text it rendered, and its acknowledgement),
+    and the ``KnownTail`` of the first such block (None without one)."""
+    shown = {block_fingerprint(m.get("content")) for m in messages
+             if is_trove_message(m) and m.get("role") == "user"}
+    if shown - tails.keys():
+        tails = merged(from_state(load_state()), tails)
+    inserted = engine_inserted(messages, tails)
+    block = next((m for m, ins in zip(messages, inserted)
+                  if ins and m.get("role") == "user"), None)
+    tail = tails.get(block_fingerprint(block.get("content"))) if block is not None else None
+    known = (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("nodes"))
+             if tail else None)
+    return tails, inserted, known

@@ -1,0 +1,100 @@
+"""What is wrong with a trove database that cannot be used, and how to repair it.
+
+A database can be unusable for reasons the agent cannot fix itself: the file is
+truncated or overwritten, a directory sits where the file should be, or it (or
+its directory, or its ``-wal``/``-shm`` companions) is read-only. The engine
+must keep the agent running anyway (a bounded prompt, as for ignored sessions)
+and every tool must say plainly what is wrong and what the operator can do.
+This module turns the error into those two sentences; it never writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from .backup import backup_dir
+from .database import DatabaseError
+from .migrations import SchemaTooNewError
+
+log = logging.getLogger(__name__)
+
+# After a database failure, the engine runs without it this long before trying again.
+RETRY_SECONDS = 30.0
+
+DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted", "corrupt")
+READ_ONLY = ("readonly", "read-only", "permission denied", "access permission",
+             "unable to open", "disk i/o error")
+
+
+class Unavailable(RuntimeError):
+    """The database failed recently and is not tried again yet (carries the fault)."""
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from the database itself (as opposed to a bug, bad input or
+    a payload file: those must not switch the engine to running without its store)."""
+    return isinstance(exc, (sqlite3.Error, DatabaseError, SchemaTooNewError, Unavailable))
+
+
+def describe(path: str | os.PathLike, exc: BaseException) -> dict:
+    """``{"path", "problem", "repair"}`` for a database that failed with ``exc``."""
+    path = Path(path)
+    text = f"{type(exc).__name__}: {exc}"
+    lowered = text.lower()
+    backups = backup_dir(str(path))
+    if path.is_dir():
+        problem = f"{path} is a directory, not a database file"
+        repair = ("move that directory away (or set TROVE_DATABASE_PATH to a file path); "
+                  "a new database is created at the next start")
+    elif isinstance(exc, SchemaTooNewError):
+        problem, repair = str(exc), "update hermes-trove, or point TROVE_DATABASE_PATH elsewhere"
+    elif any(word in lowered for word in DAMAGED):
+        problem = f"{path} is damaged ({text})"
+        repair = (f"move the file aside with its -wal/-shm files and restore the newest backup "
+                  f"from {backups} (or let a new database be created); "
+                  f"`sqlite3 {path.name} .recover` may salvage rows from the damaged copy")
+    elif any(word in lowered for word in READ_ONLY) or not _writable(path):
+        problem = f"{path} cannot be written ({text})"
+        repair = (f"give the agent's user write permission on {path}, its -wal and -shm "
+                  f"files and the directory {path.parent}")
+    else:
+        problem = f"{path} cannot be used ({text})"
+        repair = ("run /trove doctor (or scripts/trove.py doctor) for details; restore a backup "
+                  f"from {backups} if the file is damaged")
+    return {"path": str(path), "problem": problem[:500], "repair": repair}
+
+
+def _writable(path: Path) -> bool:
+    """Whether the file (when present) and its directory are writable."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return False
+    return os.access(path.parent if path.parent.exists() else Path("."), os.W_OK)
+
+
+class Tracker:
+    """One engine's view of its database's health: the last fault, and whether it is
+    time to try the database again (plain values, so deep copies stay cheap)."""
+
+    def __init__(self) -> None:
+        self.fault: dict | None = None
+        self.at = 0.0
+
+    def note(self, path: str | os.PathLike, exc: BaseException) -> dict:
+        """Remember what is wrong (from ``exc``) and when; log it once per failure."""
+        self.fault, self.at = describe(path, exc), time.monotonic()
+        log.warning("hermes-trove: %s; %s", self.fault["problem"], self.fault["repair"])
+        return self.fault
+
+    def usable(self) -> bool:
+        """False while a recent fault stands; after ``RETRY_SECONDS`` the next caller
+        tries the database again (a restored file is picked up)."""
+        if self.fault is None:
+            return True
+        if time.monotonic() - self.at < RETRY_SECONDS:
+            return False
+        self.fault = None
+        return True

@@ -1,0 +1,212 @@
+"""Transcript rewrites (/undo, /retry, edits) in repetitive sessions: nothing lost,
+nothing misplaced, and the newest user message always in the prompt."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hermes_trove.compaction import assemble
+from hermes_trove.store import decode_row
+
+from enginekit import make_engine
+
+VOCAB = ("continue", "ok", "HEARTBEAT")
+SYSTEM = {"role": "system", "content": "You are a test agent."}
+
+
+def turn(user: str, reply: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+
+
+def repetitive(turns: int) -> list[dict]:
+    return [m for t in range(turns) for m in turn("continue", "ok")]
+
+
+def compact(engine, messages: list[dict]) -> list[dict]:
+    """One forced compaction as the host runs it (system prompt first), returning
+    what the host keeps as its list (without the system prompt)."""
+    out = engine.compress([SYSTEM] + messages, force=True)
+    assert out[0] is SYSTEM or out[0] == SYSTEM
+    return out[1:]
+
+
+def mapping(engine, messages: list[dict]) -> list[tuple[dict, int | None, bool]]:
+    """Each shown message with its store_id and whether the engine inserted it."""
+    ids = engine.ingest(messages)
+    return [(m, sid, assemble.is_trove_message(m)) for m, sid in zip(messages, ids)]
+
+
+def check_invariants(engine, messages: list[dict]) -> None:
+    """Every conversational message shown is stored, in transcript order, on a row of
+    the same content that no summary covers, and showing it again stores nothing."""
+    before = engine.store.count_messages("sess")
+    shown = mapping(engine, messages)
+    after = engine.store.count_messages("sess")
+    again = mapping(engine, messages)
+    assert engine.store.count_messages("sess") == after, "showing the same list stored more"
+    assert [sid for _, sid, _ in again] == [sid for _, sid, _ in shown]
+    conversation = [(m, sid) for m, sid, ins in shown if not ins]
+    ids = [sid for _, sid in conversation]
+    assert None not in ids, "a conversational message was not stored"
+    assert ids == sorted(ids) and len(set(ids)) == len(ids), f"out of order: {ids}"
+    rows = engine.store.get_messages(ids)
+    for message, sid in conversation:
+        assert decode_row(rows[sid]) == message
+    assert not engine.dag.covered_store_ids(ids), "a shown message maps onto a summarized row"
+    assert after - before <= len(conversation)
+
+
+def check_prompt(before: list[dict], after: list[dict]) -> None:
+    """The newest user message and everything after it survive a compaction."""
+    newest = max(i for i, m in enumerate(before) if assemble.is_real_user(m))
+    assert after[-(len(before) - newest):] == before[newest:]
+
+
+def test_undo_after_compaction_keeps_the_newest_message(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=8)
+    messages = compact(engine, repetitive(50))
+    check_invariants(engine, messages)
+    # /undo drops the last turn; a different request follows, then "continue".
+    messages = messages[:-2] + turn("something else: deploy to staging instead", "ok")
+    messages.append({"role": "user", "content": "continue"})
+    check_invariants(engine, messages)
+    out = compact(engine, messages)
+    check_prompt(messages, out)
+    rows = engine.store.session_messages("sess", limit=1000)
+    assert [r["content"] for r in rows[-3:]] == [
+        "something else: deploy to staging instead", "ok", "continue"]
+    # Shown twice after the /undo: nothing appended anywhere.
+    count = engine.store.count_messages("sess")
+    engine.ingest(messages)
+    engine.ingest(out)
+    assert engine.store.count_messages("sess") == count
+
+
+def test_retry_and_edit_after_compaction_keep_the_newest_message(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=8)
+    messages = compact(engine, repetitive(50))
+    # /retry: the last reply is regenerated.
+    messages = messages[:-1] + [{"role": "assistant", "content": "HEARTBEAT_OK"}]
+    messages.append({"role": "user", "content": "continue"})
+    check_invariants(engine, messages)
+    out = compact(engine, messages)
+    check_prompt(messages, out)
+    # An edit of one tail message: it and everything after it are new.
+    body = [i for i, m in enumerate(out) if m.get("role") == "user"
+            and not assemble.is_trove_message(m)]
+    edited = list(out)
+    edited[body[-2]] = {"role": "user", "content": "ok"}
+    edited.append({"role": "assistant", "content": "ok"})
+    edited.append({"role": "user", "content": "continue"})
+    check_invariants(engine, edited)
+    check_prompt(edited, compact(engine, edited))
+
+
+@st.composite
+def operations(draw):
+    return draw(st.lists(st.one_of(
+        st.tuples(st.just("append"), st.sampled_from(VOCAB), st.sampled_from(VOCAB)),
+        st.tuples(st.just("undo")),
+        st.tuples(st.just("retry"), st.sampled_from(VOCAB)),
+        st.tuples(st.just("edit"), st.integers(0, 40), st.sampled_from(VOCAB)),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("stale"), st.integers(0, 40))), min_size=5, max_size=30))
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops=operations(), turns=st.integers(3, 30))
+def test_random_rewrites_never_lose_or_misplace_a_message(tmp_path_factory, ops, turns):
+    engine = make_engine(tmp_path_factory.mktemp("rw"), window=64_000, fresh_tail_count=6)
+    messages = [m for t in range(turns)
+                for m in turn(VOCAB[t % 3], VOCAB[(t * 2) % 3])]
+    check_invariants(engine, messages)
+    seen = [list(messages)]
+    for op in ops:
+        if op[0] == "stale":  # an earlier view shown again (a deep copy, a hook)
+            count = engine.store.count_messages("sess")
+            engine.ingest(seen[op[1] % len(seen)])
+            assert engine.store.count_messages("sess") == count, "a stale view stored more"
+            continue
+        inserted = [assemble.is_trove_message(m) for m in messages]
+        editable = [i for i, ins in enumerate(inserted) if not ins]
+        if op[0] == "append":
+            messages = messages + turn(op[1], op[2])
+        elif op[0] == "undo" and any(assemble.is_real_user(messages[i]) for i in editable):
+            last_user = max(i for i in editable if assemble.is_real_user(messages[i]))
+            messages = messages[:last_user]
+        elif op[0] == "retry" and messages and messages[-1].get("role") == "assistant" \
+                and not inserted[-1]:
+            messages = messages[:-1] + [{"role": "assistant", "content": op[1]}]
+        elif op[0] == "edit" and editable:
+            i = editable[op[1] % len(editable)]
+            messages = list(messages)
+            messages[i] = {"role": messages[i]["role"], "content": op[2]}
+        elif op[0] == "compact" and any(assemble.is_real_user(m) for m in messages):
+            messages.append({"role": "user", "content": "continue"})
+            out = compact(engine, messages)
+            check_prompt(messages, out)
+            messages = out
+        check_invariants(engine, messages)
+        seen.append(list(messages))
+
+
+# ---------------------------------------------------------------- messages never silently skipped
+def test_a_second_system_message_is_stored_and_kept(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    note = {"role": "system", "content": "Operator note: the repo moved to /srv/app."}
+    body = [note] + repetitive(5) + [{"role": "user", "content": "continue"}]
+    out = engine.compress([SYSTEM] + body, force=True)
+    assert note in out
+    assert "Operator note: the repo moved to /srv/app." in [
+        r["content"] for r in engine.store.session_messages("sess")]
+
+
+def test_a_pasted_block_header_is_conversation_not_the_engines_block(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    messages = compact(engine, repetitive(20))
+    pasted = {"role": "user", "content": assemble.BLOCK_HEADER + "\n(pasted from a log) why?"}
+    messages = messages + [pasted]
+    out = compact(engine, messages)
+    assert out[-1] == pasted
+    stored = [r["content"] for r in engine.store.session_messages("sess", limit=500)]
+    assert stored[-1] == pasted["content"]
+    # The engine's own block and acknowledgement are still recognized and not stored.
+    assert not any(c.startswith(assemble.BLOCK_MARKER) for c in stored[:-1])
+    assert assemble.ACK_TEXT not in stored
+
+
+def test_ignored_messages_stay_in_the_prompt_but_are_not_stored(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6,
+                         ignore_message_patterns="^HEARTBEAT")
+    messages = [m for t in range(30) for m in turn(f"task {t}", f"done {t}")]
+    messages += turn("HEARTBEAT", "HEARTBEAT_OK") + [{"role": "user", "content": "HEARTBEAT"}]
+    out = compact(engine, messages)
+    assert out[-3:] == messages[-3:]
+    assert not [r for r in engine.store.session_messages("sess", limit=500)
+                if r["content"].startswith("HEARTBEAT")]
+    # Shown again after the compaction: still not stored, still in place.
+    out = compact(engine, out + turn("task 99", "done 99"))
+    assert [m["content"] for m in out[-5:]] == [
+        "HEARTBEAT", "HEARTBEAT_OK", "HEARTBEAT", "task 99", "done 99"]
+
+
+# ---------------------------------------------------------------- store level
+def test_after_a_block_with_no_known_tail_summarized_rows_are_not_candidates(tmp_path):
+    from hermes_trove.dag import Dag, NewNode
+    from hermes_trove.storage import database
+    from hermes_trove.store import Store
+    db = database.get_database(tmp_path / "s.db")
+    store, dag = Store(db), Dag(db)
+    history = repetitive(10)
+    ids = store.ingest("s", history).store_ids
+    dag.add_node(NewNode(session_id="s", depth=0, text="old turns", token_count=2,
+                         source_token_count=40, level=1, model="test",
+                         child_store_ids=ids[:16]))
+    block = {"role": "user", "content": "[block]"}
+    shown = [block] + history[16:] + turn("continue", "ok")
+    result = store.ingest("s", shown, skip=[True] + [False] * (len(shown) - 1),
+                          after_block=True)
+    assert result.store_ids[1:5] == ids[16:] and result.inserted == 2
+    # A whole-transcript view (no block) may line up with summarized rows, in order.
+    assert store.ingest("s", history).inserted == 0
+    database.forget_database(tmp_path / "s.db")
