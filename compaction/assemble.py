@@ -56,7 +56,7 @@ def is_trove_message(message: dict) -> bool:
     if message.get("role") == "user":
         return text.startswith(BLOCK_MARKER)
     if message.get("role") == "assistant":
-        return text == ACK_TEXT and not message.get("tool_calls")
+        return text.strip() == ACK_TEXT.strip() and not message.get("tool_calls")
     return False
 
 
@@ -121,8 +121,24 @@ def replayable(unit: Unit, is_last: bool) -> bool:
 
 def block_fingerprint(content) -> str:
     """A short fingerprint of a summary block's text: how the engine recognizes a
-    block it rendered itself (a pasted copy of the header text is not one)."""
-    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    block it rendered itself (a pasted copy of the header text is not one).
+
+    Whitespace at either end does not count: the host's session database strips
+    it, so a block restored by /resume must still be recognized."""
+    return _digest(_block_text(content).strip())
+
+
+def legacy_block_fingerprint(content) -> str:
+    """The fingerprint earlier versions kept in ``known_tail`` (whitespace included),
+    so a database written by them still recognizes its last block once."""
+    return _digest(_block_text(content))
+
+
+def _block_text(content) -> str:
+    return content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+
+
+def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..store import KnownTail
-from .assemble import block_fingerprint, engine_inserted, is_trove_message
+from .assemble import (block_fingerprint, engine_inserted, is_trove_message,
+                       legacy_block_fingerprint)
 
 # How many of the newest rendered blocks are remembered per session.
 KEEP = 16
@@ -50,16 +51,27 @@ def merged(*sources: dict[str, dict]) -> dict[str, dict]:
     return dict(list(out.items())[-KEEP:])
 
 
+def _rekey_legacy(tails: dict[str, dict], blocks: list) -> dict[str, dict]:
+    """Entries an earlier version keyed by its whitespace-sensitive fingerprint, under
+    today's key, for the blocks this list shows."""
+    for content in blocks:
+        old, new = legacy_block_fingerprint(content), block_fingerprint(content)
+        if old in tails and new not in tails:
+            tails[new] = tails.pop(old)
+    return tails
+
+
 def read(messages: list, tails: dict[str, dict], load_state: Callable[[], dict]
          ) -> tuple[dict[str, dict], list[bool], KnownTail | None]:
     """Read a shown list's blocks: the remembered blocks (``load_state`` is called only
     when the list shows a block not remembered in memory), which messages the engine
     inserted (only a block whose exact text it rendered, and its acknowledgement),
     and the ``KnownTail`` of the first such block (None without one)."""
-    shown = {block_fingerprint(m.get("content")) for m in messages
-             if is_trove_message(m) and m.get("role") == "user"}
+    blocks = [m.get("content") for m in messages
+              if is_trove_message(m) and m.get("role") == "user"]
+    shown = {block_fingerprint(content) for content in blocks}
     if shown - tails.keys():
-        tails = merged(from_state(load_state()), tails)
+        tails = merged(_rekey_legacy(from_state(load_state()), blocks), tails)
     inserted = engine_inserted(messages, tails)
     block = next((m for m, ins in zip(messages, inserted)
                   if ins and m.get("role") == "user"), None)

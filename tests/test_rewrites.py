@@ -210,3 +210,35 @@ def test_after_a_block_with_no_known_tail_summarized_rows_are_not_candidates(tmp
     # A whole-transcript view (no block) may line up with summarized rows, in order.
     assert store.ingest("s", history).inserted == 0
     database.forget_database(tmp_path / "s.db")
+
+
+# ---------------------------------------------------------------- blocks restored by the host
+def _rendered_block() -> dict:
+    return {"role": "user", "content": "[trove context: summaries of earlier turns]\n"
+            "Earlier parts of this conversation were summarized.\n[n1 · m1–m4]\n"}
+
+
+def test_a_block_whose_trailing_whitespace_the_host_stripped_is_still_the_engines():
+    """Hermes's state.db strips message text: /resume shows the block without its final
+    newline, and it must still line up as the engine's own block (not be stored)."""
+    from hermes_trove.compaction import assemble, known_tails
+    block = _rendered_block()
+    tails = {assemble.block_fingerprint(block["content"]): known_tails.entry([5, 6], 5, 1)}
+    restored = [{"role": "user", "content": block["content"].rstrip()},
+                {"role": "assistant", "content": assemble.ACK_TEXT.strip()},
+                {"role": "user", "content": "continue"}]
+    _, inserted, known = known_tails.read(restored, tails, lambda: {})
+    assert inserted == [True, True, False]
+    assert known is not None and known.store_ids == (5, 6)
+    pasted = [{"role": "user", "content": block["content"] + "and a question of mine"}]
+    assert known_tails.read(pasted, tails, lambda: {})[1] == [False]  # text differs: the user's
+
+
+def test_the_known_tail_an_earlier_version_saved_is_still_recognized():
+    from hermes_trove.compaction import assemble, known_tails
+    block = _rendered_block()
+    state = {"known_tail": {"block_hash": assemble.legacy_block_fingerprint(block["content"]),
+                            "store_ids": [7, 8], "low": 7}}
+    _, inserted, known = known_tails.read([block, {"role": "user", "content": "go"}], {},
+                                          lambda: state)
+    assert inserted == [True, False] and known.store_ids == (7, 8)
