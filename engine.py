@@ -11,7 +11,6 @@ connection (the host falls back to its own compressor if the copy raises).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 import uuid
@@ -21,8 +20,7 @@ from .binding import forks, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, known_tails, prepare, spend, sweep, tokens
-from .storage import codec, faults, integrity, lifecycle, locks
-from .storage.backup import backup_database, backup_dir
+from .storage import codec, faults, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
 from .dag import Dag
@@ -31,12 +29,10 @@ from .compaction.host_llm import make_llm_call
 from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .recall import semantic
 from .compaction.message_memo import MessageMemo
-from .storage.payloads import encode_text, ref_for, tool_output_placeholder
-from .store import KnownTail, Store, decode_row
-from .compaction import rollups
+from .store import KnownTail, Store
 from .compaction.summarize import CircuitBreaker, Summarizer
-from .evidence import assertions
-from .diagnostics import unavailable
+from .orchestrator.maintenance import Maintenance
+from .orchestrator.tool_side import ENGINE_NAME, ToolSide
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
     from agent.context_engine import ContextEngine
@@ -46,7 +42,6 @@ except Exception:  # pragma: no cover - exercised only without hermes-agent
 
 log = logging.getLogger(__name__)
 
-ENGINE_NAME = "trove"
 # The host's fixed prompt overhead (system prompt + ~24 tool schemas) when it
 # has not told us better: see the host reference.
 DEFAULT_OVERHEAD_TOKENS = 12_500
@@ -57,11 +52,8 @@ TAIL_SHARE = 0.6
 # Floors of the window-scaled summary budgets (see ``_compactor``).
 MIN_LEAF_BUDGET = 200
 MIN_CONDENSED_BUDGET = 300
-# Rotation looks at most this many raw rows after the replay floor.
-ROTATE_SCAN_LIMIT = 20_000
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
-ROTATE_BACKUP_NAME = "trove-rotate-latest.db"
 # How long a compaction or rotate waits for another one of the same session to finish.
 COMPACTION_LOCK_SECONDS = 120.0
 
@@ -85,7 +77,7 @@ def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
     return _breakers[key]
 
 
-class TroveEngine(SessionBinding, ContextEngine):
+class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
     """Lossless context management for one agent (the host deep-copies it per agent)."""
 
     def __init__(self, config: TroveConfig | None = None):
@@ -274,25 +266,6 @@ class TroveEngine(SessionBinding, ContextEngine):
         self._bind(session_id, canonical, "host")
         self._start_background_checks()
 
-    def _start_background_checks(self) -> None:
-        """Schedule the deep FTS check when due; it runs on its own thread and connection."""
-        try:
-            store = self.store
-            integrity.start_if_due(store.db.path, store.get_meta(integrity.CHECKED_AT_KEY),
-                                   self.config.fts_integrity_check_interval_hours)
-        except Exception as exc:  # maintenance must never block or break a session
-            self.errors.append(f"fts check scheduling: {exc}")
-        cfg = self.config
-        if cfg.empty_lifecycle_gc_enabled:
-            try:
-                bound = {v for e in live_engines() for v in (e.session_id, e.canonical_id) if v}
-                result = lifecycle.prune_if_due(
-                    self.store.db, threshold=cfg.empty_lifecycle_gc_threshold,
-                    max_age_hours=cfg.empty_lifecycle_gc_max_age_hours, keep=tuple(bound))
-                self.lifecycle_gc = result or getattr(self, "lifecycle_gc", None)
-            except Exception as exc:  # pruning is housekeeping, never a reason to fail
-                self.errors.append(f"empty session gc: {exc}")
-
     def _classify(self, session_id: str) -> str:
         """Apply the ignore/stateless session patterns (ignored wins)."""
         found = self.policy.sessions.classify(session_id, self.platform)
@@ -349,17 +322,6 @@ class TroveEngine(SessionBinding, ContextEngine):
                     raise
                 self._note_fault(exc)
         self._start_rollups()
-
-    def _start_rollups(self) -> None:
-        """A background rollup pass when rollups are on (never on the turn's path)."""
-        if not self.config.rollups_enabled or not self.stores:
-            return
-        try:
-            rollups.start_background(self.store, self.dag, self.summarizer(),
-                                     self.counter.count_text, rollups.settings_of(self.config),
-                                     self.policy.feeds_rollups, self.clock)
-        except Exception as exc:  # rollups must never break a turn
-            self.errors.append(f"rollups: {exc}")
 
     @property
     def database_fault(self) -> dict | None:
@@ -671,37 +633,6 @@ class TroveEngine(SessionBinding, ContextEngine):
                             tail_ids=[sid for _, sid in live if sid is not None],
                             shown_max=max((s for s in store_ids if s is not None), default=0))
 
-    def _extract_assertions(self, session: str, upto_store_id: int) -> None:
-        """Opt-in (TROVE_ASSERTIONS_ENABLED): read assertions out of what was just compacted;
-        a failure is logged and never stops the compaction."""
-        if not self.config.assertions_enabled:
-            return
-        try:
-            assertions.extract_pending(self.store, session, upto_store_id,
-                                       llm_call=self.llm_call("compression"),
-                                       model=self.config.summary_model or None,
-                                       timeout_s=self.config.summary_timeout_ms / 1000)
-        except Exception:
-            log.exception("hermes-trove: assertion extraction failed")
-
-    def _collect_transcript_garbage(self, store_ids: list[int]) -> int:
-        """Transcript GC (opt-in): summarized tool rows whose exact text is already safe
-        in a payload file (e.g. from the backfill script) shrink to their placeholder."""
-        cfg = self.config
-        if not cfg.large_output_transcript_gc_enabled:
-            return 0
-        payloads, rewritten = self.policy.payloads, 0
-        for store_id, row in self.store.get_messages(store_ids).items():
-            content = row.get("content")
-            if (row["role"] != "tool" or row["pinned"] or row["content_format"] != "text"
-                    or len(content or "") <= cfg.large_output_externalization_threshold_chars):
-                continue
-            ref = ref_for(encode_text(content))
-            if payloads.exists(ref) and self.store.replace_with_placeholder(
-                    store_id, content, tool_output_placeholder(content, ref)):
-                rewritten += 1
-        return rewritten
-
     def _tail_counter(self):
         """Token cost of a message in the fresh tail: a result that active-replay
         stubbing will shrink is counted at its stub size, so stubbing keeps more
@@ -853,155 +784,7 @@ class TroveEngine(SessionBinding, ContextEngine):
             except Exception as exc:  # status bookkeeping must never fail a turn
                 self.errors.append(f"state: {exc}")
 
-    # ------------------------------------------------------------------ rotate
-    def rotate(self, apply: bool = False) -> dict:
-        """Compact the bound session in place, keeping its id: the fresh tail stays,
-        every older raw message is summarized and no longer replayed (still stored,
-        still reachable with trove_load_session / trove_expand).
-
-        Preview unless ``apply``; apply writes the rolling ``*-rotate-latest``
-        backup first, and the host receives the rotated prompt at its next check.
-        """
-        if not self.canonical_id:
-            return {"status": "refused", "reason": "no session is bound to this engine"}
-        if not self.stores:
-            return {"status": "refused", "reason": f"this session is {self.session_mode} "
-                    f"(matched {self.session_filter_match!r}): trove does not store it"}
-        if not apply:
-            return self._rotate(apply=False)
-        with self._compaction_lock():  # rows are read after any running compaction
-            return self._rotate(apply=True)
-
     def _compaction_lock(self):
         """The bound session's compaction lock (threads and processes; see ``locks``)."""
         return locks.session_compaction(str(self.config.resolved_database_path),
                                         self.canonical_id, COMPACTION_LOCK_SECONDS)
-
-    def _rotate(self, apply: bool) -> dict:
-        """Rotate's plan, and with ``apply`` its writes (under the compaction lock)."""
-        session, cfg = self.canonical_id, self.config
-        floor = (self.store.get_session(self.canonical_id) or {}).get("replay_floor", 0)
-        rows = self.store.session_messages(session, after_store_id=floor, limit=ROTATE_SCAN_LIMIT)
-        covered = self.dag.covered_store_ids(r["store_id"] for r in rows)
-        live = [(decode_row(r), r["store_id"]) for r in rows if r["store_id"] not in covered]
-        messages = [m for m, _ in live]
-        keep, _ = assemble.choose_tail(messages, assemble.group_units(messages),
-                                       max_count=cfg.fresh_tail_count, max_tokens=None,
-                                       count=self.count_message)
-        older = [(live[i][1], messages[i], None, self.count_message(messages[i]))
-                 for i in range(len(messages)) if i not in keep]
-        kept_ids = [live[i][1] for i in sorted(keep)]
-        new_floor = (min(kept_ids) - 1) if kept_ids else (older[-1][0] if older else floor)
-        report = {"session_id": self.session_id, "older_messages": len(older),
-                  "older_tokens": sum(r[3] for r in older), "tail_messages": len(kept_ids),
-                  "replay_floor": max(floor, new_floor)}
-        if not older:
-            return {"status": "noop", "reason": "already rotated: only the fresh tail is live",
-                    **report}
-        backup_path = backup_dir(cfg.resolved_database_path) / ROTATE_BACKUP_NAME
-        if not apply:
-            return {"status": "preview", "backup": str(backup_path), **report}
-        written = backup_database(cfg.resolved_database_path, backup_path)
-        passes = PassReport()
-        compactor = self._compactor(max(4_000, self.threshold_tokens))
-        compactor.leaf_pass(session, older, chunk_tokens=cfg.leaf_chunk_tokens, focus=None,
-                            deterministic_only=False, report=passes)
-        compactor.condense(session, fanout=cfg.condense_fanout,
-                           max_depth=cfg.incremental_max_depth, focus=None,
-                           deterministic_only=False, report=passes)
-        self.store.set_replay_floor(self.canonical_id, report["replay_floor"])
-        self.store.update_session_state(self.canonical_id, {
-            "last_rotate_at": time.time(), "last_rotate_backup": str(written)})
-        self._rotate_pending = True
-        return {"status": "rotated", "backup": str(written), "leaf_nodes": passes.leaf_ids,
-                "condensed_nodes": passes.condensed_ids, **report}
-
-    # ------------------------------------------------------------------ tools
-    def get_tool_schemas(self) -> list:
-        """Bare OpenAI function schemas for the trove_* tools."""
-        from .schemas import get_tool_schemas
-        return get_tool_schemas()
-
-    def handle_tool_call(self, name: str, args: dict, **kwargs) -> str:
-        """Persist the live messages first, then run the tool; always a JSON string."""
-        from . import tools
-        try:
-            live = kwargs.get("messages")
-            self._follow_host(live)
-            if live and self._usable_database():
-                self.ingest(live)
-        except Exception as exc:  # the tool still answers from what is stored
-            if faults.is_database_error(exc):
-                self._note_fault(exc)
-            self.errors.append(f"ingest before tool: {exc}")
-        try:
-            context = self.tool_context() if self._usable_database() else None
-        except Exception as exc:
-            if not faults.is_database_error(exc):
-                raise
-            self._note_fault(exc)
-            context = None
-        if context is None:
-            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or {},
-                                                      self.get_status()), default=str)
-        return tools.dispatch(name, args, context)
-
-    def tool_context(self):
-        """What a tool may see: the store, the bound session (or none), the bounds."""
-        from .tools import ToolContext
-        cfg = self.config
-        return ToolContext(
-            store=self.store, dag=self.dag, config=cfg, count_tokens=self.counter.count_text,
-            session_id=None if self.session_mode == "ignored" else self._tool_session(),
-            conversation_id=self.conversation_id,
-            current_turn_store_id=self.current_turn_store_id, status=self.get_status,
-            llm_call=self.llm_call("compression"),
-            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads,
-            now=self.clock,
-            semantic=self._semantic())
-
-    # ------------------------------------------------------------------ status
-    def get_status(self) -> dict:
-        """Runtime health for trove_status and /trove status."""
-        state = {}
-        if self.session_id:
-            try:
-                state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
-            except Exception as exc:
-                self.errors.append(f"status: {exc}")
-        last = self.last_compaction or state.get("last_compaction") or {}
-        counter = self.counter
-        return {
-            "engine": ENGINE_NAME,
-            "session_id": self.session_id,
-            "canonical_session_id": self.canonical_id,
-            "binding": self.binding,
-            "platform": self.platform,
-            "conversation_id": self.conversation_id,
-            "context_length": self.context_length,
-            "threshold_tokens": self.threshold_tokens,
-            "trigger_rule": self.trigger_rule,
-            "last_prompt_tokens": self.last_prompt_tokens,
-            "usage_percent": round(100 * max(self.last_prompt_tokens, 0)
-                                   / self.context_length, 1) if self.context_length else 0,
-            "compression_count": self.compression_count,
-            "overhead_tokens": self._overhead_tokens,
-            "last_compaction": last,
-            "reachability_problems": self.reachability,
-            "token_counter": {"name": counter.name, "exact": counter.exact,
-                              "reason": counter.reason},
-            "database_path": str(self.config.resolved_database_path),
-            "session_mode": self.session_mode,
-            "review_fork": self.review_fork,
-            "owner": self.owner,
-            "last_switch": self.last_switch,
-            "session_filter_match": self.session_filter_match,
-            "ingest_policy": self.policy.describe(),
-            "summary_spend": self.spend_guard.state(),
-            "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
-            "background_prepare": {"share": self.config.background_prepare_share,
-                                   **self._prepare_state()},
-            "embeddings": semantic.status_of(self.config, self._semantic()),
-            "errors": self.errors[-5:],
-            "database_fault": self.database_fault,
-        }

@@ -11,6 +11,7 @@ a higher layer or a sibling concern of the same layer):
     evidence/                 exact refs, values, verified computation, evidence tool handlers
     toolkit/                  the agent tools' handlers: scope, rendering, search and reading
     tools.py                  the agent tools' context, dispatcher and handler table
+    orchestrator/             parts of TroveEngine by concern (tool side, maintenance mixins)
     engine.py                 the orchestrator the host calls
     operators/ openclaw/      what operators run
     command.py, __init__.py   /trove and registration
@@ -28,7 +29,7 @@ LAYERS = {
     "store": 1,
     "dag": 2,
     "ingest": 3, "compaction": 3, "recall": 3, "diagnostics": 3, "binding": 3,
-    "schemas": 4, "evidence": 4.5, "toolkit": 4.8, "tools": 5,
+    "schemas": 4, "evidence": 4.5, "toolkit": 4.8, "tools": 5, "orchestrator": 5.5,
     "engine": 6,
     "operators": 7, "openclaw": 7,
     "command": 8, "": 9,

@@ -1,0 +1,110 @@
+"""The agent-facing half of the engine (a mixin of ``TroveEngine``): the trove_*
+tool schemas, the tool call (ingest the live messages first, then dispatch), the
+context a tool sees, and the status the tools and /trove report.
+
+Pure moves out of ``engine.py``; the methods read the engine's own attributes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..diagnostics import unavailable
+from ..recall import semantic
+from ..storage import faults
+
+ENGINE_NAME = "trove"
+
+
+class ToolSide:
+    """The trove_* tools and status of ``TroveEngine``."""
+
+    # ------------------------------------------------------------------ tools
+    def get_tool_schemas(self) -> list:
+        """Bare OpenAI function schemas for the trove_* tools."""
+        from ..schemas import get_tool_schemas
+        return get_tool_schemas()
+
+    def handle_tool_call(self, name: str, args: dict, **kwargs) -> str:
+        """Persist the live messages first, then run the tool; always a JSON string."""
+        from .. import tools
+        try:
+            live = kwargs.get("messages")
+            self._follow_host(live)
+            if live and self._usable_database():
+                self.ingest(live)
+        except Exception as exc:  # the tool still answers from what is stored
+            if faults.is_database_error(exc):
+                self._note_fault(exc)
+            self.errors.append(f"ingest before tool: {exc}")
+        try:
+            context = self.tool_context() if self._usable_database() else None
+        except Exception as exc:
+            if not faults.is_database_error(exc):
+                raise
+            self._note_fault(exc)
+            context = None
+        if context is None:
+            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or {},
+                                                      self.get_status()), default=str)
+        return tools.dispatch(name, args, context)
+
+    def tool_context(self):
+        """What a tool may see: the store, the bound session (or none), the bounds."""
+        from ..tools import ToolContext
+        cfg = self.config
+        return ToolContext(
+            store=self.store, dag=self.dag, config=cfg, count_tokens=self.counter.count_text,
+            session_id=None if self.session_mode == "ignored" else self._tool_session(),
+            conversation_id=self.conversation_id,
+            current_turn_store_id=self.current_turn_store_id, status=self.get_status,
+            llm_call=self.llm_call("compression"),
+            data_dir=cfg.resolved_database_path.parent, payloads=self.policy.payloads,
+            now=self.clock,
+            semantic=self._semantic())
+
+    # ------------------------------------------------------------------ status
+    def get_status(self) -> dict:
+        """Runtime health for trove_status and /trove status."""
+        state = {}
+        if self.session_id:
+            try:
+                state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
+            except Exception as exc:
+                self.errors.append(f"status: {exc}")
+        last = self.last_compaction or state.get("last_compaction") or {}
+        counter = self.counter
+        return {
+            "engine": ENGINE_NAME,
+            "session_id": self.session_id,
+            "canonical_session_id": self.canonical_id,
+            "binding": self.binding,
+            "platform": self.platform,
+            "conversation_id": self.conversation_id,
+            "context_length": self.context_length,
+            "threshold_tokens": self.threshold_tokens,
+            "trigger_rule": self.trigger_rule,
+            "last_prompt_tokens": self.last_prompt_tokens,
+            "usage_percent": round(100 * max(self.last_prompt_tokens, 0)
+                                   / self.context_length, 1) if self.context_length else 0,
+            "compression_count": self.compression_count,
+            "overhead_tokens": self._overhead_tokens,
+            "last_compaction": last,
+            "reachability_problems": self.reachability,
+            "token_counter": {"name": counter.name, "exact": counter.exact,
+                              "reason": counter.reason},
+            "database_path": str(self.config.resolved_database_path),
+            "session_mode": self.session_mode,
+            "review_fork": self.review_fork,
+            "owner": self.owner,
+            "last_switch": self.last_switch,
+            "session_filter_match": self.session_filter_match,
+            "ingest_policy": self.policy.describe(),
+            "summary_spend": self.spend_guard.state(),
+            "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
+            "background_prepare": {"share": self.config.background_prepare_share,
+                                   **self._prepare_state()},
+            "embeddings": semantic.status_of(self.config, self._semantic()),
+            "errors": self.errors[-5:],
+            "database_fault": self.database_fault,
+        }
