@@ -196,6 +196,9 @@ def _summary_work_lines(engine: dict | None) -> list[str]:
                      f"{'running' if prep.get('running') else 'idle'}, {prep.get('runs', 0)} "
                      f"runs, {prep.get('prepared', 0)} chunks prepared, "
                      f"{chunks.get('ready', 0)} ready, {chunks.get('claimed', 0)} claimed"
+                     + (f"; {prep['prepared_merges']} merges prepared, "
+                        f"{chunks.get('groups_ready', 0)} ready"
+                        if prep.get("prepared_merges") else "")
                      + (f"; last error: {prep['errors'][-1]}" if prep.get("errors") else ""))
     else:
         lines.append("background preparation: off (TROVE_BACKGROUND_PREPARE_SHARE=0)")

@@ -186,8 +186,8 @@ class TroveConfig:
     empty_lifecycle_gc_max_age_hours: float = _float(
         24.0, "Only empty session rows untouched for this many hours are pruned.", low=0.0)
     background_prepare_share: float = _float(
-        0.0, "Share of the trigger from which leaf summaries are prepared in a background "
-        "worker, so compaction at the trigger mostly assembles (0 = off; e.g. 0.8).",
+        0.0, "Share of the trigger from which leaf summaries and their merges are prepared "
+        "in a background worker, so compaction at the trigger mostly assembles (0 = off; e.g. 0.8).",
         low=0.0, high=1.0)
     threshold_full_sweep_enabled: bool = _bool(
         False, "At the trigger, drain the whole raw backlog in one bounded sweep (at most "

@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 # The host's fixed prompt overhead (system prompt + ~24 tool schemas) when it
 # has not told us better: see the host reference.
 DEFAULT_OVERHEAD_TOKENS = 12_500
-# Compaction aims this far below the trigger so the next turn does not re-trigger.
-TARGET_MARGIN = 0.15
-# Share of the message budget a count-protected tail may take in the first pass.
-TAIL_SHARE = 0.6
 # Floors of the window-scaled summary budgets (see ``_compactor``).
 MIN_LEAF_BUDGET = 200
 MIN_CONDENSED_BUDGET = 300
@@ -371,25 +367,6 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             return False
         return True
 
-    def _maybe_prepare(self, current: int) -> None:
-        """Past TROVE_BACKGROUND_PREPARE_SHARE of the trigger (and below it), let a
-        background worker summarize the oldest chunks ahead; never waits for it."""
-        cfg = self.config
-        share = cfg.background_prepare_share
-        if not (share and self.stores and self.canonical_id
-                and share * self.threshold_tokens <= current < self.threshold_tokens):
-            return
-        try:
-            budget = int(self.threshold_tokens * (1 - TARGET_MARGIN)) - self.overhead_estimate(
-                [], None)
-            prepare.start(prepare.Job(
-                db_path=self.store.db.path, session_id=self.canonical_id,
-                fresh_tail_count=cfg.fresh_tail_count, chunk_tokens=cfg.leaf_chunk_tokens,
-                leaf_budget=self._compactor(budget).leaf_budget, summarizer=self.summarizer(),
-                lease_seconds=3 * cfg.summary_timeout_ms / 1000 + 60))
-        except Exception as exc:  # preparation is an optimization, never a failure
-            self.errors.append(f"background prepare: {exc}")
-
     def has_content_to_compress(self, messages: list) -> bool:
         """More than the newest conversational message (the gateway's /compress
         preflight): with only that, there is nothing a compaction could take."""
@@ -564,15 +541,16 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         count = self.count_message
         before = self.count_messages(messages)
         overhead = self.overhead_estimate(messages, current_tokens)
-        target = int(trigger * (1 - TARGET_MARGIN))
+        target = int(trigger * (1 - assemble.TARGET_MARGIN))
         system_tokens = count(system) if system is not None else 0
         budget = max(0, target - overhead - system_tokens)
         deterministic = self._under_critical_pressure(current_tokens)
+        # a summary a worker is making right now is waited for, never longer than one call
+        wait = 0.0 if deterministic else cfg.summary_timeout_ms / 1000
         report = PassReport()
         swept = sweep.Sweep() if cfg.threshold_full_sweep_enabled else None
         units = assemble.group_units(live_msgs)
-        cap = cfg.fresh_tail_max_tokens or None
-        tail_cap = int(budget * TAIL_SHARE) if cap is None else min(cap, int(budget * TAIL_SHARE))
+        tail_cap = assemble.tail_token_cap(budget, cfg.fresh_tail_max_tokens)
         passes = [(cfg.fresh_tail_count, tail_cap, cfg.condense_fanout),
                   (1, 0, cfg.condense_fanout), (1, 0, 2)]
         result, gave_way, omitted, final = messages, False, [], before
@@ -590,7 +568,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                 raw = prepare.leaf_pass(compactor, self.store.db, session, backlog,
                                         chunk_tokens=self._chunk_tokens(backlog), focus=focus,
                                         deterministic_only=deterministic, report=report,
-                                        may_defer=max_count == cfg.fresh_tail_count)
+                                        may_defer=max_count == cfg.fresh_tail_count,
+                                        wait_seconds=wait)
                 keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
                 self._collect_transcript_garbage([r[0] for r in backlog if r[0] not in raw])
                 self._extract_assertions(session, max((r[0] or 0) for r in backlog))
@@ -598,8 +577,10 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                     self.dag.frontier(session), lambda n: n["token_count"],
                     target_tokens=cfg.summary_prefix_target_tokens,
                     chunk_tokens=cfg.leaf_chunk_tokens):
-                compactor.condense(session, fanout=fanout, max_depth=cfg.incremental_max_depth,
-                                   focus=focus, deterministic_only=deterministic, report=report)
+                prepare.condense(compactor, self.store.db, session, fanout=fanout,
+                                 max_depth=cfg.incremental_max_depth, focus=focus,
+                                 deterministic_only=deterministic, report=report,
+                                 wait_seconds=wait)
             tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))
                                        for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
@@ -742,7 +723,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             self._builtin = fallback.builtin_compressor(self._runtime, self.context_length,
                                                         self.threshold_percent)
         overhead = self.overhead_estimate(messages, current_tokens)
-        budget = int(self.threshold_tokens * (1 - TARGET_MARGIN)) - overhead
+        budget = int(self.threshold_tokens * (1 - assemble.TARGET_MARGIN)) - overhead
         result, path = fallback.compress_unstored(
             messages, compressor=self._builtin, current_tokens=current_tokens, focus=focus,
             budget_tokens=budget, count=self.count_message)
@@ -786,5 +767,5 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
 
     def _compaction_lock(self):
         """The bound session's compaction lock (threads and processes; see ``locks``)."""
-        return locks.session_compaction(str(self.config.resolved_database_path),
+        return locks.session_compaction(self.store.db.path,
                                         self.canonical_id, COMPACTION_LOCK_SECONDS)

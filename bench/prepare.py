@@ -54,12 +54,14 @@ class SlowModel:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.where: list[str] = []
+        self.kinds: list[str] = []
         self.lock = threading.Lock()
 
     def __call__(self, prompt: str, model=None, timeout=None) -> str:
         time.sleep(self.seconds)
         with self.lock:
             self.where.append(threading.current_thread().name)
+            self.kinds.append("merge" if "<summaries>" in prompt else "leaf")
         return rb.stub_summary(prompt)
 
 
@@ -85,7 +87,7 @@ def run(mode: str, args) -> dict:
         cfg = trove_config.load_config({
             "HERMES_HOME": str(folder), "TROVE_DATABASE_PATH": str(folder / "trove.db"),
             "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0",
-            "TROVE_BACKGROUND_PREPARE_SHARE": "0.8" if mode == "on" else "0"})
+            "TROVE_BACKGROUND_PREPARE_SHARE": str(args.share) if mode == "on" else "0"})
         engine = TroveEngine(cfg)
         engine.use_llm(model)
         engine.update_model("bench-model", args.window)
@@ -93,7 +95,7 @@ def run(mode: str, args) -> dict:
         conversation, _ = rb.build_conversation(args.turns)
         messages = [{"role": "system", "content": "You are a coding agent."}]
         compress_seconds, turn_seconds, used = [], [], 0
-        calls_in_compress = 0
+        calls_in_compress, merges_in_compress = 0, 0
         for turn in _turns(conversation):
             messages.extend(dict(m) for m in turn)
             current = HOST_OVERHEAD_TOKENS + engine.counter.count_messages(messages)
@@ -106,7 +108,10 @@ def run(mode: str, args) -> dict:
                 started = time.perf_counter()
                 messages = engine.compress(messages, current_tokens=current)
                 compress_seconds.append(time.perf_counter() - started)
-                calls_in_compress += len(model.where) - before
+                mine = [k for w, k in zip(model.where[before:], model.kinds[before:])
+                        if w == threading.current_thread().name]  # not the worker's
+                calls_in_compress += len(mine)
+                merges_in_compress += mine.count("merge")
                 used += engine.last_compaction.get("prepared_used", 0)
             time.sleep(args.think_seconds)
         prepare.wait(engine.store.db.path, engine.canonical_id, timeout=120)
@@ -118,8 +123,9 @@ def run(mode: str, args) -> dict:
             "compress_max_s": round(max(compress_seconds, default=0.0), 3),
             "compress_total_s": round(sum(compress_seconds), 1),
             "calls_in_compress": calls_in_compress,
+            "merges_in_compress": merges_in_compress,
             "calls_in_worker": sum(1 for w in model.where if w.startswith("trove-prepare")),
-            "prepared_leaves_used": used,
+            "prepared_used": used,
             "turn_ms_first_third_p50": round(1000 * _pct(turn_seconds[:third], 0.5), 2),
             "turn_ms_first_third_p95": round(1000 * _pct(turn_seconds[:third], 0.95), 2),
             "turn_ms_last_third_p50": round(1000 * _pct(turn_seconds[-third:], 0.5), 2),
@@ -138,16 +144,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--window", type=int, default=200_000)
     parser.add_argument("--call-seconds", type=float, default=2.0)
     parser.add_argument("--think-seconds", type=float, default=0.5)
+    parser.add_argument("--share", type=float, default=0.8,
+                        help="TROVE_BACKGROUND_PREPARE_SHARE of the 'on' mode")
+    parser.add_argument("--modes", nargs="+", choices=("off", "on"), default=["off", "on"])
     args = parser.parse_args(argv)
-    results = [run(mode, args) for mode in ("off", "on")]
+    results = [run(mode, args) for mode in args.modes]
     print(f"{args.turns} turns, window {args.window:,}, {args.call_seconds} s per summarizer "
-          f"call, {args.think_seconds} s between turns")
+          f"call, {args.think_seconds} s between turns, 'on' = share {args.share}")
     for r in results:
         print(f"preparation {r['mode']:>3}: {r['compactions']} compactions; compress() p50 "
               f"{r['compress_p50_s']} s, max {r['compress_max_s']} s, total "
-              f"{r['compress_total_s']} s; calls in compress {r['calls_in_compress']}, "
-              f"in the worker {r['calls_in_worker']}, prepared leaves used "
-              f"{r['prepared_leaves_used']}; per turn outside compress p50/p95 first third "
+              f"{r['compress_total_s']} s; calls in compress {r['calls_in_compress']} "
+              f"({r['merges_in_compress']} merges), in the worker {r['calls_in_worker']}, "
+              f"prepared nodes used {r['prepared_used']}; per turn outside compress p50/p95 first third "
               f"{r['turn_ms_first_third_p50']}/{r['turn_ms_first_third_p95']} ms, last third "
               f"{r['turn_ms_last_third_p50']}/{r['turn_ms_last_third_p95']} ms")
     synth.save_results("prepare", turns=args.turns, window=args.window,

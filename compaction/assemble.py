@@ -39,6 +39,20 @@ class Unit:
     complete: bool = True
 
 
+# Compaction aims this far below the trigger so the next turn does not re-trigger.
+TARGET_MARGIN = 0.15
+# Share of the message budget a count-protected tail may take in the first pass.
+TAIL_SHARE = 0.6
+
+
+def tail_token_cap(message_budget: int, max_tail_tokens: int) -> int:
+    """Tokens the first pass's fresh tail may take: ``TAIL_SHARE`` of the message
+    budget, and at most TROVE_FRESH_TAIL_MAX_TOKENS when set (0 = no cap). One
+    place, because the background preparer predicts the tail the same way."""
+    share = int(message_budget * TAIL_SHARE)
+    return min(max_tail_tokens, share) if max_tail_tokens else share
+
+
 def _text_of(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, str):

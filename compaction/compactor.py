@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
-from ..storage import codec
+from ..storage import codec, prepared
 from ..dag import Dag, NewNode
 from .summarize import SourceItem, Summarizer, extract_topics
 
@@ -29,7 +29,7 @@ class PassReport:
     summarizer_calls: int = 0
     levels: list[int] = field(default_factory=list)
     seconds: float = 0.0
-    prepared_used: int = 0   # leaves written from background-prepared summaries
+    prepared_used: int = 0   # nodes written from background-prepared summaries
     sweep: dict | None = None  # the full sweep's bounds and use, when it ran
 
 
@@ -122,17 +122,47 @@ class Compactor:
         return node_id
 
     def condense(self, session_id: str, *, fanout: int, max_depth: int, focus: str | None,
-                 deterministic_only: bool, report: PassReport) -> None:
+                 deterministic_only: bool, report: PassReport,
+                 ready: Mapping[str, dict] | None = None) -> list[str]:
         """Merge the oldest ``fanout`` parentless nodes of a depth into one node a level
-        up, level by level, while some depth below ``max_depth`` has that many."""
+        up, level by level, while some depth below ``max_depth`` has that many.
+
+        ``ready`` holds group summaries prepared in the background by
+        ``group_key``: a group whose key is there is written from it without a
+        call (never with a focus topic, which they were made without). Returns
+        the keys used."""
         started = time.perf_counter()
+        used: list[str] = []
         while True:
-            group = _oldest_full_group(self.dag.frontier(session_id), fanout, max_depth)
+            group = oldest_full_group(self.dag.frontier(session_id), fanout, max_depth)
             if group is None:
                 break
+            key = group_key(group) if ready and focus is None else None
+            summary = ready.get(key) if key is not None else None
+            if summary is not None and summary.get("depth") == max(n["depth"] for n in group) + 1:
+                self._write_prepared_merge(session_id, group, summary, report)
+                used.append(key)
+                continue
             self._merge(session_id, group, budget=self.condensed_budget, focus=focus,
                         deterministic_only=deterministic_only, report=report)
         report.seconds += time.perf_counter() - started
+        return used
+
+    def _write_prepared_merge(self, session_id: str, group: Sequence[dict], summary: dict,
+                              report: PassReport) -> int:
+        """A condensed node over ``group`` from a summary prepared in the background:
+        the node ``_merge`` would write, without the call."""
+        node_id = self.dag.add_node(NewNode(
+            session_id=session_id, depth=max(n["depth"] for n in group) + 1,
+            text=summary.get("text") or "(no text)", token_count=int(summary.get("tokens") or 0),
+            source_token_count=sum(self.count_text(summary_body(n["text"])) for n in group),
+            level=int(summary.get("level") or 3), model=str(summary.get("model") or ""),
+            child_store_ids=[], child_node_ids=[n["node_id"] for n in group],
+            topics=list(summary.get("topics") or [])), footer=footer_text)
+        report.condensed_ids.append(node_id)
+        report.levels.append(int(summary.get("level") or 3))
+        report.prepared_used += 1
+        return node_id
 
     def fold_to_fit(self, session_id: str, *, budget_tokens: int, cost: Callable[[dict], int],
                     max_source_tokens: int, focus: str | None, deterministic_only: bool,
@@ -203,8 +233,16 @@ class Compactor:
             topics=extract_topics([i.text for i in items], limit=6)), footer=footer_text)
 
 
-def _oldest_full_group(frontier: list[dict], fanout: int, max_depth: int) -> list[dict] | None:
-    """The oldest ``fanout`` frontier nodes of the lowest depth that has that many."""
+def group_key(group: Sequence[dict]) -> str:
+    """The key of a group of summaries to merge: their coverage and texts without
+    footers (what the merge reads), so a prepared merge matches the exact input."""
+    return prepared.group_key((n.get("first_store_id"), n.get("last_store_id"),
+                               summary_body(n["text"])) for n in group)
+
+
+def oldest_full_group(frontier: list[dict], fanout: int, max_depth: int) -> list[dict] | None:
+    """The oldest ``fanout`` frontier nodes of the lowest depth that has that many: the
+    group ``Compactor.condense`` merges next (the background preparer predicts it)."""
     by_depth: dict[int, list[dict]] = {}
     for node in frontier:
         by_depth.setdefault(node["depth"], []).append(node)

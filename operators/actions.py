@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, faults, integrity
+from ..storage import codec, faults, integrity, prepared
 from ..diagnostics import health, host
 from ..compaction import tokens
 from .. import tools
@@ -370,6 +370,7 @@ def clean_apply(target: Target, now: float | None = None,
             removed["owner_rows"] = Owners.delete_in(conn, ids)
             removed.update(assertions.delete_sessions_in(conn, ids))
             removed.update(evidence_views.delete_sessions_in(conn, ids))
+            removed.update(prepared.delete_sessions_in(conn, ids))
     except sqlite3.IntegrityError as exc:
         raise OperatorError(f"nothing was removed: another session came to depend on a "
                             f"candidate while cleaning ({exc}); run the scan again") from None

@@ -12,7 +12,7 @@ import logging
 import time
 
 from ..binding.session import live_engines
-from ..compaction import assemble, rollups
+from ..compaction import assemble, prepare, rollups
 from ..compaction.compactor import PassReport
 from ..evidence import assertions
 from ..storage import integrity, lifecycle
@@ -106,6 +106,30 @@ class Maintenance:
                 self.lifecycle_gc = result or getattr(self, "lifecycle_gc", None)
             except Exception as exc:  # pruning is housekeeping, never a reason to fail
                 self.errors.append(f"empty session gc: {exc}")
+
+    def _maybe_prepare(self, current: int) -> None:
+        """Past TROVE_BACKGROUND_PREPARE_SHARE of the trigger (and below it), let a
+        background worker summarize the oldest chunks ahead; never waits for it."""
+        cfg = self.config
+        share = cfg.background_prepare_share
+        if not (share and self.stores and self.canonical_id
+                and share * self.threshold_tokens <= current < self.threshold_tokens):
+            return
+        try:
+            budget = (int(self.threshold_tokens * (1 - assemble.TARGET_MARGIN))
+                      - self.overhead_estimate([], None))
+            compactor = self._compactor(budget)
+            prepare.start(prepare.Job(
+                db_path=self.store.db.path, session_id=self.canonical_id,
+                fresh_tail_count=cfg.fresh_tail_count, chunk_tokens=cfg.leaf_chunk_tokens,
+                leaf_budget=compactor.leaf_budget, summarizer=self.summarizer(),
+                lease_seconds=3 * cfg.summary_timeout_ms / 1000 + 60,
+                tail_max_tokens=assemble.tail_token_cap(budget, cfg.fresh_tail_max_tokens),
+                headroom_tokens=self.threshold_tokens - current,
+                condensed_budget=compactor.condensed_budget, fanout=cfg.condense_fanout,
+                max_depth=cfg.incremental_max_depth))
+        except Exception as exc:  # preparation is an optimization, never a failure
+            self.errors.append(f"background prepare: {exc}")
 
     def _start_rollups(self) -> None:
         """A background rollup pass when rollups are on (never on the turn's path)."""

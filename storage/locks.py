@@ -90,3 +90,11 @@ def session_compaction(db_path: str, session_id: str, timeout: float) -> Iterato
                 fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot, os.SEEK_SET)
     finally:
         lock.release()
+
+
+def held_in_process(db_path: str, session_id: str) -> bool:
+    """Whether a thread of this process is compacting the session right now (the
+    background preparer does not start new work then: the compaction is doing it)."""
+    with _guard:
+        lock = _thread_locks.get((db_path, session_id))
+    return bool(lock is not None and lock.locked())

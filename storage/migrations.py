@@ -470,3 +470,29 @@ def m007_embedding_vectors(conn: sqlite3.Connection) -> None:
     CREATE UNIQUE INDEX embedding_vectors_key ON embedding_vectors(space_id, kind, ref_id, chunk);
     CREATE INDEX embedding_vectors_by_hash ON embedding_vectors(space_id, text_hash);
     """)
+
+
+@migration(8)
+def m008_prepared_condensations(conn: sqlite3.Connection) -> None:
+    """Condensed summaries prepared in the background (issue #17).
+
+    Beside the prepared leaves of migration 4, a worker predicts which groups of
+    summaries the next compaction will merge and summarizes them ahead. A group
+    is keyed by the exact texts of its children (``group_key``), so an entry is
+    used only when compaction merges those very summaries, whether they were
+    written before or are written from prepared leaves in the same compaction.
+    ``claimed``/``ready`` and the lease work as for leaves.
+    """
+    run_script(conn, """
+    CREATE TABLE prep_condensed (
+        session_id TEXT NOT NULL,
+        group_key TEXT NOT NULL,
+        depth INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('claimed', 'ready')),
+        owner TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        created_at REAL NOT NULL,
+        summary TEXT,
+        PRIMARY KEY (session_id, group_key)
+    ) WITHOUT ROWID;
+    """)

@@ -1,4 +1,5 @@
-"""SQL of the background-prepared summaries table (``prep_summaries``, migration 4).
+"""SQL of the background-prepared summaries (``prep_summaries``, migration 4, and
+``prep_condensed``, migration 8).
 
 A worker *claims* a chunk (its first store_id in a session) with a lease, then
 *fills* it with a summary; compaction *takes* a ready one whose sources are
@@ -68,20 +69,33 @@ def claim(conn: sqlite3.Connection, session_id: str, store_ids: Sequence[int], d
     return True
 
 
+# The key column of each table of prepared work (names are never taken from input).
+_KEY_COLUMNS = {"prep_summaries": "first_store_id", "prep_condensed": "group_key"}
+
+
+def _fill(conn: sqlite3.Connection, table: str, session_id: str, key, owner: str,
+          summary: dict) -> bool:
+    cur = conn.execute(
+        f"UPDATE {table} SET state = 'ready', summary = ? WHERE session_id = ?"
+        f" AND {_KEY_COLUMNS[table]} = ? AND owner = ? AND state = 'claimed'",
+        (json.dumps(summary), session_id, key, owner))
+    return cur.rowcount == 1
+
+
+def _release(conn: sqlite3.Connection, table: str, session_id: str, key, owner: str) -> None:
+    conn.execute(f"DELETE FROM {table} WHERE session_id = ? AND {_KEY_COLUMNS[table]} = ?"
+                 " AND owner = ? AND state = 'claimed'", (session_id, key, owner))
+
+
 def fill(conn: sqlite3.Connection, session_id: str, first_store_id: int, owner: str,
          summary: dict) -> bool:
     """Store the finished summary of a chunk this owner still holds; False if lost."""
-    cur = conn.execute(
-        "UPDATE prep_summaries SET state = 'ready', summary = ?"
-        " WHERE session_id = ? AND first_store_id = ? AND owner = ? AND state = 'claimed'",
-        (json.dumps(summary), session_id, first_store_id, owner))
-    return cur.rowcount == 1
+    return _fill(conn, "prep_summaries", session_id, first_store_id, owner, summary)
 
 
 def release(conn: sqlite3.Connection, session_id: str, first_store_id: int, owner: str) -> None:
     """Give a claim back (the worker failed or stopped)."""
-    conn.execute("DELETE FROM prep_summaries WHERE session_id = ? AND first_store_id = ?"
-                 " AND owner = ? AND state = 'claimed'", (session_id, first_store_id, owner))
+    _release(conn, "prep_summaries", session_id, first_store_id, owner)
 
 
 def ready(conn: sqlite3.Connection, session_id: str) -> list[dict]:
@@ -91,6 +105,16 @@ def ready(conn: sqlite3.Connection, session_id: str) -> list[dict]:
         " WHERE session_id = ? AND state = 'ready' ORDER BY first_store_id", (session_id,))
     return [{"first_store_id": first, "store_ids": json.loads(ids), "source_hash": digest,
              "summary": json.loads(summary)} for first, ids, digest, summary in rows]
+
+
+def in_flight(conn: sqlite3.Connection, session_id: str, now: float | None = None) -> list[dict]:
+    """Chunks a worker is summarizing right now (claimed, lease not run out)."""
+    now = time.time() if now is None else now
+    rows = conn.execute("SELECT first_store_id, store_ids, lease_until FROM prep_summaries"
+                        " WHERE session_id = ? AND state = 'claimed' AND lease_until > ?"
+                        " ORDER BY first_store_id", (session_id, now))
+    return [{"first_store_id": first, "store_ids": json.loads(ids), "lease_until": until}
+            for first, ids, until in rows]
 
 
 def drop(conn: sqlite3.Connection, session_id: str, first_store_ids: Iterable[int]) -> None:
@@ -109,7 +133,84 @@ def last_store_id(conn: sqlite3.Connection, session_id: str, now: float | None =
 
 
 def states(conn: sqlite3.Connection, session_id: str) -> dict:
-    """How many chunks of a session are claimed and ready, for status."""
+    """How many chunks and groups of a session are claimed and ready, for status."""
     counts = dict(conn.execute("SELECT state, COUNT(*) FROM prep_summaries WHERE session_id = ?"
                                " GROUP BY state", (session_id,)).fetchall())
-    return {"claimed": counts.get("claimed", 0), "ready": counts.get("ready", 0)}
+    groups = dict(conn.execute("SELECT state, COUNT(*) FROM prep_condensed WHERE session_id = ?"
+                               " GROUP BY state", (session_id,)).fetchall())
+    return {"claimed": counts.get("claimed", 0), "ready": counts.get("ready", 0),
+            "groups_claimed": groups.get("claimed", 0), "groups_ready": groups.get("ready", 0)}
+
+
+# ---------------------------------------------------------------- condensed groups
+def group_key(children: Iterable[tuple[int | None, int | None, str]]) -> str:
+    """Fingerprint of a group to merge: each child's ``(first_store_id,
+    last_store_id, summary text without footer)``, in order. The texts are what
+    a merge reads, so equal keys mean equal input."""
+    digest = hashlib.sha256()
+    for first, last, text in children:
+        body = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        digest.update(f"{first}:{last}:{body};".encode())
+    return digest.hexdigest()[:32]
+
+
+def claim_group(conn: sqlite3.Connection, session_id: str, key: str, depth: int, owner: str,
+                lease_seconds: float, now: float | None = None) -> bool:
+    """Claim the group ``key``; False when it is ready or claimed by a live lease."""
+    now = time.time() if now is None else now
+    row = conn.execute("SELECT state, lease_until FROM prep_condensed"
+                       " WHERE session_id = ? AND group_key = ?", (session_id, key)).fetchone()
+    if row is not None and (row[0] == "ready" or row[1] > now):
+        return False
+    conn.execute(
+        "INSERT INTO prep_condensed(session_id, group_key, depth, state, owner, lease_until,"
+        " created_at, summary) VALUES (?, ?, ?, 'claimed', ?, ?, ?, NULL)"
+        " ON CONFLICT(session_id, group_key) DO UPDATE SET state = 'claimed',"
+        " owner = excluded.owner, lease_until = excluded.lease_until,"
+        " created_at = excluded.created_at, summary = NULL",
+        (session_id, key, depth, owner, now + lease_seconds, now))
+    return True
+
+
+def fill_group(conn: sqlite3.Connection, session_id: str, key: str, owner: str,
+               summary: dict) -> bool:
+    """Store the finished summary of a group this owner still holds; False if lost."""
+    return _fill(conn, "prep_condensed", session_id, key, owner, summary)
+
+
+def release_group(conn: sqlite3.Connection, session_id: str, key: str, owner: str) -> None:
+    """Give a group claim back (the worker failed or stopped)."""
+    _release(conn, "prep_condensed", session_id, key, owner)
+
+
+def ready_groups(conn: sqlite3.Connection, session_id: str) -> dict[str, dict]:
+    """Every ready group summary of a session by key (with its ``depth``)."""
+    rows = conn.execute("SELECT group_key, depth, summary FROM prep_condensed"
+                        " WHERE session_id = ? AND state = 'ready'", (session_id,))
+    return {key: {**json.loads(summary), "depth": depth} for key, depth, summary in rows}
+
+
+def group_states(conn: sqlite3.Connection, session_id: str,
+                 now: float | None = None) -> dict[str, str]:
+    """Each group key of a session that is ready or claimed with a live lease."""
+    now = time.time() if now is None else now
+    return dict(conn.execute("SELECT group_key, state FROM prep_condensed WHERE session_id = ?"
+                             " AND (state = 'ready' OR lease_until > ?)", (session_id, now)))
+
+
+def drop_groups(conn: sqlite3.Connection, session_id: str, keys: Iterable[str]) -> None:
+    """Forget used or stale group summaries."""
+    conn.executemany("DELETE FROM prep_condensed WHERE session_id = ? AND group_key = ?",
+                     [(session_id, k) for k in keys])
+
+
+def delete_sessions_in(conn: sqlite3.Connection, session_ids: Sequence[str]) -> dict:
+    """Forget removed sessions' prepared leaves and merges, inside the caller's
+    transaction (``doctor clean apply`` removes sessions in one unit)."""
+    ids = list(dict.fromkeys(session_ids))
+    if not ids:
+        return {"prepared_rows": 0}
+    marks = ",".join("?" * len(ids))
+    leaves = conn.execute(f"DELETE FROM prep_summaries WHERE session_id IN ({marks})", ids)
+    merges = conn.execute(f"DELETE FROM prep_condensed WHERE session_id IN ({marks})", ids)
+    return {"prepared_rows": leaves.rowcount + merges.rowcount}

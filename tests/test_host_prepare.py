@@ -14,7 +14,7 @@ pytestmark = pytest.mark.host
 
 def test_real_agent_prepares_in_the_background_and_stays_lossless(tmp_path, fake_llm):
     settings = {"background_prepare_share": 0.5, "leaf_chunk_tokens": 1500,
-                "fresh_tail_count": 8}
+                "fresh_tail_count": 8, "condense_fanout": 2}
     home = hk.make_hermes_home(tmp_path, fake_llm.port, extra_config={"trove": settings})
     with hk.host_env(home) as env:
         fake_llm.responder = long_answer
@@ -41,5 +41,16 @@ def test_real_agent_prepares_in_the_background_and_stays_lossless(tmp_path, fake
         covered = [r[0] for r in db.execute("SELECT child_store_id FROM node_edges"
                                             " WHERE child_store_id IS NOT NULL")]
         assert len(covered) == len(set(covered))
+        # merges (some prepared ahead) keep the lineage exact: one parent per node, children
+        # one level down, in coverage order
+        parents = Counter(r[0] for r in db.execute("SELECT child_node_id FROM node_edges"
+                                                   " WHERE child_node_id IS NOT NULL"))
+        assert parents and max(parents.values()) == 1
+        for parent, depth in db.execute("SELECT node_id, depth FROM nodes WHERE depth > 0"):
+            kids = db.execute("SELECT n.depth, n.first_store_id FROM node_edges e JOIN nodes n"
+                              " ON n.node_id = e.child_node_id WHERE e.parent_id = ?"
+                              " ORDER BY e.ordinal", (parent,)).fetchall()
+            assert max(k[0] for k in kids) == depth - 1
+            assert [k[1] for k in kids] == sorted(k[1] for k in kids)
         db.close()
     assert not env.blocked

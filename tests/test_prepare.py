@@ -1,9 +1,10 @@
 """Background preparation of leaf summaries (issue #17, item 1)."""
 import threading
+import time
 
 from hermes_trove.compaction import prepare
 from hermes_trove.compaction.compactor import PassReport
-from hermes_trove.storage import prepared
+from hermes_trove.storage import locks, prepared
 from hermes_trove.storage.database import Database
 
 from enginekit import DEFAULT_OVERHEAD, coding_turn, drive, make_engine
@@ -187,3 +188,199 @@ def test_trove_status_text_shows_the_worker_and_the_spend_guard():
     assert command._summary_work_lines({"background_prepare": {"share": 0.0}}) == [
         "background preparation: off (TROVE_BACKGROUND_PREPARE_SHARE=0)"]
     assert command._summary_work_lines(None) == []
+
+
+class NumberedLLM(CountingLLM):
+    """Each answer differs, so a node's text tells which call wrote it."""
+
+    def __call__(self, prompt, model, timeout):
+        super().__call__(prompt, model, timeout)
+        kind = "merge" if "<summaries>" in prompt else "leaf"
+        return f"- {kind} answer {len(self.calls)}: the user asked to check modules [m1]"
+
+
+def _child_nodes(engine, node_id):
+    return [engine.dag.get_node(c["id"]) for c in engine.dag.children(node_id)]
+
+
+def _prepare_all(engine, job, owner="w"):
+    while prepare.prepare_chunks(engine.store.db, job, owner=owner):
+        pass
+    total = 0
+    while done := prepare.prepare_groups(engine.store.db, job, owner=owner):
+        total += done
+    return total
+
+
+def test_merges_are_prepared_ahead_and_compress_writes_them_without_a_call(tmp_path):
+    llm = NumberedLLM()
+    engine, messages = stored_engine(tmp_path, llm, condense_fanout=2)
+    job = prepare.Job(**{**job_for(engine).__dict__, "condensed_budget": 400, "fanout": 2})
+    groups = _prepare_all(engine, job)
+    ready_leaves = prepared.ready(engine.store.db.conn, engine.canonical_id)
+    assert len(ready_leaves) >= 4 and groups >= 3  # (L1 L2) (L3 L4) and the pair of those
+    ready_groups = prepared.ready_groups(engine.store.db.conn, engine.canonical_id)
+    assert all(1 <= g["depth"] <= job.max_depth for g in ready_groups.values())
+    # a second worker finds every predicted merge taken: no call is made twice
+    calls = len(llm.calls)
+    assert prepare.prepare_groups(Database(engine.store.db.path), job, owner="other") == 0
+    assert len(llm.calls) == calls
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    engine.compress(messages, current_tokens=current, force=True)
+    outcome = engine.get_status()["last_compaction"]
+    prepared_merges = [n for n in outcome["condensed_nodes"]
+                       if "merge answer" in engine.dag.get_node(n)["text"]
+                       and engine.dag.get_node(n)["text"].split(":")[0]
+                       in {g["text"].split(":")[0] for g in ready_groups.values()}]
+    assert len(prepared_merges) >= 3
+    assert outcome["prepared_used"] >= len(ready_leaves) + 3
+    in_compress = calls_in_main = sum(1 for name in llm.calls[calls:] if name == "MainThread")
+    written_here = len(outcome["leaf_nodes"]) + len(outcome["condensed_nodes"])
+    assert in_compress == written_here - outcome["prepared_used"]
+    assert calls_in_main < written_here
+    # lineage: each prepared merge has exactly the children the group was made of, and
+    # its text is the prepared text (plus the footer)
+    for node_id in outcome["condensed_nodes"]:
+        node = engine.dag.get_node(node_id)
+        children = _child_nodes(engine, node_id)
+        key = prepare.group_key(children)
+        if key in ready_groups:
+            assert node["text"].startswith(ready_groups[key]["text"])
+            assert node["depth"] == ready_groups[key]["depth"]
+    stored = set(engine.dag.descendant_store_ids(outcome["condensed_nodes"][-1]))
+    assert stored and len(stored) == len(set(stored))
+    assert prepared.ready_groups(engine.store.db.conn, engine.canonical_id).keys().isdisjoint(
+        {prepare.group_key(_child_nodes(engine, n))
+         for n in outcome["condensed_nodes"]})
+
+
+def test_a_merge_over_a_discarded_leaf_is_not_used(tmp_path):
+    llm = NumberedLLM()
+    engine, messages = stored_engine(tmp_path, llm, condense_fanout=2)
+    job = prepare.Job(**{**job_for(engine).__dict__, "condensed_budget": 400, "fanout": 2})
+    _prepare_all(engine, job)
+    ready_groups = prepared.ready_groups(engine.store.db.conn, engine.canonical_id)
+    first = prepared.ready(engine.store.db.conn, engine.canonical_id)[0]
+    with engine.store.db.transaction() as conn:  # an edit under the first prepared leaf
+        conn.execute("UPDATE messages SET content_hash = 'edited' WHERE store_id = ?",
+                     (first["store_ids"][1],))
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    engine.compress(messages, current_tokens=current, force=True)
+    outcome = engine.get_status()["last_compaction"]
+    for node_id in outcome["condensed_nodes"]:
+        children = _child_nodes(engine, node_id)
+        covers_edit = first["store_ids"][1] in engine.dag.descendant_store_ids(node_id)
+        if covers_edit:  # built over the re-summarized leaf: never the prepared merge
+            assert prepare.group_key(children) not in ready_groups
+            assert not engine.dag.get_node(node_id)["text"].startswith(
+                tuple(g["text"] for g in ready_groups.values()))
+
+
+def test_the_worker_forgets_merges_it_no_longer_predicts(tmp_path):
+    llm = NumberedLLM()
+    engine, _ = stored_engine(tmp_path, llm, condense_fanout=2)
+    job = prepare.Job(**{**job_for(engine).__dict__, "condensed_budget": 400, "fanout": 2})
+    _prepare_all(engine, job)
+    with engine.store.db.transaction() as conn:
+        prepared.claim_group(conn, engine.canonical_id, "stale-key", 1, "w", 60)
+        prepared.fill_group(conn, engine.canonical_id, "stale-key", "w", {"text": "old"})
+    prepare.prepare_groups(engine.store.db, job, owner="w")
+    assert "stale-key" not in prepared.ready_groups(engine.store.db.conn, engine.canonical_id)
+
+
+def test_compress_waits_for_a_chunk_in_flight_instead_of_repeating_it(tmp_path):
+    llm = NumberedLLM()
+    engine, messages = stored_engine(tmp_path, llm)
+    job = job_for(engine)
+    rows = prepare.candidate_chunks(engine.store.db, job)[0]
+    ids = [r["store_id"] for r in rows]
+    digest = prepared.source_hash((r["store_id"], r["content_hash"]) for r in rows)
+    worker_db = Database(engine.store.db.path)
+    with worker_db.transaction() as conn:
+        assert prepared.claim(conn, engine.canonical_id, ids, digest, "w", 60)
+
+    def worker():  # another worker, half-way through its call when compress starts
+        time.sleep(0.5)
+        summary = prepare.summarize_rows(job, rows)
+        with worker_db.transaction() as conn:
+            prepared.fill(conn, engine.canonical_id, ids[0], "w", summary)
+
+    thread = threading.Thread(target=worker, name="trove-prepare-test")
+    thread.start()
+    current = DEFAULT_OVERHEAD + engine.counter.count_messages(messages)
+    engine.compress(messages, current_tokens=current, force=True)
+    thread.join()
+    worker_db.close()
+    outcome = engine.get_status()["last_compaction"]
+    first = [n for n in outcome["leaf_nodes"] if ids[0] in engine.dag.descendant_store_ids(n)]
+    assert engine.dag.descendant_store_ids(first[0]) == ids
+    worker_answers = [i + 1 for i, name in enumerate(llm.calls) if name == "trove-prepare-test"]
+    assert engine.dag.get_node(first[0])["text"].startswith(
+        f"- leaf answer {worker_answers[0]}:")
+    assert outcome["prepared_used"] >= 1
+
+
+def test_a_merge_in_flight_is_waited_for_within_the_limit(tmp_path):
+    engine, _ = stored_engine(tmp_path, CountingLLM())
+    db, session = engine.store.db, engine.canonical_id
+    with db.transaction() as conn:
+        assert prepared.claim_group(conn, session, "k1", 1, "w", 60)
+        assert not prepared.claim_group(conn, session, "k1", 1, "other", 60)
+    assert prepare.ReadyGroups(db, session, wait_seconds=0.2).get("k1") is None  # gave up
+
+    def fill():
+        time.sleep(0.3)
+        with Database(db.path).transaction() as conn:
+            prepared.fill_group(conn, session, "k1", "w", {"text": "merged", "level": 1})
+
+    thread = threading.Thread(target=fill)
+    thread.start()
+    found = prepare.ReadyGroups(db, session, wait_seconds=10).get("k1")
+    thread.join()
+    assert found["text"] == "merged" and found["depth"] == 1
+    assert prepare.ReadyGroups(db, session, wait_seconds=10).get("unknown") is None
+
+
+def test_the_worker_starts_nothing_while_this_process_compacts_the_session(tmp_path):
+    llm = NumberedLLM()
+    engine, _ = stored_engine(tmp_path, llm)
+    job = job_for(engine)
+    with locks.session_compaction(engine.store.db.path, engine.canonical_id, 5):
+        assert prepare.prepare_chunks(engine.store.db, job, owner="w") == 0
+    assert llm.calls == []
+    assert prepare.prepare_chunks(engine.store.db, job, owner="w") >= 1
+
+
+def test_removing_a_session_forgets_its_prepared_work(tmp_path):
+    engine, _ = stored_engine(tmp_path, NumberedLLM(), condense_fanout=2)
+    job = prepare.Job(**{**job_for(engine).__dict__, "condensed_budget": 400, "fanout": 2})
+    _prepare_all(engine, job)
+    db, session = engine.store.db, engine.canonical_id
+    with db.transaction() as conn:
+        removed = prepared.delete_sessions_in(conn, [session, "other"])
+    assert removed["prepared_rows"] > 0
+    assert prepared.states(db.conn, session) == {"claimed": 0, "ready": 0, "groups_claimed": 0,
+                                                 "groups_ready": 0}
+
+
+def test_a_partial_chunk_waits_while_the_trigger_is_far(tmp_path):
+    engine, _ = stored_engine(tmp_path, CountingLLM(), leaf_chunk_tokens=20_000)
+    near = job_for(engine)
+    chunks = prepare.candidate_chunks(engine.store.db, near)
+    assert len(chunks) == 1  # one partial chunk: the session holds less than a chunk
+    far = prepare.Job(**{**near.__dict__, "headroom_tokens": 15_000})
+    assert prepare.candidate_chunks(engine.store.db, far) == []  # it will still grow
+    closer = prepare.Job(**{**near.__dict__, "headroom_tokens": 9_000})
+    assert len(prepare.candidate_chunks(engine.store.db, closer)) == 1
+
+
+def test_the_prepared_chunks_stay_clear_of_the_tail_the_compaction_keeps(tmp_path):
+    engine, _ = stored_engine(tmp_path, CountingLLM())
+    job = job_for(engine)
+    rows = engine.store.session_messages(engine.canonical_id, limit=10_000)
+    by_count = prepare.tail_start(rows, job)
+    assert by_count <= len(rows) - job.fresh_tail_count - prepare.TAIL_MARGIN
+    capped = prepare.Job(**{**job.__dict__, "tail_max_tokens": 50})  # a tiny token cap
+    assert prepare.tail_start(rows, capped) > by_count  # fewer rows kept raw
+    newest_user = max(i for i, r in enumerate(rows) if r["role"] == "user")
+    assert prepare.tail_start(rows, capped) <= newest_user
