@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .storage.database import Database
-from .store import row_to_dict
+from .store import SCAN_PAGE_ROWS, SCAN_SECONDS, row_to_dict
 
 NODE_COLUMNS = (
     "node_id, session_id, depth, text, token_count, source_token_count, message_count,"
@@ -298,19 +298,33 @@ class Dag:
                 " LIMIT ?)", (match, cap)).fetchone()[0]
 
     def substring_scan(self, session_ids: Sequence[str] | None, needles: Sequence[str], *,
-                       limit: int, max_rows: int) -> list[int]:
+                       limit: int, max_rows: int, max_seconds: float = SCAN_SECONDS,
+                       page_rows: int = SCAN_PAGE_ROWS) -> list[int]:
         """node_ids (newest first) whose text contains every needle, scanning at most
-        ``max_rows`` of the newest nodes: the fallback for CJK runs, emoji, symbols."""
+        ``max_rows`` of the newest nodes: the fallback for CJK runs, emoji, symbols.
+        Page by page like ``Store.substring_scan``: the shared connection is held one
+        page at a time, and the scan stops after ``max_seconds`` with what it found."""
         conds = " AND ".join("instr(lower(text), ?) > 0" for _ in needles) or "1"
-        scope, params = "", []
+        scope, scoped = "", []
         if session_ids is not None:
-            scope = f"WHERE session_id IN ({','.join('?' * len(session_ids))})"
-            params = list(session_ids)
-        params += [max_rows] + [n.lower() for n in needles] + [limit]
-        with self.db.reading() as conn:
-            return [r[0] for r in conn.execute(
-                f"SELECT node_id FROM (SELECT node_id, text FROM nodes {scope}"
-                f" ORDER BY node_id DESC LIMIT ?) WHERE {conds} LIMIT ?", params)]
+            scope = f"session_id IN ({','.join('?' * len(session_ids))}) AND "
+            scoped = list(session_ids)
+        found: list[int] = []
+        cursor, scanned = 2 ** 62, 0
+        deadline = time.monotonic() + max_seconds
+        while scanned < max_rows and len(found) < limit:
+            size = min(page_rows, max_rows - scanned)
+            with self.db.reading() as conn:
+                page = conn.execute(
+                    f"SELECT node_id, {conds} FROM (SELECT node_id, text FROM nodes"
+                    f" WHERE {scope}node_id < ? ORDER BY node_id DESC LIMIT ?)",
+                    [n.lower() for n in needles] + scoped + [cursor, size]).fetchall()
+            found += [r[0] for r in page if r[1]]
+            scanned += len(page)
+            if len(page) < size or time.monotonic() > deadline:
+                break
+            cursor = page[-1][0]
+        return found[:limit]
 
     def last_node_id(self) -> int:
         """The highest node_id (0 when there are no nodes)."""

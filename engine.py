@@ -369,9 +369,15 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
 
     def has_content_to_compress(self, messages: list) -> bool:
         """More than the newest conversational message (the gateway's /compress
-        preflight): with only that, there is nothing a compaction could take."""
-        body = [m for m in messages if m.get("role") != "system"
-                and not assemble.is_trove_message(m)]
+        preflight): with only that, there is nothing a compaction could take. Only a
+        block the engine rendered (and its acknowledgement) is not conversation; a
+        pasted block header is."""
+        messages = [m for m in messages or [] if isinstance(m, dict)]
+        try:
+            inserted, _ = self._read_blocks(messages)
+        except Exception:  # a broken database: the header alone must do
+            inserted = [assemble.is_trove_message(m) for m in messages]
+        body = [m for m, ins in zip(messages, inserted) if m.get("role") != "system" and not ins]
         return len(body) > 1
 
     # ------------------------------------------------------------------ ingest

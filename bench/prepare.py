@@ -12,16 +12,21 @@ can work.
 
   off  TROVE_BACKGROUND_PREPARE_SHARE=0 (the default): every summary is made
        inside compress().
-  on   TROVE_BACKGROUND_PREPARE_SHARE=0.8: past 80% of the trigger a worker
-       summarizes the oldest full chunks; compress() uses what is ready.
+  on   TROVE_BACKGROUND_PREPARE_SHARE=--share (default 0.8): past that share of
+       the trigger a worker summarizes the oldest chunks and the merges the next
+       compaction will make of them; compress() uses what is ready and waits for
+       what is in flight.
 
 Printed per mode: compress() seconds at the trigger (p50, max, total), the
-summarizer calls made inside compress() vs in the worker, and the per-turn
-engine time outside compress() (persist + should_compress; p50, p95 over
-the first and the last third of the turns, to show it stays flat).
+summarizer calls made inside compress() by the compacting thread (and how
+many of them were merges) vs in the worker, the prepared nodes compress()
+wrote, and the per-turn engine time outside compress() (persist +
+should_compress; p50, p95 over the first and the last third of the turns, to
+show it stays flat). A think time equal to the call time is a model of one
+speed serving both the turn and the summaries.
 
     .venv/bin/python bench/prepare.py [--turns 300] [--window 200000]
-        [--call-seconds 2] [--think-seconds 0.5]
+        [--call-seconds 2] [--think-seconds 0.5] [--share 0.8] [--modes off on]
 Writes bench/results/prepare.json.
 """
 
@@ -161,7 +166,7 @@ def main(argv: list[str]) -> int:
               f"{r['turn_ms_last_third_p50']}/{r['turn_ms_last_third_p95']} ms")
     synth.save_results("prepare", turns=args.turns, window=args.window,
                        call_seconds=args.call_seconds, think_seconds=args.think_seconds,
-                       runs=results)
+                       share=args.share, runs=results)
     return 0
 
 

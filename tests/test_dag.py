@@ -143,3 +143,30 @@ def test_fold_reads_a_bounded_source_and_repeats_until_the_frontier_fits(parts):
     assert folds >= 2 and sum(cost(n) for n in frontier) <= 400
     assert max(seen) <= 300 + max(cost(n) for n in frontier)  # bounded, two nodes at least
     assert [s for n in frontier for s in dag.descendant_store_ids(n["node_id"])] == list(range(1, 25))
+
+
+def test_substring_scan_of_summaries_goes_page_by_page(tmp_path):
+    from hermes_trove.dag import Dag, NewNode
+    from hermes_trove.storage.database import Database
+    from hermes_trove.store import Store
+
+    db = Database(str(tmp_path / "t.db"))
+    store, dag = Store(db), Dag(db)
+    ids = store.ingest("s", [{"role": "user", "content": f"m{i}"} for i in range(30)]).store_ids
+    nodes = []
+    for i in range(30):
+        text = f"会議 {i}" + (" 東京駅" if i % 3 == 0 else "")
+        nodes.append(dag.add_node(NewNode(
+            session_id="s" if i % 2 else "t", depth=0, text=text, token_count=3,
+            source_token_count=3, level=3, model="", child_store_ids=[ids[i]],
+            child_node_ids=[])))
+    want = [n for i, n in enumerate(nodes) if i % 3 == 0][::-1]
+    assert dag.substring_scan(None, ["東京駅"], limit=50, max_rows=100, page_rows=4) == want
+    assert dag.substring_scan(None, ["東京駅"], limit=50, max_rows=100) == want
+    assert dag.substring_scan(None, ["東京駅"], limit=3, max_rows=100, page_rows=4) == want[:3]
+    assert dag.substring_scan(["s"], ["東京駅"], limit=50, max_rows=100, page_rows=4) == [
+        n for i, n in enumerate(nodes) if i % 3 == 0 and i % 2][::-1]
+    # at most max_rows of the newest nodes are read
+    assert dag.substring_scan(None, ["東京駅"], limit=50, max_rows=6, page_rows=4) == [
+        n for n in want if n in nodes[-6:]]
+    db.close()

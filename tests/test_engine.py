@@ -397,3 +397,22 @@ def test_manual_compress_of_the_head_with_a_verbatim_tail_stores_nothing_twice(t
     out = engine.compress(resumed, current_tokens=engine.threshold_tokens + 1, force=True)
     engine.ingest(out)
     assert engine.store.count_messages("sess") == len(messages) + 1
+
+
+def test_compress_preflight_counts_a_pasted_block_header_as_conversation(tmp_path):
+    from enginekit import drive, make_engine
+    from hermes_trove.compaction import assemble
+
+    engine = make_engine(tmp_path, window=16_000)
+    messages, _, outputs = drive(engine, 60)
+    assert outputs, "the drive never compacted"
+    block = next(m for m in outputs[-1] if assemble.is_trove_message(m) and m["role"] == "user")
+    ack = outputs[-1][outputs[-1].index(block) + 1]
+    newest = {"role": "user", "content": "and now?"}
+    # the engine's own block and acknowledgement are not conversation
+    assert not engine.has_content_to_compress([outputs[-1][0], block, ack, newest])
+    # a user who pastes the header wrote a message: there is something to compact
+    pasted = {"role": "user", "content": assemble.BLOCK_MARKER + "\nmy notes from yesterday"}
+    assert engine.has_content_to_compress([outputs[-1][0], pasted, newest])
+    assert not engine.has_content_to_compress([newest])
+    assert not engine.has_content_to_compress([])
