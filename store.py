@@ -11,6 +11,7 @@ in ``dag``; the connection and schema in ``database`` and ``migrations``.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -31,6 +32,14 @@ FRESH_SCAN_FACTOR = 8
 # The substring scan holds the shared connection one page at a time, for so long overall.
 SCAN_PAGE_ROWS = 200
 SCAN_SECONDS = 2.0
+# New rows are written by multi-row INSERT statements of up to this many rows. The FTS
+# trigger makes each statement run in a savepoint at which FTS5 (3.40) flushes its
+# pending terms into a new segment, so one statement per row wrote a tiny segment per
+# message and merged them all back later: 3x the cost of the same rows 100 at a time.
+INSERT_ROWS_PER_STATEMENT = 100
+INSERT_COLUMNS = ("session_id", "conversation_id", "source", "role", "content", "content_format",
+                  "tool_calls", "tool_call_id", "tool_name", "extra", "search_text",
+                  "content_hash", "ordinal", "message_at", "created_at", "token_count")
 
 MESSAGE_COLUMNS = (
     "store_id, session_id, conversation_id, source, role, content, content_format, tool_calls,"
@@ -201,7 +210,9 @@ class Store:
                source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
                known: KnownTail | None = None, now: float | None = None,
                encoded: Sequence[codec.EncodedMessage | None] | None = None,
-               after_block: bool = False) -> IngestResult:
+               after_block: bool = False,
+               count_many: Callable[[list[dict]], Iterable[int]] | None = None
+               ) -> IngestResult:
         """Store every shown message not already stored; return each one's store_id.
 
         ``skip[i]`` marks messages that are not conversation (the engine's own
@@ -209,8 +220,11 @@ class Store:
         starts (see ``KnownTail``). ``encoded`` may carry encodings the caller
         already has (None where skipped). ``after_block`` says the list carries the
         engine's summary block, so rows already summarized are not candidates
-        (see ``identity``). The whole call is one transaction:
-        either every new message is stored or none is.
+        (see ``identity``). A row's token count comes from ``count_many`` (given the
+        new messages in order, it yields their counts; it may still be counting while
+        the first rows are written, which is why it is an iterable), else from
+        ``count_tokens`` per message, else 0. The whole call is one transaction:
+        either every new message is stored, each with its count, or none is.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
         if encoded is None:
@@ -218,6 +232,7 @@ class Store:
                        for m, s in zip(messages, skip)]
         hashes = [None if e is None else e.content_hash for e in encoded]
         stamp = time.time() if now is None else now
+        stored_source = normalize_source(source)
         with self.db.transaction() as conn:
             canonical = self._canonical(conn, session_id)
             if known is not None:
@@ -227,31 +242,34 @@ class Store:
             else:
                 alignment = self._align(conn, canonical, hashes)
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None]
+            if count_many is not None:
+                counts = iter(count_many([messages[i] for i in new]))
+            elif count_tokens is not None:
+                counts = (count_tokens(messages[i]) for i in new)
+            else:
+                counts = iter(lambda: 0, None)
             next_ordinal = self._next_ordinals(conn, canonical,
                                                {encoded[i].content_hash for i in new})
-            rows = []
-            for i in new:
-                enc = encoded[i]
-                ordinal = next_ordinal[enc.content_hash]
-                next_ordinal[enc.content_hash] = ordinal + 1
-                tokens = count_tokens(messages[i]) if count_tokens else 0
-                rows.append((canonical, conversation_id, normalize_source(source), enc.role,
-                             enc.content, enc.content_format, enc.tool_calls, enc.tool_call_id,
-                             enc.tool_name, enc.extra, enc.search_text, enc.content_hash, ordinal,
-                             enc.message_at, stamp, int(tokens)))
-            conn.executemany(
-                "INSERT INTO messages(session_id, conversation_id, source, role, content,"
-                " content_format, tool_calls, tool_call_id, tool_name, extra, search_text,"
-                " content_hash, ordinal, message_at, created_at, token_count)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            inserted = len(rows)
+            per_statement = _rows_per_statement(conn)
+            for start in range(0, len(new), per_statement):
+                values: list = []
+                for i in new[start:start + per_statement]:
+                    enc = encoded[i]
+                    ordinal = next_ordinal[enc.content_hash]
+                    next_ordinal[enc.content_hash] = ordinal + 1
+                    values += (canonical, conversation_id, stored_source, enc.role, enc.content,
+                               enc.content_format, enc.tool_calls, enc.tool_call_id,
+                               enc.tool_name, enc.extra, enc.search_text, enc.content_hash,
+                               ordinal, enc.message_at, stamp, int(next(counts)))
+                conn.execute(_insert_sql(len(values) // len(INSERT_COLUMNS)), values)
+            inserted = len(new)
             if inserted:
-                # One writer holds the lock and store_id is AUTOINCREMENT: the batch got
-                # consecutive ids ending at the last one inserted.
+                # One writer holds the lock, store_id is AUTOINCREMENT and a multi-row
+                # INSERT writes its rows in order: the batch got consecutive ids ending
+                # at the last one inserted.
                 last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 for offset, i in enumerate(new):
                     alignment[i] = last - inserted + 1 + offset
-            if inserted:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
                              (stamp, session_id))
         return IngestResult(store_ids=alignment, inserted=inserted)
@@ -675,6 +693,25 @@ class Store:
                 " sum(token_count) AS tokens, min(COALESCE(message_at, created_at)) AS first_at,"
                 " max(COALESCE(message_at, created_at)) AS last_at"
                 " FROM messages GROUP BY session_id ORDER BY chars DESC LIMIT ?", (limit,))]
+
+
+def _rows_per_statement(conn: sqlite3.Connection) -> int:
+    """How many rows one INSERT may carry: ``INSERT_ROWS_PER_STATEMENT``, fewer where
+    this SQLite allows fewer bound variables (999 before 3.32)."""
+    try:
+        variables = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    except (AttributeError, sqlite3.Error):  # Python < 3.11
+        variables = 999
+    return max(1, min(INSERT_ROWS_PER_STATEMENT, variables // len(INSERT_COLUMNS)))
+
+
+@functools.lru_cache(maxsize=8)
+def _insert_sql(rows: int) -> str:
+    """The INSERT of ``rows`` new message rows in one statement (see
+    ``INSERT_ROWS_PER_STATEMENT``); the few sizes in use stay cached."""
+    one = "(" + ", ".join("?" * len(INSERT_COLUMNS)) + ")"
+    return (f"INSERT INTO messages({', '.join(INSERT_COLUMNS)}) VALUES "
+            + ", ".join([one] * rows))
 
 
 def _best_anchor(hashes: list[str | None],
