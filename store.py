@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from .storage import codec, identity
 from .storage.database import Database
+from .storage.writer import StatementWriter
 
 UNKNOWN_SOURCE = "unknown"
 # At most this many stored copies of the first shown message are tried as anchors.
@@ -210,9 +211,7 @@ class Store:
                source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
                known: KnownTail | None = None, now: float | None = None,
                encoded: Sequence[codec.EncodedMessage | None] | None = None,
-               after_block: bool = False,
-               count_many: Callable[[list[dict]], Iterable[int]] | None = None
-               ) -> IngestResult:
+               after_block: bool = False) -> IngestResult:
         """Store every shown message not already stored; return each one's store_id.
 
         ``skip[i]`` marks messages that are not conversation (the engine's own
@@ -220,11 +219,10 @@ class Store:
         starts (see ``KnownTail``). ``encoded`` may carry encodings the caller
         already has (None where skipped). ``after_block`` says the list carries the
         engine's summary block, so rows already summarized are not candidates
-        (see ``identity``). A row's token count comes from ``count_many`` (given the
-        new messages in order, it yields their counts; it may still be counting while
-        the first rows are written, which is why it is an iterable), else from
-        ``count_tokens`` per message, else 0. The whole call is one transaction:
-        either every new message is stored, each with its count, or none is.
+        (see ``identity``). The whole call is one transaction: either every new
+        message is stored, each with its ``count_tokens`` count (0 without it), or
+        none is. ``count_tokens`` runs while earlier rows of the batch are being
+        written (see ``StatementWriter``), so it must not use this database.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
         if encoded is None:
@@ -242,26 +240,27 @@ class Store:
             else:
                 alignment = self._align(conn, canonical, hashes)
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None]
-            if count_many is not None:
-                counts = iter(count_many([messages[i] for i in new]))
-            elif count_tokens is not None:
-                counts = (count_tokens(messages[i]) for i in new)
-            else:
-                counts = iter(lambda: 0, None)
             next_ordinal = self._next_ordinals(conn, canonical,
                                                {encoded[i].content_hash for i in new})
             per_statement = _rows_per_statement(conn)
-            for start in range(0, len(new), per_statement):
-                values: list = []
-                for i in new[start:start + per_statement]:
-                    enc = encoded[i]
-                    ordinal = next_ordinal[enc.content_hash]
-                    next_ordinal[enc.content_hash] = ordinal + 1
-                    values += (canonical, conversation_id, stored_source, enc.role, enc.content,
-                               enc.content_format, enc.tool_calls, enc.tool_call_id,
-                               enc.tool_name, enc.extra, enc.search_text, enc.content_hash,
-                               ordinal, enc.message_at, stamp, int(next(counts)))
-                conn.execute(_insert_sql(len(values) // len(INSERT_COLUMNS)), values)
+            # Each statement's rows are built (their tokens counted) while the rows
+            # before them are written, on a helper thread when there are several.
+            sizes = _statement_sizes(len(new), per_statement)
+            with StatementWriter(conn, threaded=len(sizes) > 1) as writer:
+                start = 0
+                for size in sizes:
+                    values: list = []
+                    for i in new[start:start + size]:
+                        enc = encoded[i]
+                        ordinal = next_ordinal[enc.content_hash]
+                        next_ordinal[enc.content_hash] = ordinal + 1
+                        tokens = count_tokens(messages[i]) if count_tokens else 0
+                        values += (canonical, conversation_id, stored_source, enc.role,
+                                   enc.content, enc.content_format, enc.tool_calls,
+                                   enc.tool_call_id, enc.tool_name, enc.extra, enc.search_text,
+                                   enc.content_hash, ordinal, enc.message_at, stamp, int(tokens))
+                    writer.execute(_insert_sql(size), values)
+                    start += size
             inserted = len(new)
             if inserted:
                 # One writer holds the lock, store_id is AUTOINCREMENT and a multi-row
@@ -705,7 +704,22 @@ def _rows_per_statement(conn: sqlite3.Connection) -> int:
     return max(1, min(INSERT_ROWS_PER_STATEMENT, variables // len(INSERT_COLUMNS)))
 
 
-@functools.lru_cache(maxsize=8)
+def _statement_sizes(total: int, per_statement: int) -> list[int]:
+    """How many rows each INSERT of a batch writes: ``per_statement`` at a time, and
+    when a helper thread writes them (several statements) the last ``per_statement``
+    in halving statements, so little is left to write once the last row is built."""
+    sizes, left = [], total
+    while left > per_statement:
+        sizes.append(per_statement)
+        left -= per_statement
+    while sizes and left > max(1, per_statement // 8):
+        half = (left + 1) // 2
+        sizes.append(half)
+        left -= half
+    return sizes + [left] if left else sizes
+
+
+@functools.lru_cache(maxsize=32)
 def _insert_sql(rows: int) -> str:
     """The INSERT of ``rows`` new message rows in one statement (see
     ``INSERT_ROWS_PER_STATEMENT``); the few sizes in use stay cached."""
