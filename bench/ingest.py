@@ -31,7 +31,8 @@ of the rounds is reported.
 Ratio = our throughput / raw throughput at the same batching (target >= 0.5).
 The per-message cost of the engine path over Store.ingest is reported, and its
 parts measured alone on the same messages (no database): ingest policy
-(``policy.prepare``, which encodes), tiktoken counting, bare ``codec.encode_message``.
+(``policy.prepare``, which encodes; also with every secret detector on), tiktoken
+counting, bare ``codec.encode_message``.
 The tiktoken encoding is loaded before timing (a once-per-process start-up cost
 of ~0.25 s) and its count cache emptied before each engine run, so counts are cold.
 
@@ -236,10 +237,14 @@ def component_costs(messages: list[dict]) -> dict:
                                         "TROVE_DATABASE_PATH": str(folder / "trove.db")})
         engine = TroveEngine(cfg)
         policy, counter = engine.policy, engine.counter
+        redacting = TroveEngine(trove_config.load_config({
+            "HERMES_HOME": str(folder), "TROVE_DATABASE_PATH": str(folder / "redacting.db"),
+            "TROVE_SENSITIVE_PATTERNS_ENABLED": "true"})).policy  # every detector on
         counter.count_text("warm-up")
         counter._cache.clear()  # cold counts, as for new messages
         out = {}
         for name, fn in (("policy_prepare_us", policy.prepare),
+                         ("policy_prepare_redacting_us", redacting.prepare),
                          ("tiktoken_count_us", counter.count_message),
                          ("codec_encode_us", lambda m: codec.encode_message(codec.clean_message(m))),
                          ("cheap_count_us", cheap_tokens)):
@@ -248,7 +253,8 @@ def component_costs(messages: list[dict]) -> dict:
             for m in sample:
                 fn(m)
             out[name] = round((time.perf_counter() - started) * 1e6 / len(sample), 1)
-        database.forget_database(folder / "trove.db")
+        for name in ("trove.db", "redacting.db"):
+            database.forget_database(folder / name)
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
