@@ -11,6 +11,7 @@ in ``dag``; the connection and schema in ``database`` and ``migrations``.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -19,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from .storage import codec, identity
 from .storage.database import Database
+from .storage.writer import StatementWriter
 
 UNKNOWN_SOURCE = "unknown"
 # At most this many stored copies of the first shown message are tried as anchors.
@@ -31,6 +33,14 @@ FRESH_SCAN_FACTOR = 8
 # The substring scan holds the shared connection one page at a time, for so long overall.
 SCAN_PAGE_ROWS = 200
 SCAN_SECONDS = 2.0
+# New rows are written by multi-row INSERT statements of up to this many rows. The FTS
+# trigger makes each statement run in a savepoint at which FTS5 (3.40) flushes its
+# pending terms into a new segment, so one statement per row wrote a tiny segment per
+# message and merged them all back later: 3x the cost of the same rows 100 at a time.
+INSERT_ROWS_PER_STATEMENT = 100
+INSERT_COLUMNS = ("session_id", "conversation_id", "source", "role", "content", "content_format",
+                  "tool_calls", "tool_call_id", "tool_name", "extra", "search_text",
+                  "content_hash", "ordinal", "message_at", "created_at", "token_count")
 
 MESSAGE_COLUMNS = (
     "store_id, session_id, conversation_id, source, role, content, content_format, tool_calls,"
@@ -209,8 +219,10 @@ class Store:
         starts (see ``KnownTail``). ``encoded`` may carry encodings the caller
         already has (None where skipped). ``after_block`` says the list carries the
         engine's summary block, so rows already summarized are not candidates
-        (see ``identity``). The whole call is one transaction:
-        either every new message is stored or none is.
+        (see ``identity``). The whole call is one transaction: either every new
+        message is stored, each with its ``count_tokens`` count (0 without it), or
+        none is. ``count_tokens`` runs while earlier rows of the batch are being
+        written (see ``StatementWriter``), so it must not use this database.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
         if encoded is None:
@@ -218,6 +230,7 @@ class Store:
                        for m, s in zip(messages, skip)]
         hashes = [None if e is None else e.content_hash for e in encoded]
         stamp = time.time() if now is None else now
+        stored_source = normalize_source(source)
         with self.db.transaction() as conn:
             canonical = self._canonical(conn, session_id)
             if known is not None:
@@ -229,29 +242,33 @@ class Store:
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None]
             next_ordinal = self._next_ordinals(conn, canonical,
                                                {encoded[i].content_hash for i in new})
-            rows = []
-            for i in new:
-                enc = encoded[i]
-                ordinal = next_ordinal[enc.content_hash]
-                next_ordinal[enc.content_hash] = ordinal + 1
-                tokens = count_tokens(messages[i]) if count_tokens else 0
-                rows.append((canonical, conversation_id, normalize_source(source), enc.role,
-                             enc.content, enc.content_format, enc.tool_calls, enc.tool_call_id,
-                             enc.tool_name, enc.extra, enc.search_text, enc.content_hash, ordinal,
-                             enc.message_at, stamp, int(tokens)))
-            conn.executemany(
-                "INSERT INTO messages(session_id, conversation_id, source, role, content,"
-                " content_format, tool_calls, tool_call_id, tool_name, extra, search_text,"
-                " content_hash, ordinal, message_at, created_at, token_count)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            inserted = len(rows)
+            per_statement = _rows_per_statement(conn)
+            # Each statement's rows are built (their tokens counted) while the rows
+            # before them are written, on a helper thread when there are several.
+            sizes = _statement_sizes(len(new), per_statement)
+            with StatementWriter(conn, threaded=len(sizes) > 1) as writer:
+                start = 0
+                for size in sizes:
+                    values: list = []
+                    for i in new[start:start + size]:
+                        enc = encoded[i]
+                        ordinal = next_ordinal[enc.content_hash]
+                        next_ordinal[enc.content_hash] = ordinal + 1
+                        tokens = count_tokens(messages[i]) if count_tokens else 0
+                        values += (canonical, conversation_id, stored_source, enc.role,
+                                   enc.content, enc.content_format, enc.tool_calls,
+                                   enc.tool_call_id, enc.tool_name, enc.extra, enc.search_text,
+                                   enc.content_hash, ordinal, enc.message_at, stamp, int(tokens))
+                    writer.execute(_insert_sql(size), values)
+                    start += size
+            inserted = len(new)
             if inserted:
-                # One writer holds the lock and store_id is AUTOINCREMENT: the batch got
-                # consecutive ids ending at the last one inserted.
+                # One writer holds the lock, store_id is AUTOINCREMENT and a multi-row
+                # INSERT writes its rows in order: the batch got consecutive ids ending
+                # at the last one inserted.
                 last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 for offset, i in enumerate(new):
                     alignment[i] = last - inserted + 1 + offset
-            if inserted:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
                              (stamp, session_id))
         return IngestResult(store_ids=alignment, inserted=inserted)
@@ -675,6 +692,40 @@ class Store:
                 " sum(token_count) AS tokens, min(COALESCE(message_at, created_at)) AS first_at,"
                 " max(COALESCE(message_at, created_at)) AS last_at"
                 " FROM messages GROUP BY session_id ORDER BY chars DESC LIMIT ?", (limit,))]
+
+
+def _rows_per_statement(conn: sqlite3.Connection) -> int:
+    """How many rows one INSERT may carry: ``INSERT_ROWS_PER_STATEMENT``, fewer where
+    this SQLite allows fewer bound variables (999 before 3.32)."""
+    try:
+        variables = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    except (AttributeError, sqlite3.Error):  # Python < 3.11
+        variables = 999
+    return max(1, min(INSERT_ROWS_PER_STATEMENT, variables // len(INSERT_COLUMNS)))
+
+
+def _statement_sizes(total: int, per_statement: int) -> list[int]:
+    """How many rows each INSERT of a batch writes: ``per_statement`` at a time, and
+    when a helper thread writes them (several statements) the last ``per_statement``
+    in halving statements, so little is left to write once the last row is built."""
+    sizes, left = [], total
+    while left > per_statement:
+        sizes.append(per_statement)
+        left -= per_statement
+    while sizes and left > max(1, per_statement // 8):
+        half = (left + 1) // 2
+        sizes.append(half)
+        left -= half
+    return sizes + [left] if left else sizes
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_sql(rows: int) -> str:
+    """The INSERT of ``rows`` new message rows in one statement (see
+    ``INSERT_ROWS_PER_STATEMENT``); the few sizes in use stay cached."""
+    one = "(" + ", ".join("?" * len(INSERT_COLUMNS)) + ")"
+    return (f"INSERT INTO messages({', '.join(INSERT_COLUMNS)}) VALUES "
+            + ", ".join([one] * rows))
 
 
 def _best_anchor(hashes: list[str | None],

@@ -15,10 +15,12 @@ of the rounds is reported.
                                                   tiktoken counts
     raw        executemany of the same rows into a minimal table (7 columns, no
                index but the primary key) with an external-content FTS5 index
-               (unicode61) kept by an AFTER INSERT trigger: the limit
+               (unicode61) kept by an AFTER INSERT trigger: the reference of the
+               ratios. One row per statement makes FTS5 flush a segment per row;
+               the store writes 100 rows per statement, so it can beat this
     raw_schema executemany of the already encoded rows into trove's own schema
-               (its unique identity index, two more indexes, FTS with tags):
-               the limit for this schema, separating schema cost from code cost
+               (its unique identity index, three more indexes, FTS with tags), one
+               row per statement like raw: what the schema costs at that strategy
   bulk (one call and one transaction per 2,000 messages, like an import):
     store, engine, raw, raw_schema as above
   host (batches of 500 new messages, the way the host feeds the engine):
@@ -29,7 +31,8 @@ of the rounds is reported.
 Ratio = our throughput / raw throughput at the same batching (target >= 0.5).
 The per-message cost of the engine path over Store.ingest is reported, and its
 parts measured alone on the same messages (no database): ingest policy
-(``policy.prepare``, which encodes), tiktoken counting, bare ``codec.encode_message``.
+(``policy.prepare``, which encodes; also with every secret detector on), tiktoken
+counting, bare ``codec.encode_message``.
 The tiktoken encoding is loaded before timing (a once-per-process start-up cost
 of ~0.25 s) and its count cache emptied before each engine run, so counts are cold.
 
@@ -234,10 +237,14 @@ def component_costs(messages: list[dict]) -> dict:
                                         "TROVE_DATABASE_PATH": str(folder / "trove.db")})
         engine = TroveEngine(cfg)
         policy, counter = engine.policy, engine.counter
+        redacting = TroveEngine(trove_config.load_config({
+            "HERMES_HOME": str(folder), "TROVE_DATABASE_PATH": str(folder / "redacting.db"),
+            "TROVE_SENSITIVE_PATTERNS_ENABLED": "true"})).policy  # every detector on
         counter.count_text("warm-up")
         counter._cache.clear()  # cold counts, as for new messages
         out = {}
         for name, fn in (("policy_prepare_us", policy.prepare),
+                         ("policy_prepare_redacting_us", redacting.prepare),
                          ("tiktoken_count_us", counter.count_message),
                          ("codec_encode_us", lambda m: codec.encode_message(codec.clean_message(m))),
                          ("cheap_count_us", cheap_tokens)):
@@ -246,7 +253,8 @@ def component_costs(messages: list[dict]) -> dict:
             for m in sample:
                 fn(m)
             out[name] = round((time.perf_counter() - started) * 1e6 / len(sample), 1)
-        database.forget_database(folder / "trove.db")
+        for name in ("trove.db", "redacting.db"):
+            database.forget_database(folder / name)
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -302,9 +310,19 @@ def main(argv: list[str]) -> int:
             ratio = r.get("ratio_to_raw")
             print(f"{batching:>8} {name:>10} {r['msgs_per_s']:>8,} "
                   f"{'' if ratio is None else f'{ratio:.2f}':>12}")
-    for batching, s in summary.items():  # turn and bulk
+    for batching, s in summary.items():  # turn, bulk and host
         print(f"{batching}: engine path costs {s['engine_over_store_us_per_msg']} us/message more"
               f" than Store.ingest ({s['engine_us_per_msg']} vs {s['store_us_per_msg']})")
+    # The rounds are interleaved, so a round's host and raw ran minutes apart at most:
+    # the spread of these ratios is the noise of the machine during the run.
+    host_rounds = [round(r / h, 3) for r, h in zip(seconds[("host", "raw")],
+                                                   seconds[("host", "host")])]
+    summary["host"]["host_ratio_per_round"] = host_rounds
+    print(f"host path (on_session_end, {HOST_SEEN} seen + {HOST_NEW} new per call):"
+          f" {by[('host', 'host')]['ratio_to_raw']:.2f} of raw, beside store"
+          f" {by[('host', 'store')]['ratio_to_raw']:.2f} and engine"
+          f" {by[('host', 'engine')]['ratio_to_raw']:.2f} at the same batching;"
+          f" per round " + " ".join(f"{r:.2f}" for r in host_rounds))
     print("per-message parts, no database (us): " + ", ".join(
         f"{k[:-3]} {v}" for k, v in components.items()))
     verdicts = {b: by[(b, "store")]["ratio_to_raw"] >= TARGET_RATIO for b in ("turn", "bulk")}

@@ -52,16 +52,51 @@ def _not_a_reference(value: str) -> bool:
     return _REFERENCE_VALUE_RE.match(value) is None
 
 
-class _Rule:
+class _Anchored:
+    """A detector that can only match where one of its anchors occurs: ``exact``
+    literals as written, ``folded`` (lower-case ASCII) in any letter case, as the
+    case-insensitive part of its regex matches them. Texts without any anchor are
+    not scanned by its regex at all (most texts, for most detectors)."""
+
+    exact: tuple[str, ...] = ()
+    folded: tuple[str, ...] = ()
+    _folded_re: re.Pattern | None = None
+
+    def _anchor(self, exact: Sequence[str], folded: Sequence[str]) -> None:
+        self.exact, self.folded = tuple(exact), tuple(folded)
+        self._folded_re = (re.compile("(?i:" + "|".join(map(re.escape, folded)) + ")")
+                           if folded else None)
+
+    def may_match(self, text: str, lowered: str | None) -> bool:
+        """Whether an anchor occurs in ``text``; ``lowered`` is ``text.lower()`` for an
+        ASCII text (where it folds case exactly as the regex engine does), else None
+        (then the regex engine itself looks for the folded anchors)."""
+        for literal in self.exact:
+            if literal in text:
+                return True
+        if not self.folded:
+            return False
+        if lowered is None:
+            return self._folded_re.search(text) is not None
+        for literal in self.folded:
+            if literal in lowered:
+                return True
+        return False
+
+
+class _Rule(_Anchored):
     """One regex whose named groups (the first one that matched) hold the secret;
-    ``entry`` names it in the catalog and ``doc`` says what it finds."""
+    ``entry`` names it in the catalog and ``doc`` says what it finds. Every match
+    contains one of the ``exact`` or (any case) ``folded`` anchors."""
 
     def __init__(self, pattern: str, *, label: str, entry: str, doc: str,
+                 exact: Sequence[str] = (), folded: Sequence[str] = (),
                  groups: Sequence[str] = ("secret",),
                  check: Callable[[str], bool] | None = None, hashed: bool = True):
         self.regex = re.compile(pattern)
         self.label, self.groups, self.check, self.hashed = label, tuple(groups), check, hashed
         self.entry, self.doc = entry, doc
+        self._anchor(exact, folded)
 
     def placeholder(self, secret: str) -> str:
         return f"[REDACTED:{self.label}:sha256={_hash8(secret)}]" if self.hashed \
@@ -84,10 +119,11 @@ class _Rule:
         return self.regex.sub(replace, text), count
 
 
-class _PemRule:
+class _PemRule(_Anchored):
     """PEM private key blocks, BEGIN to the matching END (or to the end of a truncated body)."""
 
     entry = "pem_private_key"
+    exact = ("-----BEGIN ",)
     doc = "PEM private key blocks (RSA, EC, OPENSSH, ENCRYPTED ...), BEGIN to END"
 
     begin = re.compile(r"-----BEGIN (?P<label>[A-Z0-9]{1,20}(?: [A-Z0-9]{1,20}){0,3} )?"
@@ -145,6 +181,16 @@ _PASSWORD_VALUE = (r"(?:\\\"(?P<edq>[^\"\\\r\n]{1,256})\\\""
                    r"|\"(?P<dq>(?:[^\"\\\r\n]|\\.){1,256})\"|'(?P<sq>(?:[^'\\\r\n]|\\.){1,256})'"
                    r"|(?P<bare>[^\s\"'\\,;&<>(){}\[\]]{1,256}))")
 _PASSWORD_GROUPS = ("edq", "dq", "sq", "bare")
+_TOKEN_KINDS = ("access", "refresh", "auth", "api", "private", "session", "id")
+
+
+def _spellings(*words: str) -> tuple[str, ...]:
+    """``words`` joined by nothing, ``_`` or ``-`` between each pair, as ``[_-]?`` allows
+    (the anchors of a detector that matches such a name)."""
+    out = [words[0]]
+    for word in words[1:]:
+        out = [f"{head}{sep}{word}" for head in out for sep in ("", "_", "-")]
+    return tuple(out)
 _ASSIGN = r"[\"']?[ \t]*[:=][ \t]*[\"']?"
 
 _RULES: dict[str, tuple] = {
@@ -153,86 +199,100 @@ _RULES: dict[str, tuple] = {
         _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>sk-[A-Za-z0-9_-]{20,})", label="api_key",
               entry="openai_style_key", doc="sk-... keys (OpenAI, Anthropic sk-ant-, DeepSeek "
               "and other OpenAI-compatible providers), bare or assigned",
-              check=lambda s: _letter_and_digit(s[3:])),
+              check=lambda s: _letter_and_digit(s[3:]), exact=("sk-",)),
         _Rule(r"(?<![A-Za-z0-9])(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])",
-              label="api_key", entry="aws_access_key_id", doc="AWS access key ids AKIA/ASIA..."),
+              label="api_key", entry="aws_access_key_id", doc="AWS access key ids AKIA/ASIA...",
+              exact=("AKIA", "ASIA")),
         _Rule(r"(?<![A-Za-z0-9_])(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}"
               r"|github_pat_[A-Za-z0-9_]{22,})", label="api_key", entry="github_token",
-              doc="GitHub tokens ghp_/gho_/ghu_/ghs_/ghr_ and github_pat_"),
+              doc="GitHub tokens ghp_/gho_/ghu_/ghs_/ghr_ and github_pat_",
+              exact=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
         _Rule(r"(?<![A-Za-z0-9-])(?P<secret>(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,})",
               label="api_key", entry="slack_token",
-              doc="Slack bot/user/app tokens xoxb-, xoxp-, xoxe-, xapp-", check=_letter_and_digit),
+              doc="Slack bot/user/app tokens xoxb-, xoxp-, xoxe-, xapp-", check=_letter_and_digit,
+              exact=tuple(f"xox{c}-" for c in "abposre") + ("xapp-",)),
         _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>AIza[0-9A-Za-z_-]{35})(?![A-Za-z0-9_-])",
-              label="api_key", entry="google_api_key", doc="Google API keys AIza..."),
+              label="api_key", entry="google_api_key", doc="Google API keys AIza...",
+              exact=("AIza",)),
         _Rule(r"(?<![A-Za-z0-9_])(?P<secret>[sr]k_(?:live|test)_[A-Za-z0-9]{16,})",
               label="api_key", entry="stripe_key",
-              doc="Stripe secret and restricted keys sk_live_, rk_live_ (and _test_)"),
+              doc="Stripe secret and restricted keys sk_live_, rk_live_ (and _test_)",
+              exact=("k_live_", "k_test_")),
         _Rule(r"(?<![A-Za-z0-9_])(?P<secret>hf_[A-Za-z0-9]{30,})(?![A-Za-z0-9_])",
               label="api_key", entry="huggingface_token", doc="Hugging Face tokens hf_...",
-              check=lambda s: _mixed(s[3:])),
+              check=lambda s: _mixed(s[3:]), exact=("hf_",)),
         _Rule(r"(?<![A-Za-z0-9_.-])(?P<secret>SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64})"
               r"(?![A-Za-z0-9_-])", label="api_key", entry="sendgrid_key",
-              doc="SendGrid API keys SG.<id>.<secret>"),
+              doc="SendGrid API keys SG.<id>.<secret>", exact=("SG.",)),
         _Rule(r"(?<![A-Za-z0-9])(?P<secret>SK[0-9a-f]{32})(?![A-Za-z0-9])", label="api_key",
-              entry="twilio_api_key", doc="Twilio API key SIDs SK + 32 hex digits"),
+              entry="twilio_api_key", doc="Twilio API key SIDs SK + 32 hex digits",
+              exact=("SK",)),
         _Rule(r"(?<![A-Za-z0-9_])(?P<secret>npm_[A-Za-z0-9]{36})(?![A-Za-z0-9])",
-              label="api_key", entry="npm_token", doc="npm access tokens npm_..."),
+              label="api_key", entry="npm_token", doc="npm access tokens npm_...",
+              exact=("npm_",)),
         _Rule(r"(?i)(?<![A-Za-z0-9])(?:x-)?api[_-]?key" + _ASSIGN +
               rf"(?P<secret>{_TOKEN}{{8,}})", label="api_key", entry="api_key_assignment",
               doc="api_key=, apiKey:, X-API-Key: values with a letter and a digit",
-              check=_letter_and_digit),
+              check=_letter_and_digit, folded=("apikey", "api_key", "api-key")),
     ),
     "bearer_token": (
         _Rule(r"(?i)(?<![A-Za-z0-9-])authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
               rf"(?:bearer|basic|token|digest)[ \t]+(?P<secret>{_TOKEN}{{8,}}=*)",
               label="bearer_token", entry="authorization_header",
-              doc="Authorization: Bearer/Basic/Token/Digest credentials"),
+              doc="Authorization: Bearer/Basic/Token/Digest credentials",
+              folded=("authorization",)),
         _Rule(rf"(?<![A-Za-z0-9])(?i:bearer)[ \t]+(?P<secret>{_TOKEN}{{16,}}=*)",
               label="bearer_token", entry="bearer_value", doc="Bearer <token> anywhere",
-              check=_letter_and_digit),
+              check=_letter_and_digit, folded=("bearer",)),
         _Rule(r"(?<![A-Za-z0-9_-])(?P<secret>eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\."
               r"[A-Za-z0-9_-]*)", label="bearer_token", entry="jwt",
-              doc="bare JSON Web Tokens eyJ...eyJ... (cookies, query strings, JSON, logs)"),
+              doc="bare JSON Web Tokens eyJ...eyJ... (cookies, query strings, JSON, logs)",
+              exact=("eyJ",)),
     ),
     "password_assignment": (
         _Rule(r"(?i:pass(?:word|wd|phrase))\\?" + r"[\"']?[ \t]*[:=][ \t]*" + _PASSWORD_VALUE,
               label="password", entry="password_assignment", groups=_PASSWORD_GROUPS,
               doc="password=, passwd:, \"passphrase\": values (quoted values whole)",
-              check=_not_a_reference, hashed=False),
+              check=_not_a_reference, hashed=False, folded=("password", "passwd", "passphrase")),
         _Rule(r"(?<=_)(?i:pass|pwd)(?![A-Za-z0-9])\\?" + r"[\"']?[ \t]*[:=][ \t]*"
               + _PASSWORD_VALUE, label="password", entry="env_password",
               doc="environment-style DB_PASS=, SMTP_PWD: values", groups=_PASSWORD_GROUPS,
-              check=_not_a_reference, hashed=False),
+              check=_not_a_reference, hashed=False, folded=("_pass", "_pwd")),
         _Rule(r"(?<![A-Za-z0-9_-])(?:mysql|mysqldump|mysqladmin|mariadb)"
               r"(?:[ \t]+[^\s]{1,200}){0,12}?[ \t]+-p(?:'(?P<sq>[^'\r\n]{1,256})'"
               r"|\"(?P<dq>[^\"\r\n]{1,256})\"|(?P<bare>[^\s\"'\\;&|<>]{1,256}))",
               label="password", entry="mysql_cli_password", groups=("sq", "dq", "bare"),
               doc="mysql/mysqldump/mariadb -p<password> on a command line",
-              check=_not_a_reference, hashed=False),
+              check=_not_a_reference, hashed=False, exact=("mysql", "mariadb")),
         _Rule(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://"
               r"[^\s:/@?#\[\]\"'\\]{0,256}:(?P<secret>[^\s/@?#\"'\\]{1,256})@",
               label="password", entry="url_userinfo",
               doc="user:password@ in URLs (database DSNs, git remotes, image URLs)",
-              hashed=False),
+              hashed=False, exact=("://",)),
     ),
     "secret_assignment": (
         _Rule(r"(?i)(?<![A-Za-z0-9])(?:aws[_-]?)?secret[_-]?access[_-]?key" + _ASSIGN +
               r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])", label="secret",
               entry="aws_secret_access_key",
-              doc="AWS secret access keys (aws_secret_access_key, SecretAccessKey)"),
+              doc="AWS secret access keys (aws_secret_access_key, SecretAccessKey)",
+              folded=_spellings("secret", "access", "key")),
         _Rule(r"(?i)(?<![A-Za-z0-9])(?:client[_-]?secret|secret(?:[_-]?key)?"
               r"|(?:access|refresh|auth|api|private|session|id)[_-]?token)" + _ASSIGN +
               rf"(?P<secret>{_TOKEN}{{8,}})", label="secret", entry="secret_assignment",
               doc="SECRET_KEY=, client_secret=, \"access_token\":, _authToken= (npmrc), "
-              "refresh_token ... values that look generated", check=_secretish),
+              "refresh_token ... values that look generated", check=_secretish,
+              folded=("secret",) + tuple(spelling for word in _TOKEN_KINDS
+                                         for spelling in _spellings(word, "token"))),
     ),
     "webhook_url": (
         _Rule(r"(?i)hooks\.slack\.com/(?:services|workflows|triggers)/"
               r"(?P<secret>[A-Za-z0-9_/-]{20,})", label="webhook_url", entry="slack_webhook",
-              doc="Slack incoming-webhook URLs hooks.slack.com/services/..."),
+              doc="Slack incoming-webhook URLs hooks.slack.com/services/...",
+              folded=("hooks.slack.com/",)),
         _Rule(r"(?i)discord(?:app)?\.com/api/webhooks/(?P<secret>[0-9]{5,30}/[A-Za-z0-9_-]{20,})",
               label="webhook_url", entry="discord_webhook",
-              doc="Discord webhook URLs discord.com/api/webhooks/<id>/<token>"),
+              doc="Discord webhook URLs discord.com/api/webhooks/<id>/<token>",
+              folded=("discord",)),
     ),
 }
 KNOWN_NAMES = tuple(_RULES)  # also the order in which enabled patterns run
@@ -248,6 +308,8 @@ UNSCANNED_KEYS = frozenset({"role", "id", "type", "tool_call_id", "name", "tool_
 
 def _outside_placeholders(text: str, rule) -> tuple[str, int]:
     """Apply ``rule`` to the text between existing placeholders only (idempotence)."""
+    if "[REDACTED:" not in text:  # no placeholder: the whole text is one piece
+        return rule.apply(text)
     pieces, pos, total = [], 0, 0
     for match in _PLACEHOLDER_RE.finditer(text):
         redacted, count = rule.apply(text[pos:match.start()])
@@ -272,12 +334,19 @@ class Redactor:
         return bool(self.enabled_names)
 
     def redact(self, text: str) -> tuple[str, int]:
-        """``text`` with every detected secret replaced, and how many were replaced."""
-        total = 0
+        """``text`` with every detected secret replaced, and how many were replaced.
+
+        A detector runs only when one of its anchors occurs in the text as given:
+        the pieces it scans (between placeholders, after earlier detectors replaced
+        secrets) are all pieces of that text, so a detector without an anchor there
+        cannot match (the result is the same as running every detector)."""
+        total, original = 0, text
+        lowered = text.lower() if text.isascii() else None
         for name in self.enabled_names:
             for rule in _RULES[name]:
-                text, count = _outside_placeholders(text, rule)
-                total += count
+                if rule.may_match(original, lowered):
+                    text, count = _outside_placeholders(text, rule)
+                    total += count
         return text, total
 
     def redact_message(self, message: dict) -> tuple[dict, int]:

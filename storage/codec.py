@@ -60,7 +60,16 @@ def clean_message(message: dict) -> dict:
     return {k: v for k, v in message.items() if not is_host_internal(str(k))}
 
 
+# The encoders ``json.dumps`` would build on every call with these options (an
+# encoder holds no state between calls, so one of each serves every thread).
+_READABLE_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+_ASCII_JSON = json.JSONEncoder(ensure_ascii=True, default=str)
+_IDENTITY_JSON = json.JSONEncoder(ensure_ascii=True, sort_keys=True, default=str)
+
+
 def _utf8_safe(text: str) -> bool:
+    if text.isascii():  # a flag of the string: no scan, and ASCII is always valid UTF-8
+        return True
     try:
         text.encode("utf-8")
         return True
@@ -70,8 +79,8 @@ def _utf8_safe(text: str) -> bool:
 
 def dump_json(value: Any) -> str:
     """JSON that SQLite can store: readable UTF-8 when possible, ASCII-escaped otherwise."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if _utf8_safe(text) else json.dumps(value, ensure_ascii=True, default=str)
+    text = _READABLE_JSON.encode(value)
+    return text if _utf8_safe(text) else _ASCII_JSON.encode(value)
 
 
 def safe_text(text: str) -> str:
@@ -147,7 +156,7 @@ def identity_hash(message: dict) -> str:
         message.get("tool_call_id"),
         tool_name_of(message),
     ]
-    canonical = json.dumps(basis, ensure_ascii=True, sort_keys=True, default=str)
+    canonical = _IDENTITY_JSON.encode(basis)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:32]
 
 

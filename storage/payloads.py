@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import codec
 
@@ -59,6 +59,7 @@ _MEDIA_RE = re.compile(
     r"(?:;[A-Za-z0-9.+-]{1,64}=[A-Za-z0-9.+-]{0,128}){0,8};base64,[A-Za-z0-9+/]*={0,2}"
     r"|(?<![A-Za-z0-9+/=])(?P<run>[A-Za-z0-9+/]{%d,}={0,2})(?![A-Za-z0-9+/=])"
     % MIN_BASE64_RUN)
+_RUN_CHARS = re.compile(r"[A-Za-z0-9+/]*")
 _HEADER_RE = re.compile(
     r"\[trove externalized (?P<kind>[a-z0-9_]{1,32}) "
     r"(?P<mime>[A-Za-z0-9.+-]{1,64}/[A-Za-z0-9.+-]{1,128}) (?P<size>\d+(?:\.\d)? [KMG]?B)"
@@ -393,9 +394,13 @@ def guard_message(message: dict, store: PayloadStore, *,
     Host-internal keys are copied unchanged (they are never stored).
     """
     tool_limit = large_threshold_chars if message.get("role") == "tool" else None
-    if not _may_hold_payload(message, MIN_DATA_URI_CHARS if tool_limit is None
-                             else min(MIN_DATA_URI_CHARS, tool_limit)):
-        return GuardResult(dict(message), (), ())  # the common case: nothing long enough
+    if tool_limit is None:
+        candidate = _may_hold_media
+    else:
+        floor = min(MIN_DATA_URI_CHARS, tool_limit)
+        candidate = lambda text: len(text) >= floor  # noqa: E731
+    if not _may_hold_payload(message, candidate):
+        return GuardResult(dict(message), (), ())  # the common case: nothing to move
     guard = _Guard(store)
     out = {}
     for key, value in message.items():
@@ -408,16 +413,45 @@ def guard_message(message: dict, store: PayloadStore, *,
     return GuardResult(out, tuple(dict.fromkeys(guard.refs)), tuple(guard.warnings))
 
 
-def _may_hold_payload(value: Any, min_chars: int) -> bool:
-    """Whether any string inside ``value`` is at least ``min_chars`` long: shorter
-    ones can hold neither a data URI, a base64 run nor a large tool output, so
-    most messages skip the rebuilding walk (it is on every ingest's path)."""
+def _may_hold_payload(value: Any, candidate: Callable[[str], bool]) -> bool:
+    """Whether any string inside ``value`` passes ``candidate`` (could hold a payload):
+    most messages have none and skip the rebuilding walk (it is on every ingest's path)."""
     if isinstance(value, str):
-        return len(value) >= min_chars
+        return candidate(value)
     if isinstance(value, dict):
-        return any(_may_hold_payload(v, min_chars) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_may_hold_payload(v, min_chars) for v in value)
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    for item in value:  # plain loops: generators would cost more than the check
+        if isinstance(item, str):
+            if candidate(item):
+                return True
+        elif isinstance(item, (dict, list, tuple)) and _may_hold_payload(item, candidate):
+            return True
+    return False
+
+
+def _may_hold_media(text: str) -> bool:
+    """Whether ``_MEDIA_RE`` could replace anything in ``text``: a data URI needs the
+    literal ``data:`` and ``MIN_DATA_URI_CHARS`` characters, a bare run
+    ``MIN_BASE64_RUN`` base64 characters in a row; long prose and code have neither
+    and skip the regex scan (0.4 ms for 12 KB)."""
+    if len(text) < MIN_DATA_URI_CHARS:
+        return False
+    return "data:" in text or _has_base64_run(text)
+
+
+def _has_base64_run(text: str) -> bool:
+    """Whether ``text`` has ``MIN_BASE64_RUN`` characters of ``[A-Za-z0-9+/]`` in a row.
+
+    Such a run covers a multiple of ``MIN_BASE64_RUN``, so only those positions are
+    looked at: for each inside a run, where that run ends, then whether the
+    ``MIN_BASE64_RUN`` characters before its end are all in the run."""
+    for pos in range(0, len(text), MIN_BASE64_RUN):
+        end = _RUN_CHARS.match(text, pos).end()
+        if end > pos and end >= MIN_BASE64_RUN and (
+                _RUN_CHARS.match(text, end - MIN_BASE64_RUN).end() >= end):
+            return True
     return False
 
 
@@ -458,7 +492,7 @@ class _Guard:
         return self.media(text) if ref is None else tool_output_placeholder(text, ref)
 
     def media(self, text: str) -> str:
-        if len(text) < MIN_DATA_URI_CHARS:
+        if not _may_hold_media(text):
             return text
         return _MEDIA_RE.sub(self._replace_media, text)
 

@@ -416,3 +416,44 @@ def test_refs_in_lists_each_ref_once():
             f"[trove externalized data_uri image/png 5.0 MB: {a}] and a bare {b}")
     assert refs_in(text) == [a, b]
     assert refs_in("no placeholders here") == []
+
+
+# ---------------------------------------------------------------- the guard's prefilter
+_B64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_ANY_RUN = __import__("re").compile(r"[A-Za-z0-9+/]{%d}" % payloads.MIN_BASE64_RUN)
+
+
+def _runs_text(rng: random.Random) -> str:
+    """Runs of base64 characters of lengths around MIN_BASE64_RUN, between separators."""
+    pieces, total, size = [], 0, rng.choice([900, 4096, 4200, 8192, 12000, 20000])
+    while total < size:
+        length = rng.choice([1, 7, 300, 4094, 4095, 4096, 4097, 6000, 9000])
+        pieces.append("".join(rng.choice(_B64_ALPHABET) for _ in range(64)) * (length // 64 + 1))
+        pieces[-1] = pieces[-1][:length]
+        pieces.append(rng.choice([" ", "=", "\n", "-", "_", "\u00e9", "data:"]))
+        total += length + 1
+    text = "".join(pieces)
+    return text[rng.randrange(len(text)):] if rng.random() < 0.3 else text
+
+
+def test_base64_run_check_agrees_with_the_regex():
+    """``_has_base64_run`` (a few probes) answers exactly what a regex scan answers."""
+    rng = random.Random(17)
+    for _ in range(500):
+        text = _runs_text(rng)
+        assert payloads._has_base64_run(text) == bool(_ANY_RUN.search(text)), len(text)
+
+
+def test_media_prefilter_never_skips_a_replacement(store):
+    """Whatever the prefilter skips, the media regex would have left unchanged; texts it
+    lets through are guarded exactly as before (data URIs, bare runs, long prose)."""
+    rng = random.Random(5)
+    samples = [_runs_text(rng) for _ in range(300)]
+    samples += [tool_log(20000), "x" * 5000, "data:" + "A" * 2000, f"see {data_uri()} here",
+                "word " * 3000, b64(PNG), "a" * 1023 + "data:", "\u00e9" * 5000]
+    for text in samples:
+        if not payloads._may_hold_media(text):
+            assert payloads._MEDIA_RE.search(text) is None
+        expected = payloads._MEDIA_RE.sub(payloads._Guard(store)._replace_media, text) \
+            if len(text) >= payloads.MIN_DATA_URI_CHARS else text
+        assert payloads._Guard(store).media(text) == expected

@@ -399,3 +399,108 @@ def test_opaque_provider_blobs_round_trip_exactly():
                                      {"type": "reasoning.text", "text": "t", "signature": blob}],
                "content_blocks": [{"type": "thinking", "encrypted_content": blob}]}
     assert ALL.redact_message(message) == (message, 0)
+
+
+# ---------------------------------------------------------------- anchors change nothing
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from hermes_trove.ingest import redaction  # noqa: E402
+
+
+def _every_detector_on_every_piece(redactor: Redactor, text: str) -> tuple[str, int]:
+    """The redaction before detectors had anchors: every enabled detector scans every
+    piece between placeholders, in order (the reference the anchored one must equal)."""
+    total = 0
+    for name in redactor.enabled_names:
+        for rule in redaction._RULES[name]:
+            pieces, pos = [], 0
+            for match in redaction._PLACEHOLDER_RE.finditer(text):
+                out, count = rule.apply(text[pos:match.start()])
+                pieces += [out, match.group(0)]
+                pos, total = match.end(), total + count
+            out, count = rule.apply(text[pos:])
+            text, total = "".join(pieces + [out]), total + count
+    return text, total
+
+
+# Secrets of every detector, near misses, each anchor in other cases (and the non-ASCII
+# letters the regex engine folds to ASCII: KELVIN SIGN, long s, dotted/dotless i),
+# placeholders, quotes, escapes and separators.
+_FRAGMENTS = [
+    OPENAI, ANTHROPIC, AWS, GITHUB, SLACK, JWT, "sk-", "AKIA", "ASIA", "ghp_", "gho_",
+    "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "xoxp-1234-5678-abcdefgh",
+    "xapp-", "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW", "sk_live_0123456789abcdefABCD",
+    "rk_test_", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "SG.abcdefghijklmnop.qrstuvwxyzABCDEFGH",
+    "SK0123456789abcdef0123456789abcdef", "npm_" + "a1B2" * 9, "api_key", "apiKey", "API-KEY",
+    "x-api-key", "\u212a", "\u017f", "\u0130", "\u0131", "ap\u0130_key", "api_\u212aey",
+    "Authorization", "AUTHORIZATION", "Bearer", "bearer", "BEARER", "eyJ", "password",
+    "PassWord", "pa\u017f\u017fword", "passwd", "Passphrase", "_PASS", "_pwd", "DB_",
+    "mysql -u root -p", "mariadb", "mysqldump", "postgres://bob:", "https://", "@db:5432",
+    "://", "secret", "SECRET_KEY", "client_secret", "Secret-Access-Key", "aws_",
+    "access_token", "refreshToken", "id-token", "session_token", "token", "TOKEN",
+    "hooks.slack.com/services/", "T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "discord.com/api/webhooks/", "discordapp.com/api/webhooks/", "123456789/abcdefghijklmnopqrstuvwxyz",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+    "-----BEGIN PRIVATE KEY-----", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+    "[REDACTED:api_key:sha256=0123abcd]", "[REDACTED:password]", "[REDACTED:", "]",
+    "=", ": ", ":", '"', "'", "\\n", "\\\"", "\n", "\r\n", " ", "\t", "_", "-", ".", "/", "@",
+    "a1b2c3d4e5f6g7h8", "hunter2", "Zx81Qp07Lm52Ty", "0123456789", "abcdefghijklmnop",
+    "\u65e5\u672c\u8a9e", "\U0001f600", "\ud800", "caf\u00e9",
+]
+# One positive per alternative of every detector's regex (and case and Unicode-fold
+# spellings), so a detector whose anchors miss an alternative is caught.
+_B = "Ab3dEfGh1jKlMnOpQrStUvWxYz0123456789AbCdEfGh"
+_POSITIVES = [
+    "sk-" + _B[:24], "AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE",
+    *[f"gh{c}_{_B[:36]}" for c in "pousr"], "github_pat_" + _B[:24],
+    *[f"xox{c}-1234-5678-abcdefgh" for c in "abposre"], "xapp-1234-5678-abcdefgh",
+    "AIza" + _B[:35], *[f"{a}k_{b}_{_B[:16]}" for a in "sr" for b in ("live", "test")],
+    "hf_" + _B[:30], "SG." + _B[:16] + "." + _B[:16], "SK" + "0123456789abcdef" * 2,
+    "npm_" + _B[:36], "apikey=Zx81Qp07Lm52Ty", "api_key: Zx81Qp07Lm52Ty",
+    "API-KEY=Zx81Qp07Lm52Ty", "X-Api-Key: Zx81Qp07Lm52Ty", "api_\u212aey=Zx81Qp07Lm52Ty",
+    "Authorization: Bearer abcdefgh12345678", "AUTHORIZATION=basic dXNlcjpwYXNz",
+    "authorization: token 1a2b3c4d5e6f7a8b", "Authorizat\u0130on: digest 1a2b3c4d5e6f7a8b",
+    "bearer 0123456789abcdefXYZ", "BEARER 0123456789abcdefXYZ==", JWT,
+    "password=hunter2", "passwd: x1", "Passphrase: abc", "PASSWORD='pa ss'",
+    "pa\u017f\u017fword=hunter2", "DB_PASS=hunter2", "SMTP_PWD: x1", "db_Pass=hunter2",
+    "mysql -u root -phunter2", "mysqldump -phunter2", "mysqladmin -p'x y'",
+    "mariadb -phunter2", "postgres://bob:Sup3r@db", "redis://:onlypass@cache",
+    *[f"{s}=" + _B[:40] for s in ("aws_secret_access_key", "SecretAccessKey",
+                                   "secret-access_key", "AWS-SECRET-ACCESSKEY")],
+    "SECRET_KEY=abc123def456", "client_secret=abc123def456", "clientSecret: abc123def456",
+    "secretkey=abc123def456", "secret=abc123def456",
+    *[f"{w}{sep}token=a1b2c3d4e5f6" for w in ("access", "Refresh", "AUTH", "api", "private",
+                                              "session", "id") for sep in ("", "_", "-")],
+    *[f"https://hooks.slack.com/{k}/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"
+      for k in ("services", "workflows", "triggers")], "HOOKS.SLACK.COM/services/" + _B[:24],
+    "https://discord.com/api/webhooks/123456789/" + _B[:24],
+    "https://DiscordApp.com/api/webhooks/123456789/" + _B[:24],
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n"
+    "-----END RSA PRIVATE KEY-----", "-----BEGIN OPENSSH PRIVATE KEY-----\\nb3Blbg==",
+]
+_TEXTS = st.lists(st.sampled_from(_FRAGMENTS + _POSITIVES) | st.text(max_size=6),
+                  max_size=24).map("".join)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_TEXTS, st.lists(st.sampled_from(KNOWN_NAMES), min_size=1, unique=True))
+def test_anchored_detectors_redact_exactly_as_running_every_detector(text, names):
+    """Skipping detectors whose anchor is absent gives byte-identical output and counts."""
+    redactor = Redactor(names)
+    assert redactor.redact(text) == _every_detector_on_every_piece(redactor, text)
+
+
+def test_every_detector_has_an_anchor_its_matches_contain():
+    """Each catalog entry has anchors, every detector has positives here, and each
+    positive a detector matches contains one of its anchors (a missing anchor would
+    silently disable a detector for that spelling)."""
+    rules = [rule for family in KNOWN_NAMES for rule in redaction._RULES[family]]
+    assert all(rule.exact or rule.folded for rule in rules)
+    matched = set()
+    for text in _POSITIVES + _FRAGMENTS:
+        lowered = text.lower() if text.isascii() else None
+        for rule in rules:
+            if rule.apply(text)[1]:
+                matched.add(rule.entry)
+                assert rule.may_match(text, lowered), (rule.entry, text)
+    assert matched == {rule.entry for rule in rules}

@@ -173,6 +173,38 @@ def test_a_failed_ingest_stores_nothing(store, monkeypatch):
     assert store.count_messages("s") == 0
 
 
+def test_a_big_batch_fails_whole_when_counting_breaks_mid_way(store):
+    """Rows go 100 per statement on a helper thread while the next ones are counted: a
+    counter error after several statements rolls all of them back, and no thread is left."""
+    calls = {"n": 0}
+
+    def count(msg):
+        calls["n"] += 1
+        if calls["n"] == 333:
+            raise RuntimeError("counter broke")
+        return 1
+
+    with pytest.raises(RuntimeError):
+        store.ingest("s", transcript(100), count_tokens=count)
+    assert store.count_messages("s") == 0
+    assert not [t for t in threading.enumerate() if t.name == "trove-ingest-writer"]
+    assert store.ingest("s", transcript(100), count_tokens=len).inserted == 400
+
+
+def test_a_big_batch_gets_consecutive_ids_in_list_order(store):
+    """Multi-row statements of halving sizes: every shown message gets the id of its own
+    row, rows are in list order, and each has its own count."""
+    messages = transcript(130)  # 520 rows: statements of 100 x 5, then 10 x 2
+    result = store.ingest("s", messages, count_tokens=lambda m: len(json.dumps(m)))
+    assert result.inserted == len(messages)
+    assert result.store_ids == list(range(result.store_ids[0], result.store_ids[0] + 520))
+    rows = store.get_messages(result.store_ids)
+    for store_id, message in zip(result.store_ids, messages):
+        assert decode_row(rows[store_id]) == message
+        assert rows[store_id]["token_count"] == len(json.dumps(message))
+    assert store.ingest("s", messages).inserted == 0
+
+
 # ---------------------------------------------------------------- exact round trip
 SHAPES = [
     {"role": "user", "content": "plain text"},
