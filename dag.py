@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from .storage import scans
 from .storage.database import Database
 from .store import SCAN_PAGE_ROWS, SCAN_SECONDS, row_to_dict
 
@@ -309,22 +310,14 @@ class Dag:
         if session_ids is not None:
             scope = f"session_id IN ({','.join('?' * len(session_ids))}) AND "
             scoped = list(session_ids)
-        found: list[int] = []
-        cursor, scanned = 2 ** 62, 0
-        deadline = time.monotonic() + max_seconds
-        while scanned < max_rows and len(found) < limit:
-            size = min(page_rows, max_rows - scanned)
-            with self.db.reading() as conn:
-                page = conn.execute(
-                    f"SELECT node_id, {conds} FROM (SELECT node_id, text FROM nodes"
+        lowered = [n.lower() for n in needles]
+
+        def page(cursor: int, size: int) -> tuple[str, list]:
+            return (f"SELECT node_id, {conds} FROM (SELECT node_id, text FROM nodes"
                     f" WHERE {scope}node_id < ? ORDER BY node_id DESC LIMIT ?)",
-                    [n.lower() for n in needles] + scoped + [cursor, size]).fetchall()
-            found += [r[0] for r in page if r[1]]
-            scanned += len(page)
-            if len(page) < size or time.monotonic() > deadline:
-                break
-            cursor = page[-1][0]
-        return found[:limit]
+                    lowered + scoped + [cursor, size])
+        return scans.newest_first(self.db, page, limit=limit, max_rows=max_rows,
+                                  max_seconds=max_seconds, page_rows=page_rows)
 
     def last_node_id(self) -> int:
         """The highest node_id (0 when there are no nodes)."""

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .storage import codec, identity
+from .storage import codec, identity, scans
 from .storage.database import Database
 from .storage.writer import StatementWriter
 
@@ -467,24 +467,15 @@ class Store:
         page; it stops after ``max_seconds`` with what it found so far."""
         conds = " AND ".join("instr(t, ?) > 0" for _ in needles) or "1"
         scope = "session_id = ? AND " if session_id else ""
-        found: list[int] = []
-        cursor, scanned = 2 ** 62, 0
-        deadline = time.monotonic() + max_seconds
-        while scanned < max_rows and len(found) < limit:
-            size = min(page_rows, max_rows - scanned)
-            params = ([session_id] if session_id else []) + [cursor, size]
-            with self.db.reading() as conn:
-                page = conn.execute(
-                    f"SELECT store_id, {conds} FROM (SELECT store_id,"
+        lowered = [n.lower() for n in needles]
+
+        def page(cursor: int, size: int) -> tuple[str, list]:
+            return (f"SELECT store_id, {conds} FROM (SELECT store_id,"
                     f" lower(COALESCE(search_text, content, '')) AS t FROM messages"
                     f" WHERE {scope}store_id < ? ORDER BY store_id DESC LIMIT ?)",
-                    [n.lower() for n in needles] + params).fetchall()
-            found += [r[0] for r in page if r[1]]
-            scanned += len(page)
-            if len(page) < size or time.monotonic() > deadline:
-                break
-            cursor = page[-1][0]
-        return found[:limit]
+                    lowered + ([session_id] if session_id else []) + [cursor, size])
+        return scans.newest_first(self.db, page, limit=limit, max_rows=max_rows,
+                                  max_seconds=max_seconds, page_rows=page_rows)
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: str | None = None) -> str | None:

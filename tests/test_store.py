@@ -159,33 +159,29 @@ def test_concurrent_ingest_of_the_same_transcript(store):
     assert store.count_messages("s") == len(full)
 
 
-def test_a_failed_ingest_stores_nothing(store, monkeypatch):
+def counter_breaking_at(call: int):
+    """A token counter that raises on its ``call``-th call."""
     calls = {"n": 0}
 
     def count(msg):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == call:
             raise RuntimeError("counter broke")
         return 1
+    return count
 
+
+def test_a_failed_ingest_stores_nothing(store, monkeypatch):
     with pytest.raises(RuntimeError):
-        store.ingest("s", transcript(2), count_tokens=count)
+        store.ingest("s", transcript(2), count_tokens=counter_breaking_at(3))
     assert store.count_messages("s") == 0
 
 
 def test_a_big_batch_fails_whole_when_counting_breaks_mid_way(store):
     """Rows go 100 per statement on a helper thread while the next ones are counted: a
     counter error after several statements rolls all of them back, and no thread is left."""
-    calls = {"n": 0}
-
-    def count(msg):
-        calls["n"] += 1
-        if calls["n"] == 333:
-            raise RuntimeError("counter broke")
-        return 1
-
     with pytest.raises(RuntimeError):
-        store.ingest("s", transcript(100), count_tokens=count)
+        store.ingest("s", transcript(100), count_tokens=counter_breaking_at(333))
     assert store.count_messages("s") == 0
     assert not [t for t in threading.enumerate() if t.name == "trove-ingest-writer"]
     assert store.ingest("s", transcript(100), count_tokens=len).inserted == 400
