@@ -496,3 +496,12 @@ def m008_prepared_condensations(conn: sqlite3.Connection) -> None:
         PRIMARY KEY (session_id, group_key)
     ) WITHOUT ROWID;
     """)
+
+
+@migration(9)
+def m009_drop_unused_created_index(conn: sqlite3.Connection) -> None:
+    """Drop ``messages_created``: no query reads messages by ``created_at`` alone
+    (time windows use ``messages_rollup_time`` on the message's own time, per-session
+    ranges use ``messages_session``), yet every stored message paid for it. Ingest
+    through the host's windows ran about 8% faster without it (issue #17 item 5)."""
+    conn.execute("DROP INDEX IF EXISTS messages_created")
