@@ -80,6 +80,14 @@ _state: dict[tuple[str, str], dict] = {}
 _OWNER_PREFIX = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def running(db_path: str, session_id: str) -> bool:
+    """Whether this process's worker for the session is at work (a cheap check, so a
+    turn does not build a job that ``start`` would turn down)."""
+    with _lock:
+        thread = _threads.get((db_path, session_id))
+    return thread is not None and thread.is_alive()
+
+
 def start(job: Job) -> bool:
     """Start a worker for ``job``'s session unless one runs already; never blocks."""
     key = (job.db_path, job.session_id)

@@ -116,6 +116,8 @@ class Maintenance:
                 and share * self.threshold_tokens <= current < self.threshold_tokens):
             return
         try:
+            if prepare.running(self.store.db.path, self.canonical_id):
+                return  # the worker already runs: no job to build on this turn
             budget = (int(self.threshold_tokens * (1 - assemble.TARGET_MARGIN))
                       - self.overhead_estimate([], None))
             compactor = self._compactor(budget)
