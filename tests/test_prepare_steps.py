@@ -94,9 +94,10 @@ def test_random_preparation_steps_keep_lineage_and_lose_nothing(tmp_path_factory
         elif step == "edit":  # a prepared chunk's source changes under it
             ready = prepared.ready(engine.store.db.conn, engine.canonical_id)
             if ready:
-                with engine.store.db.transaction() as conn:
-                    conn.execute("UPDATE messages SET content_hash = 'edited' WHERE store_id = ?",
-                                 (ready[-1]["store_ids"][0],))
+                edited = ready[-1]["store_ids"][0]
+                with engine.store.db.transaction() as conn:  # a unique hash per edited row
+                    conn.execute("UPDATE messages SET content_hash = ? WHERE store_id = ?",
+                                 (f"edited-{edited}", edited))
         else:
             current = DEFAULT_OVERHEAD + engine.counter.count_messages([SYSTEM] + shown)
             out = engine.compress([SYSTEM] + shown, current_tokens=current, force=True)
