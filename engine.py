@@ -161,7 +161,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
     def counter(self) -> tokens.TokenCounter:
         """The process-wide token counter for the configured encoding."""
         if self._counter is None:
-            self._counter = tokens.get_counter(self.config.token_encoding)
+            self._counter = tokens.get_counter(self.config.token_encoding,
+                                               self.config.token_count_accelerator)
         return self._counter
 
     @property

@@ -26,13 +26,18 @@ of the rounds is reported.
   host (batches of 500 new messages, the way the host feeds the engine):
     host       TroveEngine.on_session_end(window) with bounded live windows of
                40 already-seen messages (the same objects) + 500 new ones
+    host_tk    the same with TROVE_TOKEN_COUNT_ACCELERATOR=false: tiktoken counts
+               every message even where the optional rs-bpe is installed
     store, engine, raw at 500 messages per call, beside it
+Engine variants count with the optional rs-bpe package when it is installed
+(requirements-extras.txt; the line "token counts:" says which ran).
 
 Ratio = our throughput / raw throughput at the same batching (target >= 0.5).
 The per-message cost of the engine path over Store.ingest is reported, and its
 parts measured alone on the same messages (no database): ingest policy
-(``policy.prepare``, which encodes; also with every secret detector on), tiktoken
-counting, bare ``codec.encode_message``.
+(``policy.prepare``, which encodes; also with every secret detector on), counting
+(``count_message`` with the accelerator when installed, and with tiktoken alone),
+bare ``codec.encode_message``.
 The tiktoken encoding is loaded before timing (a once-per-process start-up cost
 of ~0.25 s) and its count cache emptied before each engine run, so counts are cold.
 
@@ -57,6 +62,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 
+from hermes_trove.compaction import tokens  # noqa: E402
 from hermes_trove.storage import codec  # noqa: E402
 from hermes_trove import config as trove_config  # noqa: E402
 from hermes_trove.storage import database  # noqa: E402
@@ -143,12 +149,12 @@ def run_store(folder: Path, messages: list[dict], size: int) -> float:
     return seconds
 
 
-def _timed_engine(folder: Path, messages: list[dict], feed) -> float:
+def _timed_engine(folder: Path, messages: list[dict], feed, **settings: str) -> float:
     """Seconds ``feed(engine)`` takes to hand ``messages`` to a fresh engine (checked)."""
     cfg = trove_config.load_config({"HERMES_HOME": str(folder),
                                     "TROVE_DATABASE_PATH": str(folder / "trove.db"),
                                     "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0",
-                                    **synth.embedding_settings()})
+                                    **synth.embedding_settings(), **settings})
     engine = TroveEngine(cfg)
     engine.use_llm(None)
     engine.update_model("bench", 200_000)
@@ -173,14 +179,19 @@ def run_engine(folder: Path, messages: list[dict], size: int) -> float:
     return _timed_engine(folder, messages, feed)
 
 
-def run_host(folder: Path, messages: list[dict], size: int) -> float:
+def run_host(folder: Path, messages: list[dict], size: int, **settings: str) -> float:
     """The way the host feeds the engine: bounded live windows of ``HOST_SEEN``
     already-seen messages (the same objects the host keeps) + ``size`` new ones,
     through ``on_session_end`` (which the host calls before every compaction)."""
     def feed(engine):
         for start in range(0, len(messages), size):
             engine.on_session_end(SESSION, messages[max(0, start - HOST_SEEN):start + size])
-    return _timed_engine(folder, messages, feed)
+    return _timed_engine(folder, messages, feed, **settings)
+
+
+def run_host_tiktoken(folder: Path, messages: list[dict], size: int) -> float:
+    """``run_host`` with tiktoken counting everything (the optional accelerator off)."""
+    return run_host(folder, messages, size, TROVE_TOKEN_COUNT_ACCELERATOR="false")
 
 
 def _raw_connection(path: Path) -> sqlite3.Connection:
@@ -222,11 +233,11 @@ def run_raw_schema(folder: Path, messages: list[dict], size: int) -> float:
 
 
 VARIANTS = {"store": run_store, "engine": run_engine, "raw": run_raw, "raw_schema": run_raw_schema,
-            "host": run_host}
+            "host": run_host, "host_tk": run_host_tiktoken}
 # which variants run at which batching: the host path only at the host's window size
 BATCHINGS = (("turn", TURN, ("store", "engine", "raw", "raw_schema")),
              ("bulk", BULK, ("store", "engine", "raw", "raw_schema")),
-             ("host", HOST_NEW, ("store", "engine", "raw", "host")))
+             ("host", HOST_NEW, ("store", "engine", "raw", "host", "host_tk")))
 
 
 def component_costs(messages: list[dict]) -> dict:
@@ -237,6 +248,7 @@ def component_costs(messages: list[dict]) -> dict:
                                         "TROVE_DATABASE_PATH": str(folder / "trove.db")})
         engine = TroveEngine(cfg)
         policy, counter = engine.policy, engine.counter
+        plain = tokens.TokenCounter(cfg.token_encoding, accelerate=False)
         redacting = TroveEngine(trove_config.load_config({
             "HERMES_HOME": str(folder), "TROVE_DATABASE_PATH": str(folder / "redacting.db"),
             "TROVE_SENSITIVE_PATTERNS_ENABLED": "true"})).policy  # every detector on
@@ -245,7 +257,8 @@ def component_costs(messages: list[dict]) -> dict:
         out = {}
         for name, fn in (("policy_prepare_us", policy.prepare),
                          ("policy_prepare_redacting_us", redacting.prepare),
-                         ("tiktoken_count_us", counter.count_message),
+                         ("count_message_us", counter.count_message),
+                         ("tiktoken_count_us", plain.count_message),
                          ("codec_encode_us", lambda m: codec.encode_message(codec.clean_message(m))),
                          ("cheap_count_us", cheap_tokens)):
             sample = fresh(messages)
@@ -301,6 +314,7 @@ def main(argv: list[str]) -> int:
                              "store_us_per_msg": round(store_us, 1),
                              "engine_us_per_msg": round(engine_us, 1)}
     components = component_costs(make_messages(5000, seed=99))
+    accelerator = tokens.get_counter().accelerator
     print(f"{len(messages):,} messages, mean {mean_bytes:,.0f} B as JSON, {args.rounds} rounds"
           f" (median); WAL, synchronous=FULL")
     print(f"{'batching':>8} {'variant':>10} {'msg/s':>8} {'ratio to raw':>12}")
@@ -323,6 +337,13 @@ def main(argv: list[str]) -> int:
           f" {by[('host', 'store')]['ratio_to_raw']:.2f} and engine"
           f" {by[('host', 'engine')]['ratio_to_raw']:.2f} at the same batching;"
           f" per round " + " ".join(f"{r:.2f}" for r in host_rounds))
+    tk_rounds = [round(r / h, 3) for r, h in zip(seconds[("host", "raw")],
+                                                 seconds[("host", "host_tk")])]
+    summary["host"]["host_tiktoken_ratio_per_round"] = tk_rounds
+    print(f"host path with tiktoken alone (accelerator off): "
+          f"{by[('host', 'host_tk')]['ratio_to_raw']:.2f} of raw; per round "
+          + " ".join(f"{r:.2f}" for r in tk_rounds))
+    print(f"token counts: {accelerator}")
     print("per-message parts, no database (us): " + ", ".join(
         f"{k[:-3]} {v}" for k, v in components.items()))
     verdicts = {b: by[(b, "store")]["ratio_to_raw"] >= TARGET_RATIO for b in ("turn", "bulk")}
@@ -333,6 +354,7 @@ def main(argv: list[str]) -> int:
     synth.save_results("ingest", messages=len(messages), mean_json_bytes=round(mean_bytes),
                        rounds=args.rounds, rows=rows, engine_overhead=summary,
                        components_us_per_message=components, target_ratio=TARGET_RATIO,
+                       token_counter_accelerator=accelerator,
                        target_met=verdicts)
     return 0
 

@@ -27,7 +27,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping as _MappingABC
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
+
+from . import fast_count
 
 DEFAULT_ENCODING = "cl100k_base"
 # Tried after the configured encoding, in order (duplicates are skipped).
@@ -187,8 +189,12 @@ class TokenCounter:
     """
 
     def __init__(self, encoding_name: str = DEFAULT_ENCODING,
-                 cache_size: int = CACHE_MAX_ENTRIES) -> None:
+                 cache_size: int = CACHE_MAX_ENTRIES, accelerate: bool = True) -> None:
         self._encoding, self._reason = _load_encoding(encoding_name)
+        self._fast: Callable[[str], int] | None = None
+        self._fast_reason = "" if accelerate else "switched off"
+        if self._encoding is not None and accelerate:
+            self._fast, self._fast_reason = fast_count.load(self._encoding)
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._cache_size = max(0, cache_size)
         self._lock = threading.Lock()
@@ -202,6 +208,15 @@ class TokenCounter:
     def exact(self) -> bool:
         """True when a real tiktoken encoding counts (even if not the configured one)."""
         return self._encoding is not None
+
+    @property
+    def accelerator(self) -> dict:
+        """Which optional exact counter makes the counts (see ``fast_count``): its
+        package, or none and why not."""
+        if self._fast is not None:
+            return {"package": fast_count.PACKAGE, "used": True}
+        return {"package": fast_count.PACKAGE, "used": False,
+                "why_not": self._fast_reason or "no tiktoken encoding loaded"}
 
     @property
     def reason(self) -> str:
@@ -293,6 +308,12 @@ class TokenCounter:
         return math.ceil(tokens * len(text) / sum(len(s) for s in sampled))
 
     def _encode_len(self, text: str) -> int:
+        if self._fast is not None:
+            try:
+                return self._fast(text)
+            except BaseException as exc:  # e.g. lone surrogates: tiktoken handles those
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
         try:
             return len(self._encoding.encode_ordinary(text))
         except Exception:  # never let a counting problem break the agent turn
@@ -322,18 +343,20 @@ def _as_text(value: Any) -> str:
         return str(value)
 
 
-_counters: dict[str, TokenCounter] = {}
+_counters: dict[tuple[str, bool], TokenCounter] = {}
 _counters_lock = threading.Lock()
 
 
-def get_counter(encoding_name: str = DEFAULT_ENCODING) -> TokenCounter:
-    """The process-wide counter for ``encoding_name``, built on first use.
+def get_counter(encoding_name: str = DEFAULT_ENCODING, accelerate: bool = True) -> TokenCounter:
+    """The process-wide counter for ``encoding_name`` (with the optional accelerator
+    when ``accelerate``), built on first use.
 
     Loading an encoding takes a noticeable fraction of a second and its cache
     is worth sharing, so every engine copy and thread gets the same counter.
     """
+    key = (encoding_name, bool(accelerate))
     with _counters_lock:
-        counter = _counters.get(encoding_name)
+        counter = _counters.get(key)
         if counter is None:
-            counter = _counters[encoding_name] = TokenCounter(encoding_name)
+            counter = _counters[key] = TokenCounter(encoding_name, accelerate=accelerate)
         return counter

@@ -481,7 +481,8 @@ def rotate(target: Target, apply: bool = False) -> dict:
 # ---------------------------------------------------------------- reads through the tools
 def tool_context(target: Target, session_id: str) -> tools.ToolContext:
     """A ToolContext whose calling session is ``session_id`` (an operator scope)."""
-    counter = tokens.get_counter(target.config.token_encoding)
+    counter = tokens.get_counter(target.config.token_encoding,
+                                 target.config.token_count_accelerator)
     return tools.ToolContext(
         store=target.store, dag=target.dag, config=target.config,
         count_tokens=counter.count_text, session_id=session_id, conversation_id=None,

@@ -66,6 +66,7 @@ def build(target: Target, apply: bool = False, now: float | None = None) -> dict
 def _summarizer(target: Target):
     if target.engine is not None:
         return target.engine.summarizer(), target.engine.counter.count_text
-    counter = tokens.get_counter(target.config.token_encoding)
+    counter = tokens.get_counter(target.config.token_encoding,
+                                 target.config.token_count_accelerator)
     return (Summarizer(llm_call=None, count_tokens=counter.count_text, models=[None],
                        breaker=CircuitBreaker(1, 0), timeout_s=1.0), counter.count_text)

@@ -92,7 +92,7 @@ class ToolSide:
             "last_compaction": last,
             "reachability_problems": self.reachability,
             "token_counter": {"name": counter.name, "exact": counter.exact,
-                              "reason": counter.reason},
+                              "reason": counter.reason, "accelerator": counter.accelerator},
             "database_path": str(self.config.resolved_database_path),
             "session_mode": self.session_mode,
             "review_fork": self.review_fork,

@@ -9,7 +9,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 stamp="$VENV/.trove-requirements.sha256"
-want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
+want="$(cat requirements.txt requirements-extras.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt

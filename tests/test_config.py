@@ -44,6 +44,7 @@ SETTINGS_TABLE = [
     ("TROVE_TOOL_RESPONSE_MAX_TOKENS", 4000, "256", 256, ["255", "64001"]),
     ("TROVE_RECALL_POLICY_ENABLED", True, "Off", False, ["nope"]),
     ("TROVE_TOKEN_ENCODING", "cl100k_base", "o200k_base", "o200k_base", ["", "   "]),
+    ("TROVE_TOKEN_COUNT_ACCELERATOR", True, "false", False, ["maybe"]),
     ("TROVE_DOCTOR_CLEAN_APPLY_ENABLED", False, "1", True, ["10"]),
     ("TROVE_LARGE_OUTPUT_EXTERNALIZATION_ENABLED", False, "true", True, ["t"]),
     ("TROVE_LARGE_OUTPUT_EXTERNALIZATION_THRESHOLD_CHARS", 12000, "1000", 1000, ["999"]),

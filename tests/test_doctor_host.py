@@ -129,7 +129,8 @@ def fake_hermes(folder, packages_present):
     """A ``hermes`` script whose interpreter is a fake Python answering the import probe."""
     folder.mkdir()
     fake_python = folder / "python3"
-    missing = " ".join(p for p in host.RUNTIME_PACKAGES if p not in packages_present)
+    missing = " ".join(p for p in (*host.RUNTIME_PACKAGES, *host.OPTIONAL_PACKAGES)
+                       if p not in packages_present)
     fake_python.write_text(f"#!/bin/sh\necho '{missing}'\n")
     fake_python.chmod(0o755)
     script = folder / "hermes"
@@ -138,7 +139,8 @@ def fake_hermes(folder, packages_present):
     return fake_python
 
 
-@pytest.mark.parametrize("present,status", [(("tiktoken", "regex"), "ok"), (("tiktoken",), "warn")])
+@pytest.mark.parametrize("present,status", [(("tiktoken", "regex", "rs_bpe"), "ok"),
+                                            (("tiktoken",), "warn")])
 def test_packages_are_checked_in_the_python_that_runs_hermes(tmp_path, monkeypatch, present,
                                                              status):
     python = fake_hermes(tmp_path / "bin", present)
@@ -148,3 +150,15 @@ def test_packages_are_checked_in_the_python_that_runs_hermes(tmp_path, monkeypat
     assert check["status"] == status and check["python"] == str(python)
     if status == "warn":
         assert f"fix: {python} -m pip install -r" in check["detail"] and "regex" in check["detail"]
+
+
+@pytest.mark.parametrize("present", [("tiktoken", "regex"), ("tiktoken", "regex", "rs_bpe")])
+def test_the_optional_counter_is_named_but_never_a_warning(tmp_path, monkeypatch, present):
+    python = fake_hermes(tmp_path / "bin", present)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    check = by_name(host.check_host(home_with(tmp_path, GOOD)))["runtime_packages"]
+    assert check["status"] == "ok"
+    named = "optional rs_bpe not installed" in check["detail"]
+    assert named == ("rs_bpe" not in present)
+    if named:
+        assert "requirements-extras.txt" in check["detail"]

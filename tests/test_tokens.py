@@ -44,15 +44,16 @@ def network_spy(monkeypatch):
 
 @pytest.fixture
 def encode_calls(monkeypatch):
-    """Texts passed to tiktoken's encoder, recorded by a spy around the real method."""
+    """Texts the counter encodes (tiktoken or the accelerator), recorded by a spy
+    around the one method that hands a text to either."""
     calls = []
-    real = tiktoken.Encoding.encode_ordinary
+    real = TokenCounter._encode_len
 
     def spy(self, text):
         calls.append(text)
         return real(self, text)
 
-    monkeypatch.setattr(tiktoken.Encoding, "encode_ordinary", spy)
+    monkeypatch.setattr(TokenCounter, "_encode_len", spy)
     return calls
 
 
