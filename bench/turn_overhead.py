@@ -9,11 +9,14 @@ into a DAG except its newest 60 messages, like a long-running agent.
     .venv/bin/python bench/turn_overhead.py 1000 100000      # sizes
 Each size runs in its own process (``--one N``), so the peak RSS reported is
 that size's alone. Prints a table and writes bench/results/turn_overhead.json.
+TROVE_TOKEN_COUNT_ACCELERATOR=false in the environment measures without the optional
+rs-bpe counter (it adds ~31 MB of RSS here).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -51,7 +54,9 @@ def _measure(path: Path, n_messages: int) -> dict:
                                     "TROVE_DATABASE_PATH": str(path),
                                     "TROVE_FRESH_TAIL_COUNT": "100000",
                                     "TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS": "0",
-                                    **synth.embedding_settings()})
+                                    **synth.embedding_settings(),
+                                    **{k: v for k, v in os.environ.items()
+                                       if k == "TROVE_TOKEN_COUNT_ACCELERATOR"}})
     engine = TroveEngine(cfg)
     engine.use_llm(None)
     engine.update_model("bench", 1_000_000)
