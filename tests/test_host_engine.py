@@ -178,3 +178,26 @@ def test_real_agent_folds_old_summaries_and_keeps_them_in_the_prompt(tmp_path, f
 
 
 TURNS_TO_FOLD = 48
+
+
+def test_stored_token_counts_are_tiktoken_counts_whichever_counter_runs(trove_host):
+    """Inside the real host the optional rs-bpe counter (installed with the test
+    requirements) counts, and every stored row holds exactly tiktoken's count."""
+    pytest.importorskip("rs_bpe")
+    from hermes_trove.compaction.tokens import TokenCounter
+
+    trove_host.server.responder = long_answer
+    agent = hk.make_agent()
+    engine = hk.live_engine(agent)
+    texts = ["Question 1: naïve façade — 日本語 and 👍🏽 in one line?",
+             "Question 2: what about   runs of spaces\n\n\tand tabs?"]
+    results = hk.run_turns(agent, texts)
+    hk.end_session(agent, results[-1]["messages"])
+    inspect = json.loads(engine.handle_tool_call("trove_inspect", {}, messages=[]))
+    assert inspect["status"]["token_counter"]["accelerator"] == {"package": "rs-bpe",
+                                                                "used": True}
+    plain = TokenCounter(engine.config.token_encoding, cache_size=0, accelerate=False)
+    stored = {m["content"]: m["token_count"]
+              for m in engine.store.session_messages(engine.canonical_id)}
+    shown = [m for m in results[-1]["messages"] if m.get("role") in ("user", "assistant")]
+    assert shown and all(stored[m["content"]] == plain.count_message(m) for m in shown)
