@@ -10,7 +10,7 @@ into a DAG except its newest 60 messages, like a long-running agent.
 Each size runs in its own process (``--one N``), so the peak RSS reported is
 that size's alone. Prints a table and writes bench/results/turn_overhead.json.
 TROVE_TOKEN_COUNT_ACCELERATOR=false in the environment measures without the optional
-rs-bpe counter (it adds ~31 MB of RSS here).
+rs-bpe counter (with it, tiktoken is not loaded: 63.7 against 71.0 MB RSS at 1K here).
 """
 
 from __future__ import annotations

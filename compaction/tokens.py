@@ -184,30 +184,48 @@ def _load_encoding(configured: str) -> tuple[Any, str]:
 class TokenCounter:
     """Counts tokens of texts and chat messages with one encoding, caching recent texts.
 
-    Construction picks the encoding once (see ``_load_encoding``); after that
-    every method is thread-safe, never raises and never does I/O.
+    Construction picks what counts once: the optional accelerator when it is
+    installed and checked (``fast_count``; tiktoken is then not loaded), else the
+    first tiktoken encoding that loads offline (``_load_encoding``), else the
+    estimate. After that every method is thread-safe, never raises and does no
+    I/O, except loading tiktoken the first time the accelerator refuses a text.
     """
 
     def __init__(self, encoding_name: str = DEFAULT_ENCODING,
                  cache_size: int = CACHE_MAX_ENTRIES, accelerate: bool = True) -> None:
-        self._encoding, self._reason = _load_encoding(encoding_name)
-        self._fast: Callable[[str], int] | None = None
-        self._fast_reason = "" if accelerate else "switched off"
-        if self._encoding is not None and accelerate:
-            self._fast, self._fast_reason = fast_count.load(self._encoding)
+        self._configured = encoding_name
+        self._fast, self._fast_reason = (fast_count.load(encoding_name) if accelerate
+                                         else (None, "switched off"))
+        self._encoding, self._reason = None, ""
+        self._tiktoken_tried = False
+        if self._fast is None:
+            self._tiktoken()
         self._cache: OrderedDict[Any, int] = OrderedDict()
         self._cache_size = max(0, cache_size)
         self._lock = threading.Lock()
 
+    def _tiktoken(self) -> Any:
+        """tiktoken's encoding, loaded on first need (at construction unless the
+        accelerator counts)."""
+        if not self._tiktoken_tried:
+            self._encoding, reason = _load_encoding(self._configured)
+            if self._fast is None:
+                self._reason = reason
+            self._tiktoken_tried = True
+        return self._encoding
+
     @property
     def name(self) -> str:
-        """What counts: ``tiktoken:<encoding>`` or ``estimate:chars/4``."""
+        """What counts: ``rs-bpe:<encoding>``, ``tiktoken:<encoding>`` or ``estimate:chars/4``."""
+        if self._fast is not None:
+            return f"{fast_count.PACKAGE}:{fast_count.TOKENIZERS[self._configured]}"
         return f"tiktoken:{self._encoding.name}" if self._encoding else ESTIMATE_NAME
 
     @property
     def exact(self) -> bool:
-        """True when a real tiktoken encoding counts (even if not the configured one)."""
-        return self._encoding is not None
+        """True when tiktoken's counts are made (by the accelerator or a tiktoken
+        encoding, even if not the configured one), False for the estimate."""
+        return self._fast is not None or self._encoding is not None
 
     @property
     def accelerator(self) -> dict:
@@ -215,8 +233,7 @@ class TokenCounter:
         package, or none and why not."""
         if self._fast is not None:
             return {"package": fast_count.PACKAGE, "used": True}
-        return {"package": fast_count.PACKAGE, "used": False,
-                "why_not": self._fast_reason or "no tiktoken encoding loaded"}
+        return {"package": fast_count.PACKAGE, "used": False, "why_not": self._fast_reason}
 
     @property
     def reason(self) -> str:
@@ -297,7 +314,7 @@ class TokenCounter:
         return total
 
     def _count_uncached(self, text: str) -> int:
-        if self._encoding is None:
+        if self._fast is None and self._encoding is None:
             return estimate_tokens(text)
         if len(text) <= EXACT_COUNT_MAX_CHARS:
             return self._encode_len(text)
@@ -308,14 +325,19 @@ class TokenCounter:
         return math.ceil(tokens * len(text) / sum(len(s) for s in sampled))
 
     def _encode_len(self, text: str) -> int:
+        encoding = self._encoding
         if self._fast is not None:
             try:
                 return self._fast(text)
-            except BaseException as exc:  # e.g. lone surrogates: tiktoken handles those
+            except BaseException as exc:  # refused (a Rust panic is a BaseException)
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
+            with self._lock:
+                encoding = self._tiktoken()
+        if encoding is None:
+            return estimate_tokens(text)
         try:
-            return len(self._encoding.encode_ordinary(text))
+            return len(encoding.encode_ordinary(text))
         except Exception:  # never let a counting problem break the agent turn
             return estimate_tokens(text)
 

