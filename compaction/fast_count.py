@@ -30,6 +30,9 @@ from __future__ import annotations
 from typing import Callable
 
 PACKAGE = "rs-bpe"
+# Never swallowed; everything else the package raises (a Rust panic is a BaseException)
+# means "not this text" or "not usable".
+PASS_THROUGH = (KeyboardInterrupt, SystemExit)
 # configured tiktoken encoding -> the rs-bpe tokenizer with the same ranks and pattern
 TOKENIZERS = {
     "cl100k_base": "cl100k_base",
@@ -69,18 +72,18 @@ def load(encoding_name: str) -> tuple[Callable[[str], int] | None, str]:
         return None, f"{PACKAGE} is not checked for {encoding_name!r}"
     try:
         from rs_bpe.bpe import openai as tokenizers  # type: ignore[import-not-found]
-    except BaseException as exc:  # absent, or a broken build (which may panic)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
+    except PASS_THROUGH:
+        raise
+    except BaseException:  # absent, or a broken build (which may panic)
         return None, f"{PACKAGE} is not installed"
     try:
         count = _like_tiktoken(getattr(tokenizers, name)().count)
         for text, expected in zip(PROBE_TEXTS, PROBE_COUNTS, strict=True):
             if count(text) != expected:
                 return None, f"{PACKAGE} disagrees with tiktoken on {text[:40]!r}"
-    except BaseException as exc:  # a Rust panic is a BaseException
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
+    except PASS_THROUGH:
+        raise
+    except BaseException as exc:
         return None, f"{PACKAGE} failed its check: {type(exc).__name__}"
     return count, ""
 

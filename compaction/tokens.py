@@ -332,9 +332,10 @@ class TokenCounter:
         if self._fast is not None:
             try:
                 return self._fast(text)
-            except BaseException as exc:  # refused (a Rust panic is a BaseException)
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
+            except fast_count.PASS_THROUGH:
+                raise
+            except BaseException:  # refused: tiktoken counts it
+                pass
             with self._lock:
                 encoding = self._tiktoken()
         if encoding is None:
