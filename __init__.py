@@ -56,6 +56,8 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
     engine = find_engine(session_id)
     if engine is not None and _kwargs.get("sender_id"):
         engine.note_owner(_kwargs["sender_id"])
+    if engine is not None and conversation_history:
+        engine.note_user_turn(conversation_history[-1])
     if engine is None or not engine.config.recall_policy_enabled:
         return None
     text = recall_policy()
@@ -75,10 +77,14 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
     if forks.review_start(conversation_history) is not None:
         return None
     try:
-        engine.ingest(list(conversation_history))
+        history = list(conversation_history)
+        engine.ingest(history)
+        engine.learn_overhead(history)
     except Exception as exc:  # a hook must never break the turn
         log.warning("hermes-trove: could not persist the turn: %s", exc)
         engine.errors.append(f"post_llm_call ingest: {exc}")
+    finally:
+        engine.turn_done()
     return None
 
 

@@ -20,7 +20,9 @@ from .binding import forks, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, known_tails, prepare, spend, sweep, tokens
-from .storage import codec, faults, locks
+from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, bounded_real_overhead,
+                                 host_estimator, host_text_cost)
+from .storage import codec, faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
 from .dag import Dag
@@ -42,9 +44,6 @@ except Exception:  # pragma: no cover - exercised only without hermes-agent
 
 log = logging.getLogger(__name__)
 
-# The host's fixed prompt overhead (system prompt + ~24 tool schemas) when it
-# has not told us better: see the host reference.
-DEFAULT_OVERHEAD_TOKENS = 12_500
 # Floors of the window-scaled summary budgets (see ``_compactor``).
 MIN_LEAF_BUDGET = 200
 MIN_CONDENSED_BUDGET = 300
@@ -117,6 +116,13 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         self.owner: str | None = None
         self.clock: Callable[[], float] = time.time   # the tools' and rollups' "now"
         self._faults = faults.Tracker()           # what is wrong with the database, if anything
+        self._origin: str | None = None           # this copy's name in the views table
+        self._view = None                          # the view this copy wrote last
+        self._pending_turn: tuple | None = None    # (message, fingerprint, session)
+        self._turn_inserted: tuple | None = None   # (session, fingerprint) stored this turn
+        self._foreign_noted: set = set()
+        self._copy_from: str | None = None         # a /branch's parent: its lists are copied
+        self._real_overhead: int | None = None     # learned from the provider's usage
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -131,6 +137,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             else:
                 twin.__dict__[key] = value if key in shared else copy.deepcopy(value, memo)
         twin._runtime = dict(self._runtime)
+        twin._origin, twin._view, twin._pending_turn = None, None, None
         return twin
 
     # ------------------------------------------------------------------ identity
@@ -282,6 +289,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         previous = self.session_id
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
         self._known_tails = {}
+        self._view, self._pending_turn, self._copy_from = None, None, None
         self._hint_at_bind = forks.host_session_hint()
         register(self, session_id, previous=previous, by_host=how == "host")
         if self.stores:
@@ -375,7 +383,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         pasted block header is."""
         messages = [m for m in messages or [] if isinstance(m, dict)]
         try:
-            inserted, _ = self._read_blocks(messages)
+            inserted = self._engine_own(messages)
         except Exception:  # a broken database: the header alone must do
             inserted = [assemble.is_trove_message(m) for m in messages]
         body = [m for m, ins in zip(messages, inserted) if m.get("role") != "system" and not ins]
@@ -395,7 +403,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                 ) -> tuple[list[int | None], list[bool]]:
         """Store every shown message once: store_ids aligned with ``messages`` and which
         of them the engine itself inserted. Only those, a leading system prompt
-        (``system_prompt``) and messages the ignore patterns match are not stored."""
+        (``system_prompt``) and messages the ignore patterns match are not stored.
+        Which shown message is which row is ``storage/identity``'s decision."""
         canonical = self._ensure_bound()
         own = into is None or self.store.canonical_session(into) == canonical
         if self.review_fork or not (self.stores if own else self._stores_session(into)):
@@ -409,28 +418,101 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             ids, inserted = self._ingest(user_part, into=into, system_prompt=system_prompt)
             rest = len(messages) - len(user_part)
             return ids + [None] * rest, inserted + [False] * rest
-        inserted, known = self._read_blocks(messages)
+        messages = [m if isinstance(m, dict) else {} for m in messages]
+        legacy, known = self._read_blocks(messages)
         if not own:
             known = None  # the known tails are this copy's own session's
-        skip = [ins or (system_prompt and i == 0 and m.get("role") == "system")
-                for i, (m, ins) in enumerate(zip(messages, inserted))]
         prepare = self.policy.prepare
-        encoded = [None if s else self._memo.encoded(m, prepare) for m, s in zip(messages, skip)]
-        skip = [s or e is None for s, e in zip(skip, encoded)]
-        result = self.store.ingest(canonical, messages, skip=skip, encoded=encoded,
-                                   conversation_id=self.conversation_id, source=self.platform,
-                                   count_tokens=self.count_message,
-                                   known=known,
-                                   after_block=any(inserted))
-        for sid, message in zip(reversed(result.store_ids) if own else (),
-                                reversed(messages)):
-            if sid is not None and assemble.is_real_user(message):
-                self.current_turn_store_id = sid
-                break
+        encoded = [None if legacy[i] or (system_prompt and i == 0 and m.get("role") == "system")
+                   else self._memo.encoded(m, prepare) for i, m in enumerate(messages)]
+        fps = [None if e is None else self._memo.fingerprint(m, prepare)
+               for m, e in zip(messages, encoded)]
+        shown = identity.Shown(
+            fps=fps, block_fps={i: identity.fingerprint_block(m.get("content"))
+                                for i, m in enumerate(messages) if assemble.is_block_candidate(m)},
+            ack_at=frozenset(i for i, m in enumerate(messages)
+                             if m.get("role") == "assistant" and assemble.is_trove_message(m)),
+            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
+            origin=self._view_origin(), turn_index=self._turn_index(messages, fps, canonical),
+            copy_from=self._copy_from if own else None,
+            roles=tuple(str(m.get("role") or "") for m in messages))
+        result = self.store.ingest(canonical, messages, skip=[e is None for e in encoded],
+                                   encoded=encoded, conversation_id=self.conversation_id,
+                                   source=self.platform, count_tokens=self.count_message,
+                                   known=known, shown=shown,
+                                   hint=self._view if own else None)
+        self._after_ingest(canonical, messages, fps, shown, result, own)
         found = self._semantic()
         if found is not None and found.worker is not None:
             found.worker.poke()   # embedding happens on the worker's thread, never here
-        return result.store_ids, inserted
+        return result.store_ids, list(result.engine or [False] * len(messages))
+
+    def _after_ingest(self, canonical: str, messages: list, fps: list, shown, result,
+                      own: bool) -> None:
+        """What one ingest tells this copy: its newest view, the turn's user row, and
+        a list that was another session's (said once)."""
+        if own and result.view is not None:
+            self._view = result.view
+        if result.foreign_of and (canonical, result.foreign_of) not in self._foreign_noted:
+            self._foreign_noted.add((canonical, result.foreign_of))
+            log.info("hermes-trove: a list handed over for session %s is session %s's "
+                     "transcript; nothing of it was stored again", canonical,
+                     result.foreign_of)
+        engine_own = result.engine or [False] * len(messages)
+        newest = next((i for i in range(len(messages) - 1, -1, -1)
+                       if assemble.is_real_user(messages[i]) and not engine_own[i]), None)
+        if shown.turn_index is not None:
+            self._pending_turn = None  # the turn's user message has its row now
+        elif newest is not None and newest in result.new_positions:
+            self._turn_inserted = (canonical, fps[newest])
+        if own:
+            for sid, message in zip(reversed(result.store_ids), reversed(messages)):
+                if sid is not None and assemble.is_real_user(message):
+                    self.current_turn_store_id = sid
+                    break
+
+    def _view_origin(self) -> str:
+        """This copy's name in the views table (a new one per copy and binding)."""
+        if not self._origin:
+            self._origin = uuid.uuid4().hex[:12]
+        return self._origin
+
+    def _turn_index(self, messages: list, fps: list, canonical: str) -> int | None:
+        """Where the turn's user message (``note_user_turn``) stands in this list,
+        while it has no row yet: the very object, else the newest user message with
+        its fingerprint."""
+        pending = self._pending_turn
+        if pending is None or pending[2] != canonical:
+            return None
+        obj, fp = pending[0], pending[1]
+        users = [i for i, m in enumerate(messages) if assemble.is_real_user(m)]
+        for i in reversed(users):
+            if messages[i] is obj:
+                return i
+        if users and fps[users[-1]] == fp:
+            return users[-1]
+        return None
+
+    def note_user_turn(self, message: dict | None) -> None:
+        """``pre_llm_call``: the user just sent ``message``. It is a new message even
+        when its text equals an undone or retried one, so the first list showing it
+        stores it as a new row (``storage/identity`` rule 2), unless this turn's
+        compaction already did."""
+        if not isinstance(message, dict) or not self.canonical_id or not self.stores:
+            return
+        try:
+            fp = self._memo.fingerprint(message, self.policy.prepare)
+        except Exception:  # bookkeeping must never break the turn
+            return
+        done, self._turn_inserted = self._turn_inserted, None
+        if fp is None or done == (self.canonical_id, fp):
+            self._pending_turn = None
+            return
+        self._pending_turn = (message, fp, self.canonical_id)
+
+    def turn_done(self) -> None:
+        """``post_llm_call``: the turn is over; the next user message is a new turn."""
+        self._turn_inserted = None
 
     def _prepare_state(self) -> dict:
         """The background preparer's state; nothing to read while the database is broken."""
@@ -464,6 +546,21 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
     def count_messages(self, messages: list) -> int:
         """Tokens of a list of messages (memoized per message)."""
         return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
+
+    def _engine_own(self, messages: list) -> list[bool]:
+        """Which shown messages are the engine's own block and acknowledgement (a
+        block a view of the session holds, or one an older version remembered)."""
+        legacy, _ = self._read_blocks(messages)
+        candidates = {i: identity.fingerprint_block(m.get("content"))
+                      for i, m in enumerate(messages) if assemble.is_block_candidate(m)}
+        if not candidates or not self.canonical_id:
+            return legacy
+        shown = identity.Shown(
+            fps=[None] * len(messages), block_fps=candidates,
+            ack_at=frozenset(i for i, m in enumerate(messages)
+                             if m.get("role") == "assistant" and assemble.is_trove_message(m)),
+            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag))
+        return shown.engine_flags(self.store.known_blocks(self.canonical_id))
 
     def _read_blocks(self, messages: list) -> tuple[list[bool], KnownTail | None]:
         """Which shown messages the engine inserted, and what it returned after the
@@ -546,29 +643,42 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                                                  and sid > floor)]
         live_msgs = [m for m, _ in live]
         count = self.count_message
-        before = self.count_messages(messages)
-        overhead = self.overhead_estimate(messages, current_tokens)
-        target = int(trigger * (1 - assemble.TARGET_MARGIN))
-        system_tokens = count(system) if system is not None else 0
-        budget = max(0, target - overhead - system_tokens)
+        budget = self._budget(messages, system, current_tokens, trigger)
+        before = self.count_messages(body)
         deterministic = self._under_critical_pressure(current_tokens)
         # a summary a worker is making right now is waited for, never longer than one call
         wait = 0.0 if deterministic else cfg.summary_timeout_ms / 1000
         report = PassReport()
         swept = sweep.Sweep() if cfg.threshold_full_sweep_enabled else None
         units = assemble.group_units(live_msgs)
-        tail_cap = assemble.tail_token_cap(budget, cfg.fresh_tail_max_tokens)
-        passes = [(cfg.fresh_tail_count, tail_cap, cfg.condense_fanout),
-                  (1, 0, cfg.condense_fanout), (1, 0, 2)]
-        result, gave_way, omitted, final = messages, False, [], before
+        room = budget.real_room
         tail_count = self._tail_counter()
+
+        def tail_cost(message: dict) -> int:
+            exact = tail_count(message)
+            rough = self.rough_message(message) if exact == count(message) else exact
+            return budget.cost(exact, rough)
+
+        def text_cost(text: str) -> int:
+            return budget.cost(self.counter.count_text(text), host_text_cost(text))
+
+        # 1. a count-protected tail within a share of the room; 2. as much of it as
+        # fits beside the block; 3. only the newest user message and tool group.
+        passes = [(cfg.fresh_tail_count, assemble.tail_token_cap(room, cfg.fresh_tail_max_tokens),
+                   cfg.condense_fanout), (cfg.fresh_tail_count, None, cfg.condense_fanout),
+                  (1, 0, 2)]
+        result, omitted, host_final, final = messages, [], 0, 0
+        block_cost, gave_way, tail_cut, frontier_ids = 0, False, False, None
         for max_count, max_tokens, fanout in passes:
+            if max_tokens is None:
+                max_tokens = max(0, room - block_cost)
             keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
-                                             max_tokens=max_tokens, count=tail_count)
-            gave_way = gave_way or cut or max_count < cfg.fresh_tail_count
+                                             max_tokens=max_tokens, count=tail_cost)
+            tail_cut = cut
+            gave_way = cut and len(keep) <= self._minimal_tail(live_msgs, units)
             backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
                        for i in range(len(live_msgs)) if i not in keep and live[i][1] is not None]
-            compactor = self._compactor(budget)
+            compactor = self._compactor(room)
             if swept is not None:
                 compactor.summarizer = swept.bound(compactor.summarizer)
             if backlog:
@@ -592,34 +702,66 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                                        for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
             units = assemble.group_units(live_msgs)
-            tail_tokens = sum(count(m) for m in tail)
-            block_budget = max(budget - tail_tokens, min(2_000, budget))
-            count_text = self.counter.count_text
+            tail_tokens = sum(tail_cost(m) for m in tail)
+            block_budget = max(room - tail_tokens, min(2_000, room))
             compactor.fold_to_fit(
-                session, budget_tokens=block_budget - count_text(assemble.BLOCK_HEADER),
-                cost=lambda node: count_text(assemble.node_section(node)),
+                session, budget_tokens=block_budget - text_cost(assemble.BLOCK_HEADER),
+                cost=lambda node: text_cost(assemble.node_section(node)),
                 max_source_tokens=cfg.leaf_chunk_tokens, focus=focus,
                 deterministic_only=deterministic, report=report)
             frontier = self.dag.frontier(session)
+            frontier_ids = sorted(n["node_id"] for n in frontier)
             needs_block = bool(frontier) or (tail and tail[0].get("role") != "user")
-            if shown_block is not None and not (report.leaf_ids or report.condensed_ids):
+            if shown_block is not None and not (report.leaf_ids or report.condensed_ids) \
+                    and self._renders_frontier(session, shown_block, frontier_ids):
                 block, omitted = shown_block, []  # nothing changed: keep the cached prefix
             else:
                 block, _, omitted = (assemble.render_context_block(
-                    frontier, budget_tokens=block_budget, count_text=self.counter.count_text)
+                    frontier, budget_tokens=block_budget, count_text=text_cost)
                     if needs_block else (None, [], []))
+            block_cost = text_cost(block) if block is not None else 0
             result = assemble.build_prompt(system, block, tail)
-            final = overhead + self.count_messages(result)
-            if final < trigger:
+            returned = result[1:] if system is not None else result
+            final = (budget.real_overhead + budget.system_exact
+                     + self.count_messages(returned))
+            host_final = (budget.host_overhead + budget.system_rough
+                          + sum(self.rough_message(m) for m in returned))
+            if final < trigger and host_final < trigger:
                 break
-        self._noop_at_tokens = max(final, current_tokens or 0) if final >= trigger else None
+        over = final >= trigger or host_final >= trigger
+        self._noop_at_tokens = max(final, host_final, current_tokens or 0) if over else None
         if swept is not None:
             report.sweep = swept.describe()
-        return self._finish(messages, result, before=before, final=final, trigger=trigger,
-                            overhead=overhead, report=report, gave_way=gave_way,
-                            omitted=omitted, started=started,
-                            tail_ids=[sid for _, sid in live if sid is not None],
-                            shown_max=max((s for s in store_ids if s is not None), default=0))
+        return self._finish(messages, result, before=before, final=final, host_final=host_final,
+                            trigger=trigger, budget=budget, report=report, gave_way=gave_way,
+                            tail_cut=tail_cut, omitted=omitted, started=started, tail=live,
+                            frontier_ids=frontier_ids)
+
+    def _minimal_tail(self, messages: list, units: list) -> int:
+        """How many messages the tail keeps when it gives way entirely: the newest
+        unit and the newest real user message."""
+        keep, _ = assemble.choose_tail(messages, units, max_count=1, max_tokens=0,
+                                       count=lambda m: 1)
+        return len(keep)
+
+    def _renders_frontier(self, session: str, block: str, frontier_ids: list[int]) -> bool:
+        """Whether a shown block was rendered from exactly this frontier (another
+        process may have compacted since: then the block is rendered anew)."""
+        try:
+            meta = self.store.block_meta(session, identity.fingerprint_block(block))
+        except Exception:  # a broken view table must not stop the compaction
+            return False
+        return bool(meta) and meta.get("frontier") == frontier_ids
+
+    def _budget(self, messages: list, system: dict | None, current_tokens: int | None,
+                trigger: int) -> Budget:
+        """Room for this compaction's result in both units (see ``compaction/budget``)."""
+        host_overhead = self.overhead_estimate(messages, current_tokens)
+        return Budget(target=int(trigger * (1 - assemble.TARGET_MARGIN)),
+                      host_overhead=host_overhead,
+                      real_overhead=bounded_real_overhead(self._real_overhead, host_overhead),
+                      system_rough=self.rough_message(system) if system is not None else 0,
+                      system_exact=self.count_message(system) if system is not None else 0)
 
     def _tail_counter(self):
         """Token cost of a message in the fresh tail: a result that active-replay
@@ -659,44 +801,71 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                 out[i] = stub
         return out
 
-    def _finish(self, messages: list, result: list, *, before: int, final: int, trigger: int,
-                overhead: int, report: PassReport, gave_way: bool, omitted: list,
-                started: float, tail_ids: list[int], shown_max: int) -> list:
-        """Decide progress or no-op, record the outcome, update host-facing counters."""
+    def _finish(self, messages: list, result: list, *, before: int, final: int,
+                host_final: int, trigger: int, budget: Budget, report: PassReport,
+                gave_way: bool, tail_cut: bool, omitted: list, started: float, tail: list,
+                frontier_ids: list | None) -> list:
+        """Decide progress or no-op, record the outcome and the returned view, update
+        host-facing counters."""
         changed = result != [_clean(m) for m in messages]
+        tail_tokens = sum(self.count_message(m) for m, _ in tail)
         outcome = {
             "outcome": "compacted" if changed else "noop",
-            "tokens_before": overhead + before,
-            "tokens_after": final, "trigger": trigger, "overhead": overhead,
+            "tokens_before": budget.real_overhead + before,
+            "tokens_after": final, "host_tokens_after": host_final, "trigger": trigger,
+            "overhead": budget.real_overhead, "host_overhead": budget.host_overhead,
+            "budget": budget.describe(),
             "leaf_nodes": report.leaf_ids, "condensed_nodes": report.condensed_ids,
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
             "prepared_used": report.prepared_used, "sweep": report.sweep,
-            "tail_gave_way": gave_way, "omitted_nodes": len(omitted),
+            "tail_gave_way": gave_way, "tail_cut_by_tokens": tail_cut,
+            "tail_kept": len(tail), "tail_tokens": tail_tokens,
+            "omitted_nodes": len(omitted),
             "seconds": round(time.perf_counter() - started, 4),
         }
-        if final >= trigger:
+        if final >= trigger or host_final >= trigger:
+            worst = max(final, host_final)
             outcome["reason"] = (
-                f"prompt still {final} tokens >= trigger {trigger}: the newest user message "
-                f"and newest tool group alone need {final - overhead} tokens with "
-                f"{overhead} tokens of host overhead" if changed or report.leaf_ids else
-                f"nothing left to compact: everything shown is the protected newest turn "
-                f"({final} tokens vs trigger {trigger})")
+                f"prompt still {worst} tokens >= trigger {trigger}: the newest user message "
+                f"and newest tool group alone need {tail_tokens} tokens with "
+                f"{budget.real_overhead} tokens of host overhead" if changed or report.leaf_ids
+                else f"nothing left to compact: everything shown is the protected newest turn "
+                f"({worst} tokens vs trigger {trigger})")
             if self.context_length and final > self.context_length:
                 outcome["over_window"] = True
                 log.warning("hermes-trove: %s", outcome["reason"])
-        known = None
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
-            block = next((m for m in result if assemble.is_trove_message(m)
-                          and m.get("role") == "user"), None)
-            if block is not None:
-                known = {assemble.block_fingerprint(block["content"]): known_tails.entry(
-                    tail_ids, min(tail_ids) if tail_ids else shown_max + 1,
-                    self.dag.last_node_id())}
-                self._known_tails = known_tails.merged(self._known_tails, known)
-        self._record(outcome, known_tail=known)
+            self._remember_returned(result, tail, frontier_ids,
+                                    has_block=len(result) > len(tail) + (
+                                        1 if result and result[0].get("role") == "system" else 0))
+        self._record(outcome)
         return result if changed else messages
+
+    def _remember_returned(self, result: list, tail: list, frontier_ids: list | None, *,
+                           has_block: bool) -> None:
+        """The list ``compress`` returns is what the host shows next: remember it as a
+        view (its block, acknowledgement and each tail message's row)."""
+        body = result[1:] if result and result[0].get("role") == "system" else result
+        entries = []
+        if has_block and body:
+            entries.append((identity.fingerprint_block(body[0].get("content")),
+                            identity.BLOCK_ID))
+            if len(body) > len(tail) + 1:
+                entries.append((identity.ACK_FP, identity.ACK_ID))
+        for message, (_, sid) in zip(body[len(body) - len(tail):], tail):
+            fp = self._memo.fingerprint(message, self.policy.prepare)
+            if sid is not None and fp is not None:
+                entries.append((fp, int(sid)))
+        try:
+            view = self.store.save_view(self.canonical_id, self._view_origin(), entries,
+                                        meta={"frontier": frontier_ids or []})
+        except Exception as exc:  # the next list is then read against the stored history
+            self.errors.append(f"view: {exc}")
+            return
+        if view is not None:
+            self._view = view
 
     def _compactor(self, message_budget: int) -> Compactor:
         """Summary budgets from the settings, scaled down for small windows so a
@@ -729,11 +898,12 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         if self._builtin is None:
             self._builtin = fallback.builtin_compressor(self._runtime, self.context_length,
                                                         self.threshold_percent)
-        overhead = self.overhead_estimate(messages, current_tokens)
-        budget = int(self.threshold_tokens * (1 - assemble.TARGET_MARGIN)) - overhead
+        system = messages[0] if messages and messages[0].get("role") == "system" else None
+        budget = self._budget(messages, system, current_tokens, self.threshold_tokens)
         result, path = fallback.compress_unstored(
             messages, compressor=self._builtin, current_tokens=current_tokens, focus=focus,
-            budget_tokens=budget, count=self.count_message)
+            budget_tokens=budget.real_room + budget.system_exact,
+            count=lambda m: budget.cost(self.count_message(m), self.rough_message(m)))
         changed = result != messages
         if changed:
             self.compression_count += 1
@@ -743,19 +913,32 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         return result
 
     def overhead_estimate(self, messages: list, current_tokens: int | None) -> int:
-        """Tokens the host adds around the messages (system prompt, tool schemas).
-
-        Learned from ``current_tokens`` when the host passes it, else remembered
-        from the last time, else the documented default."""
+        """What the host adds around the messages (system prompt, tool schemas), in
+        the host's own units: ``current_tokens`` is its rough estimate of the whole
+        request, so the difference with its estimate of the messages is exact.
+        Remembered from the last time without it, else the documented default."""
         if current_tokens and current_tokens > 0:
-            shown = self.count_messages(messages)
+            shown = sum(self.rough_message(m) for m in messages)
             limit = max(0, self.context_length // 2) or current_tokens
             self._overhead_tokens = max(0, min(current_tokens - shown, limit))
         if self._overhead_tokens is None:
             return DEFAULT_OVERHEAD_TOKENS
         return self._overhead_tokens
 
-    def _record(self, outcome: dict, known_tail: dict | None = None) -> None:
+    def rough_message(self, message: dict) -> int:
+        """The host's own rough estimate of one message (memoized per object)."""
+        return self._memo.rough(message, host_estimator())
+
+    def learn_overhead(self, history: list) -> None:
+        """After a turn: the provider's real prompt tokens minus trove's exact count of
+        what was sent (everything before the final reply) is the real overhead."""
+        prompt = tokens.as_count(self.last_prompt_tokens)
+        if not prompt or prompt <= 0 or not history:
+            return
+        sent = history[:-1] if history[-1].get("role") == "assistant" else history
+        self._real_overhead = max(0, prompt - self.count_messages(sent))
+
+    def _record(self, outcome: dict) -> None:
         """Keep the last compaction's outcome on the engine and in the session state."""
         outcome = {"at": time.time(), **outcome}
         self.last_compaction = outcome
@@ -763,12 +946,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             return  # a plain no-op is not worth a disk write on the turn's path
         if self.canonical_id:
             try:
-                patch = {"last_compaction": outcome}
-                if known_tail is not None:
-                    state = (self.store.get_session(self.canonical_id) or {}).get("state", {})
-                    patch["known_tails"] = known_tails.merged(
-                        known_tails.from_state(state), known_tail)
-                self.store.update_session_state(self.canonical_id, patch)
+                self.store.update_session_state(self.canonical_id, {"last_compaction": outcome})
             except Exception as exc:  # status bookkeeping must never fail a turn
                 self.errors.append(f"state: {exc}")
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .storage import codec, identity, scans
+from .storage import codec, identity, scans, views
 from .storage.database import Database
 from .storage.writer import StatementWriter
 
@@ -51,10 +51,44 @@ MESSAGE_COLUMNS = (
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What one ingest did: the store_id of each shown message, and how many were new."""
+    """What one ingest did: the store_id of each shown message, how many were new,
+    which shown messages are the engine's own (its summary block and
+    acknowledgement), the view it left, the session a list belonged to when it
+    was another session's (nothing of it stored), and where the new rows stand."""
 
     store_ids: list[int | None]
     inserted: int
+    engine: list[bool] | None = None
+    view: "identity.View | None" = None
+    foreign_of: str | None = None
+    new_positions: tuple[int, ...] = ()
+
+
+@dataclass
+class _Identified:
+    """Identity's answer for one list: store_ids (None: new), the engine's own
+    elements, and the elements of another session's list (never stored)."""
+
+    store_ids: list[int | None]
+    engine: list[bool]
+    foreign: frozenset[int] = frozenset()
+    foreign_of: str | None = None
+
+
+def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
+                 flags: Sequence[bool]) -> list[tuple[str, int]]:
+    """A list's view: each element's fingerprint with its row, or with
+    ``BLOCK_ID``/``ACK_ID`` for the engine's own; elements with neither are left out."""
+    fps = shown.reading_fps(flags)
+    entries = []
+    for i, fp in enumerate(fps):
+        if fp is None:
+            continue
+        if flags[i]:
+            entries.append((fp, identity.ACK_ID if i in shown.ack_at else identity.BLOCK_ID))
+        elif alignment[i] is not None:
+            entries.append((fp, int(alignment[i])))
+    return entries
 
 
 @dataclass(frozen=True)
@@ -211,18 +245,22 @@ class Store:
                source: str | None = None, count_tokens: Callable[[dict], int] | None = None,
                known: KnownTail | None = None, now: float | None = None,
                encoded: Sequence[codec.EncodedMessage | None] | None = None,
-               after_block: bool = False) -> IngestResult:
+               after_block: bool = False, shown: identity.Shown | None = None,
+               hint: identity.View | None = None) -> IngestResult:
         """Store every shown message not already stored; return each one's store_id.
 
-        ``skip[i]`` marks messages that are not conversation (the engine's own
-        summary block). ``known`` is what the caller knows of where the list
-        starts (see ``KnownTail``). ``encoded`` may carry encodings the caller
-        already has (None where skipped). ``after_block`` says the list carries the
-        engine's summary block, so rows already summarized are not candidates
-        (see ``identity``). The whole call is one transaction: either every new
-        message is stored, each with its ``count_tokens`` count (0 without it), or
-        none is. ``count_tokens`` runs while earlier rows of the batch are being
-        written (see ``StatementWriter``), so it must not use this database.
+        Which shown message is which row is decided by ``storage/identity``: with
+        ``shown`` (the engine's path) the list is read against the session's views
+        (``hint``: the view this engine copy wrote last, which spares the read
+        when the list just extends it) and the view is updated in the same
+        transaction; without it (imports, replays, tests of the old rule) by the
+        anchored rule, ``known`` and ``after_block`` telling it where the list
+        starts. ``skip[i]`` marks messages that are not to be stored. ``encoded``
+        may carry encodings the caller already has (None where skipped). The
+        whole call is one transaction: either every new message is stored, each
+        with its ``count_tokens`` count (0 without it), or none is.
+        ``count_tokens`` runs while earlier rows of the batch are being written
+        (see ``StatementWriter``), so it must not use this database.
         """
         skip = list(skip) if skip is not None else [False] * len(messages)
         if encoded is None:
@@ -233,13 +271,15 @@ class Store:
         stored_source = normalize_source(source)
         with self.db.transaction() as conn:
             canonical = self._canonical(conn, session_id)
-            if known is not None:
-                alignment = self._align_known(conn, canonical, hashes, known)
-            elif after_block:
-                alignment = self._align_fresh(conn, canonical, hashes)
+            if shown is not None:
+                found = self._identify(conn, canonical, shown, hashes, hint, known)
             else:
-                alignment = self._align(conn, canonical, hashes)
-            new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None]
+                flags = [False] * len(messages)
+                found = _Identified(self._legacy_alignment(conn, canonical, hashes, known,
+                                                           after_block), flags)
+            alignment = found.store_ids
+            new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None
+                   and not found.engine[i] and i not in found.foreign]
             next_ordinal = self._next_ordinals(conn, canonical,
                                                {encoded[i].content_hash for i in new})
             per_statement = _rows_per_statement(conn)
@@ -271,7 +311,191 @@ class Store:
                     alignment[i] = last - inserted + 1 + offset
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
                              (stamp, session_id))
-        return IngestResult(store_ids=alignment, inserted=inserted)
+            view = None
+            if shown is not None and not found.foreign:
+                view = self._remember(conn, canonical, shown, alignment, found.engine, stamp)
+        return IngestResult(store_ids=alignment, inserted=inserted, engine=found.engine,
+                            view=view, foreign_of=found.foreign_of,
+                            new_positions=tuple(new))
+
+    def _identify(self, conn, session_id: str, shown: identity.Shown,
+                  hashes: list[str | None], hint: identity.View | None,
+                  known: KnownTail | None) -> "_Identified":
+        """Which row each shown element is (``storage/identity``, rules 1-5)."""
+        if hint is not None and hint.session == session_id:
+            fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
+            if fast is not None:
+                return fast
+        own = views.load(conn, session_id)
+        found = self._read_views(conn, session_id, shown, own, gaps=True)
+        if found is not None and not found.foreign:
+            open_ = self._unexplained(shown, found)
+            if open_:
+                # Part of it is no view's: a whole-transcript list from before the ring
+                # (a stale copy, a replay) may line up with the history as it stands.
+                legacy = self._legacy_alignment(conn, session_id, self._masked(
+                    shown, hashes, found.engine), known, any(found.engine))
+                if identity.matched_count(legacy) > sum(
+                        1 for sid in found.store_ids if sid is not None):
+                    return _Identified(legacy, found.engine)
+        if found is not None:
+            return found
+        # No view explains the list: another session's list, or one from before views.
+        flags = shown.engine_flags({fp for v in own for fp, sid in v.entries
+                                    if sid == identity.BLOCK_ID})
+        body = [i for i, fp in enumerate(shown.fps) if fp is not None and not flags[i]
+                and (shown.turn_index is None or i < shown.turn_index)]
+        owner = identity.foreign_owner([shown.fps[i] for i in body], 0,
+                                       views.load_others(conn, session_id))
+        if owner is not None and owner.session != shown.copy_from:
+            return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
+                               foreign_of=owner.session)
+        alignment = self._legacy_alignment(conn, session_id, self._masked(shown, hashes, flags),
+                                           known, any(flags) or bool(shown.preinserted))
+        return _Identified(alignment, flags)
+
+    @staticmethod
+    def _masked(shown: identity.Shown, hashes: list[str | None],
+                flags: list[bool]) -> list[str | None]:
+        """Content hashes for the legacy rule: none for the engine's own elements, and
+        none from the turn's user message on (rule 2: those are new)."""
+        out = [None if flags[i] else h for i, h in enumerate(hashes)]
+        if shown.turn_index is not None:
+            out = out[:shown.turn_index] + [None] * (len(out) - shown.turn_index)
+        return out
+
+    @staticmethod
+    def _unexplained(shown: identity.Shown, found: "_Identified") -> list[int]:
+        """Conversational elements before the turn that no row explains yet."""
+        limit = len(shown.fps) if shown.turn_index is None else shown.turn_index
+        return [i for i in range(limit) if shown.fps[i] is not None and not found.engine[i]
+                and found.store_ids[i] is None]
+
+    def _read_views(self, conn, session_id: str, shown: identity.Shown,
+                    candidates: list[identity.View], *, gaps: bool) -> "_Identified | None":
+        """Read the list against ``candidates``; None when they explain nothing (or,
+        without ``gaps``, when the list is not a plain extension of the one view)."""
+        if not candidates:
+            return None
+        known_blocks = {fp for v in candidates for fp, sid in v.entries if sid == identity.BLOCK_ID}
+        flags = shown.engine_flags(known_blocks)
+        fps = shown.reading_fps(flags)
+        blocks = {fps[i] for i, flag in enumerate(flags) if flag}
+        if blocks:  # a list carrying one of the engine's blocks is read against its views
+            candidates = [v for v in candidates if any(fp in blocks for fp, _ in v.entries)]
+        reading = identity.read(fps, candidates, turn_index=shown.turn_index)
+        if reading.view is None:
+            return None
+        ids = reading.store_ids
+        if not gaps:  # the fast path: the one view explains every element before the turn
+            if reading.gaps:
+                return None
+            return _Identified(identity.replies_follow(
+                [sid if sid is not None and sid > 0 else None for sid in ids], fps,
+                shown.roles, flags), flags)
+        taken = {sid for sid in ids if sid is not None and sid > 0}
+        for start, end, before, after in reading.gaps:
+            run = fps[start:end]
+            # After the engine's block only rows no summary covers are candidates: the
+            # block stands for the summarized ones (a repeated "ok" is never mapped
+            # onto an old, summarized copy and dropped from the prompt).
+            rows = self._gap_rows(conn, session_id, before, after,
+                                  sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
+                                  fresh_only=any(flags[:start]))
+            for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
+                                                            taken=taken)):
+                if sid is not None:
+                    ids[start + offset] = sid
+                    taken.add(sid)
+        alignment = identity.replies_follow(
+            [sid if sid is not None and sid > 0 else None for sid in ids], fps,
+            shown.roles, flags)
+        limit = len(fps) if shown.turn_index is None else shown.turn_index
+        open_ = [i for i in range(limit) if fps[i] is not None and not flags[i]
+                 and alignment[i] is None]
+        wanted = sum(1 for i in range(limit) if fps[i] is not None and not flags[i])
+        if len(open_) >= 2 and len(open_) * 2 > wanted:
+            # Most of it is unexplained: it may be another session's list (rule 4).
+            owner = identity.foreign_owner([fps[i] for i in range(limit) if not flags[i]],
+                                           wanted - len(open_),
+                                           views.load_others(conn, session_id))
+            if owner is not None and owner.session != shown.copy_from:
+                return _Identified(alignment, flags, foreign=frozenset(open_),
+                                   foreign_of=owner.session)
+        return _Identified(alignment, flags)
+
+    @staticmethod
+    def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
+                  limit: int, *, fresh_only: bool) -> list[tuple[int, str]]:
+        """``(store_id, fingerprint)`` of the session's rows a gap may be: between
+        its neighbours' rows, before the first (the newest of them) or after the last;
+        with ``fresh_only`` only rows no summary covers."""
+        columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
+        fresh = (" AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                 " WHERE e.child_store_id = m.store_id)" if fresh_only else "")
+        head = f"SELECT {columns} FROM messages AS m WHERE session_id = ?{fresh}"
+        if before is not None and after is not None:
+            rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
+                                f" ORDER BY store_id LIMIT ?",
+                                (session_id, before, after, limit)).fetchall()
+        elif before is not None:
+            rows = conn.execute(f"{head} AND store_id > ? ORDER BY store_id LIMIT ?",
+                                (session_id, before, limit)).fetchall()
+        else:
+            rows = conn.execute(f"{head} AND store_id < ? ORDER BY store_id DESC LIMIT ?",
+                                (session_id, after, limit)).fetchall()[::-1]
+        return [(r[0], identity.fingerprint(r[1], r[2], r[3], r[4], r[5])) for r in rows]
+
+    def _remember(self, conn, session_id: str, shown: identity.Shown,
+                  alignment: list[int | None], flags: list[bool], now: float
+                  ) -> identity.View | None:
+        """Save the view this list gives (its elements' fingerprints and rows)."""
+        entries = view_entries(shown, alignment, flags)
+        if not entries or not shown.origin:
+            return None
+        views.save(conn, session_id, shown.origin, entries, now=now)
+        return identity.View(entries=entries, session=session_id, origin=shown.origin)
+
+    def save_view(self, session_id: str, origin: str, entries: list[tuple[str, int]],
+                  meta: dict | None = None) -> identity.View | None:
+        """Remember a list the engine returned (``compress``): the host shows it back."""
+        if not entries or not origin:
+            return None
+        with self.db.transaction() as conn:
+            canonical = self._canonical(conn, session_id)
+            views.save(conn, canonical, f"{origin}/returned", entries, now=time.time(),
+                       meta=meta, ring=views.RETURNED_RING)
+        return identity.View(entries=list(entries), session=canonical, origin=origin,
+                             meta=dict(meta or {}))
+
+    def known_blocks(self, session_id: str) -> set[str]:
+        """Fingerprints of the summary blocks the session's views hold."""
+        with self.db.reading() as conn:
+            canonical = self._canonical(conn, session_id)
+            return {fp for view in views.load(conn, canonical) for fp, sid in view.entries
+                    if sid == identity.BLOCK_ID}
+
+    def block_meta(self, session_id: str, block_fp: str) -> dict | None:
+        """What the engine recorded with the view that holds this block (the frontier
+        it rendered), or None."""
+        with self.db.reading() as conn:
+            canonical = self._canonical(conn, session_id)
+            for view in views.load(conn, canonical):
+                if view.meta and any(fp == block_fp and sid == identity.BLOCK_ID
+                                     for fp, sid in view.entries):
+                    return view.meta
+        return None
+
+    def _legacy_alignment(self, conn, session_id: str, hashes: list[str | None],
+                          known: KnownTail | None, after_block: bool) -> list[int | None]:
+        """Rule 5 of ``storage/identity``: where a list no view explains starts in
+        the stored history (a known tail, the unsummarized rows after a block, or
+        the anchored whole-history search)."""
+        if known is not None:
+            return self._align_known(conn, session_id, hashes, known)
+        if after_block:
+            return self._align_fresh(conn, session_id, hashes)
+        return self._align(conn, session_id, hashes)
 
     @staticmethod
     def _next_ordinals(conn, session_id: str, digests: set[str]) -> dict[str, int]:
@@ -643,6 +867,7 @@ class Store:
         if not ids:
             return {"messages": 0, "session_rows": 0}
         messages = conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", ids)
+        views.delete_sessions_in(conn, ids)
         rows = conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})"
                             f" OR canonical_id IN ({marks})", ids + ids)
         return {"messages": messages.rowcount, "session_rows": rows.rowcount}

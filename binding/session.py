@@ -126,12 +126,15 @@ class SessionBinding:
                                       new_canonical=canonical,
                                       retain_depth=self.config.new_session_retain_depth)
         self._bind(session_id, canonical, "host")
+        if switch.kind == switches.BRANCH:
+            self._copy_from = old_canonical  # the branch stores its own copy of that history
         self.last_switch = {"kind": switch.kind, "from": old, "to": session_id,
                             "carried_nodes": len(carried), "at": time.time()}
 
     def _forget_session_memory(self) -> None:
         """What one session's compactions taught this copy; wrong for any other."""
         self._known_tails = {}
+        self._view = self._pending_turn = None
         self._noop_at_tokens = None
         self._rotate_pending = False
         self.current_turn_store_id = None

@@ -173,6 +173,13 @@ def engine_inserted(messages: Sequence[dict], known_blocks: Container[str]) -> l
     return flags
 
 
+def is_block_candidate(message: dict) -> bool:
+    """A user message that opens like the engine's summary block: the engine's own
+    only if a view of the session holds its fingerprint (``storage/identity``)."""
+    return (isinstance(message, dict) and message.get("role") == "user"
+            and _text_of(message).startswith(BLOCK_MARKER))
+
+
 def is_real_user(message: dict) -> bool:
     """A user turn with text that the engine did not insert itself."""
     return (message.get("role") == "user" and not is_trove_message(message)

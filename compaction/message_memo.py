@@ -1,4 +1,5 @@
-"""Per-engine memo of what is computed per message: its row encoding and token count.
+"""Per-engine memo of what is computed per message: its row encoding, token counts
+and identity fingerprint.
 
 The host shows the engine the same message objects turn after turn. Encoding
 a message (canonical JSON + SHA-256) and counting its tokens are the only
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..storage import codec
+from ..storage import codec, identity
 
 MEMO_LIMIT = 8192
 
@@ -41,7 +42,7 @@ class MessageMemo:
             if len(self._entries) >= self.limit:
                 self._entries.clear()
             entry = [message, message.get("content"), message.get("tool_calls"),
-                     message.get("role"), message.get("tool_call_id"), None, None]
+                     message.get("role"), message.get("tool_call_id"), None, None, None, None]
             self._entries[id(message)] = entry
         return entry
 
@@ -59,3 +60,23 @@ class MessageMemo:
         if entry[6] is None:
             entry[6] = count(message)
         return entry[6]
+
+    def fingerprint(self, message: dict,
+                    prepare: Callable[[dict], codec.EncodedMessage | None]) -> str | None:
+        """The identity fingerprint of a message's stored form (None: not stored)."""
+        entry = self._entry(message)
+        if entry[7] is None:
+            encoded = self.encoded(message, prepare)
+            entry[7] = (None if encoded is None else identity.fingerprint_encoded(encoded),)
+        return entry[7][0]
+
+    def rough(self, message: dict, estimate: Callable[[list], int]) -> int:
+        """The host's rough estimate of a message (its own units), once per object.
+
+        Keys the host adds later (``api_content``) change the estimate, so the
+        entry is kept only while the message has the same keys."""
+        entry = self._entry(message)
+        keys = len(message)
+        if entry[8] is None or entry[8][0] != keys:
+            entry[8] = (keys, estimate([message]))
+        return entry[8][1]

@@ -1,47 +1,435 @@
-"""Which shown messages are already stored: the identity scheme.
+"""Which shown message is which stored row: the one place that decides it.
 
-A stored message's identity is ``(session, content_hash, ordinal)``: the
-ordinal-th message with that exact content in the session's history ("the third
-'ok' the user sent"). A UNIQUE constraint enforces it in the database.
+The host never names its messages. It hands the engine lists (``compress``,
+``on_session_end``, the turn hooks) and rewrites them between calls: it strips
+whitespace, restores history from its own database, drops undone turns, keeps
+a retried message twice, shows a list from before the latest compaction, or
+one of another session altogether. Identity is decided here, for every entry
+point, by one rule:
 
-Which ordinal a *shown* message has cannot be read off the shown list alone:
-after a compaction the host shows only the tail, so counting identical messages
-inside the list would map a new "ok" onto an old one and drop it. Instead the
-shown list is aligned against the stored history. Three rules make that safe
-when the host rewrites history (/undo, /retry, edits) and texts repeat:
+**A shown list is read against the lists the engine already knows the rows of.**
+Every list the engine stores (each ingest) and every list it returns from
+``compress`` is remembered as a *view*: the fingerprint and store_id of each
+element, in the host's order, per session, in the database (``storage/views``),
+so deep copies, a second process and a restart see them. A new list is diffed
+against the session's views as a sequence (common prefix, common suffix and a
+longest common subsequence of fingerprints between them); the view that
+explains most of it wins. Then:
 
-* **Order.** Matches never go backwards in store order, and a shown message
-  that follows a new one is new itself: new rows get store_ids after every
-  existing row, so stored order always equals transcript order.
-* **Fresh rows only after the block.** Everything the engine returned after its
-  summary block was raw at the time; a list carrying the block is aligned only
-  against rows not yet summarized (``Store``), so a repeated "continue" is never
-  mapped onto an old, summarized copy and dropped from the prompt.
-* **New is appended, never merged.** A message that does not line up is stored
-  as a new row with the next free ordinal; nothing shown is ever lost, and a
-  list shown again lines up and adds nothing.
+1. **Matched elements keep their rows.** A replaced element (an edit, a new
+   reply after /retry) is one new row; everything around it keeps its own, but a
+   reply belongs to the message it answers: the non-user messages after a new
+   element are new too, up to the next user message already stored.
+2. **The turn's user message is new.** Each ``pre_llm_call`` is one message the
+   user just sent; the first list that shows it stores it as a new row, even when
+   its text equals an undone or retried one, and so is everything after it in
+   that list (the turn's replies and tool results).
+3. **Gaps are looked up, in order.** An unmatched run between two matched
+   elements (a restored list that interleaves what another process stored) is
+   aligned against the session's rows between those two rows; a run after the
+   last matched element against the rows after it, stopping at the first
+   element that does not line up: from there on everything is new.
+4. **A list of another session stores nothing.** A list no view of its session
+   explains, but a view of another session does (the previous session's
+   transcript handed over at exit after /new or /resume, a review fork replaying
+   its parent), is not this session's: nothing is stored from it. A /branch's
+   first list is its parent's history, and the branch stores its own copy.
+5. **A list no view explains at all** (a database written before views existed,
+   an import, a replay) is aligned against the stored history by the older
+   anchored rule (``align`` below and ``store.Store``).
+
+Fingerprints ignore what the host is known to rewrite: whitespace around text,
+the memory-context fences ``sanitize_context`` removes, host-internal keys, the
+``api_content`` sidecar, timestamps and reasoning. They are taken of the stored
+form (after redaction and payload externalization), so a shown message and its
+row fingerprint alike. Everything here is pure: no database, no host.
 """
 
 from __future__ import annotations
 
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
 from typing import Sequence
 
-# How far ahead in the stored window a shown message may match. Bounds the work
-# and keeps a common message ("ok") from matching a copy far in the future.
+# How far ahead in the stored window a shown message may match (the legacy rule).
 LOOKAHEAD = 64
+# Store ids of the engine's own elements in a view (they have no row).
+BLOCK_ID = -1
+ACK_ID = -2
+# A dynamic-programming LCS is used up to this many cells, difflib beyond.
+LCS_CELLS = 40_000
+# A list another session's view explains this well (share of its elements) is that
+# session's, when its own views explain less.
+FOREIGN_SHARE = 0.8
+
+# What the host's sanitize_context removes (agent/memory_manager.py): injected
+# memory-context blocks, their system note, and stray fence tags.
+_CONTEXT_BLOCK = re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I)
+_CONTEXT_NOTE = re.compile(
+    r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\."
+    r"\s*Treat as (?:informational background data|authoritative reference data[^\]]*)\.\]\s*",
+    re.I)
+_FENCE_TAG = re.compile(r"</?\s*memory-context\s*>", re.I)
 
 
+def normalize_text(text: str) -> str:
+    """Text as the host may show it back: without memory-context fences and the
+    whitespace around it (``sanitize_context(...).strip()``)."""
+    if "memory-context" in text or "System note" in text:
+        text = _FENCE_TAG.sub("", _CONTEXT_NOTE.sub("", _CONTEXT_BLOCK.sub("", text)))
+    return text.strip()
+
+
+def _normal_parts(parts) -> list:
+    out = []
+    for part in parts if isinstance(parts, list) else [parts]:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            out.append(["text", normalize_text(part["text"])])
+        else:
+            out.append(part)
+    return out
+
+
+def _normal_calls(tool_calls: str | None) -> list:
+    if not tool_calls:
+        return []
+    try:
+        calls = json.loads(tool_calls)
+    except ValueError:
+        return [tool_calls.strip()]
+    out = []
+    for call in calls if isinstance(calls, list) else [calls]:
+        if not isinstance(call, dict):
+            out.append(call)
+            continue
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = arguments.strip()
+        out.append([call.get("id"), function.get("name"), arguments])
+    return out
+
+
+def fingerprint(role: str | None, content: str | None, content_format: str | None,
+                tool_calls: str | None, tool_call_id: str | None) -> str:
+    """The identity of one message in the stored form (the columns of its row, or
+    the ``EncodedMessage`` it will be stored as), blind to what the host rewrites."""
+    if content_format == "json" and content is not None:
+        try:
+            body = _normal_parts(json.loads(content))
+        except ValueError:
+            body = normalize_text(content)
+    else:
+        body = normalize_text(content or "")
+    key = json.dumps([role or "", body, _normal_calls(tool_calls), tool_call_id or ""],
+                     ensure_ascii=True, sort_keys=True, default=str)
+    return hashlib.sha256(key.encode("ascii")).hexdigest()[:16]
+
+
+def fingerprint_encoded(encoded) -> str:
+    """``fingerprint`` of an ``EncodedMessage``."""
+    return fingerprint(encoded.role, encoded.content, encoded.content_format,
+                       encoded.tool_calls, encoded.tool_call_id)
+
+
+def fingerprint_block(text) -> str:
+    """The fingerprint of one of the engine's own messages (summary block or its
+    acknowledgement), by its text."""
+    body = text if isinstance(text, str) else json.dumps(text, sort_keys=True, default=str)
+    return "b" + hashlib.sha256(normalize_text(body).encode("utf-8", "surrogatepass")
+                                ).hexdigest()[:15]
+
+
+# The fingerprint every acknowledgement of a block has in a view.
+ACK_FP = "back"
+
+
+@dataclass
+class Shown:
+    """A shown list as identity reads it: each element's fingerprint (None: not
+    conversation, e.g. a leading system prompt or a message the ignore patterns
+    match), which elements may be one of the engine's own blocks (``block_fps``:
+    position -> fingerprint; decided against the views), the engine copy that
+    shows it (``origin``), where the turn's user message stands (``turn_index``)
+    and the session whose lists this session may copy (a /branch's parent)."""
+
+    fps: list[str | None]
+    block_fps: dict[int, str] = field(default_factory=dict)
+    ack_at: frozenset[int] = frozenset()
+    preinserted: frozenset[int] = frozenset()
+    origin: str = ""
+    turn_index: int | None = None
+    copy_from: str | None = None
+    roles: tuple = ()
+
+    def engine_flags(self, known_blocks: set[str]) -> list[bool]:
+        """Which elements are the engine's own: ``preinserted`` ones, a block whose
+        fingerprint a view of the session holds, and the acknowledgement right
+        after such a block. A pasted block header is conversation."""
+        flags = [i in self.preinserted for i in range(len(self.fps))]
+        for pos, fp in self.block_fps.items():
+            if fp in known_blocks:
+                flags[pos] = True
+        for pos in self.ack_at:
+            if pos > 0 and flags[pos - 1] and (pos - 1) in self.block_fps:
+                flags[pos] = True
+        return flags
+
+    def reading_fps(self, flags: Sequence[bool]) -> list[str | None]:
+        """The fingerprints a view is read with: the engine's elements by their
+        block fingerprint, conversation by its own."""
+        return [ACK_FP if flags[i] and i in self.ack_at else
+                self.block_fps.get(i) if flags[i] else fp
+                for i, fp in enumerate(self.fps)]
+
+
+# ---------------------------------------------------------------------- views
+@dataclass
+class View:
+    """One list the engine knows the rows of: ``entries`` are (fingerprint,
+    store_id) in the host's order, with ``BLOCK_ID`` / ``ACK_ID`` for the engine's
+    own messages. ``session`` is the canonical session it belongs to."""
+
+    entries: list[tuple[str, int]]
+    session: str = ""
+    origin: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def fingerprints(self) -> list[str]:
+        """The entries' fingerprints, in order."""
+        return [fp for fp, _ in self.entries]
+
+
+def encode_entries(entries: Sequence[tuple[str, int]]) -> str:
+    """A view's entries as stored: ``fp:store_id`` separated by spaces."""
+    return " ".join(f"{fp}:{sid}" for fp, sid in entries)
+
+
+def decode_entries(text: str) -> list[tuple[str, int]]:
+    """The entries ``encode_entries`` wrote (a damaged token is skipped)."""
+    out = []
+    for token in (text or "").split():
+        fp, _, sid = token.rpartition(":")
+        try:
+            out.append((fp, int(sid)))
+        except ValueError:
+            continue
+    return out
+
+
+def lcs_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
+    """Index pairs (i, j) of a longest common subsequence of ``a`` and ``b``
+    (``None`` never matches): common prefix and suffix first, a DP table between
+    them when it is small, difflib's matching blocks when it is not."""
+    n, m = len(a), len(b)
+    pairs: list[tuple[int, int]] = []
+    lo = 0
+    while lo < n and lo < m and a[lo] is not None and a[lo] == b[lo]:
+        pairs.append((lo, lo))
+        lo += 1
+    hi_a, hi_b = n, m
+    suffix = []
+    while hi_a > lo and hi_b > lo and a[hi_a - 1] is not None and a[hi_a - 1] == b[hi_b - 1]:
+        hi_a, hi_b = hi_a - 1, hi_b - 1
+        suffix.append((hi_a, hi_b))
+    mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
+    if mid_a and mid_b:
+        if len(mid_a) * len(mid_b) <= LCS_CELLS:
+            # Among equally long matches the latest win (a repeated "ok" is the newest
+            # copy): the table runs over both sequences reversed.
+            na, nb = len(mid_a), len(mid_b)
+            middle = [(na - 1 - i, nb - 1 - j)
+                      for i, j in _lcs_table(mid_a[::-1], mid_b[::-1])][::-1]
+        else:
+            matcher = difflib.SequenceMatcher(None, list(mid_a), list(mid_b), autojunk=False)
+            middle = [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks()
+                      for k in range(blk.size) if mid_a[blk.a + k] is not None]
+        pairs += [(i + lo, j + lo) for i, j in middle]
+    return pairs + suffix[::-1]
+
+
+def _lcs_table(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
+    n, m = len(a), len(b)
+    table = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        row, below = table[i], table[i + 1]
+        for j in range(m - 1, -1, -1):
+            if a[i] is not None and a[i] == b[j]:
+                row[j] = below[j + 1] + 1
+            else:
+                row[j] = max(below[j], row[j + 1])
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if a[i] is not None and a[i] == b[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif table[i + 1][j] >= table[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+@dataclass
+class Reading:
+    """How a shown list reads against the known views: for each element the
+    store_id it is (None: unknown yet), which view explained it, and the runs
+    still to look up (``gaps``: start, end, store_id before, store_id after)."""
+
+    store_ids: list[int | None]
+    view: View | None
+    matched: int
+    new_from: int | None = None
+    gaps: list[tuple[int, int, int | None, int | None]] = field(default_factory=list)
+
+
+def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | None], int]:
+    """The store_ids a view gives the shown fingerprints (engine elements as
+    ``BLOCK_ID``/``ACK_ID``) and how many conversational elements it matched."""
+    ids: list[int | None] = [None] * len(shown)
+    matched = 0
+    fps = view.fingerprints()
+    for i, j in lcs_pairs(list(shown), fps):
+        ids[i] = view.entries[j][1]
+        if ids[i] > 0:
+            matched += 1
+    return ids, matched
+
+
+def read(shown: Sequence[str | None], views: Sequence[View], *,
+         turn_index: int | None = None) -> Reading:
+    """Read a shown list (its fingerprints, None where nothing is to be stored)
+    against the session's views, newest first (rules 1-3 of the module).
+
+    ``turn_index`` is where the turn's user message stands (rule 2). Gaps are
+    returned for the caller to look up in the store (``align_gap``)."""
+    best: tuple[int, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
+    wanted = sum(1 for fp in shown if fp is not None)
+    for view in views:
+        ids, matched = read_against(shown, view)
+        # The engine's own block is the strongest evidence of which list this is.
+        score = sum(1 for sid in ids if sid is not None)
+        if matched and score > best[0]:
+            best = (score, matched, ids, view)
+        if score >= wanted:
+            break
+    _, matched, ids, view = best
+    if turn_index is not None:
+        for k in range(turn_index, len(ids)):
+            if ids[k] is not None and ids[k] > 0:
+                matched -= 1
+            if ids[k] is None or ids[k] > 0:
+                ids[k] = None
+    if matched <= 0:  # what matched was only the turn itself: nothing is explained
+        view = None
+    reading = Reading(store_ids=ids, view=view, matched=matched, new_from=turn_index)
+    if view is None:
+        return reading
+    # Views may hold the same row twice (a list that showed a message twice): a
+    # row is claimed once, by its first element.
+    seen: set[int] = set()
+    for k, sid in enumerate(ids):
+        if sid is not None and sid > 0:
+            if sid in seen:
+                ids[k] = None
+                reading.matched -= 1
+            seen.add(sid)
+    limit = len(shown) if turn_index is None else turn_index
+    k = 0
+    while k < limit:
+        if shown[k] is None or ids[k] is not None:
+            k += 1
+            continue
+        start = k
+        while k < limit and (shown[k] is None or ids[k] is None):
+            k += 1
+        before = next((ids[p] for p in range(start - 1, -1, -1)
+                       if ids[p] is not None and ids[p] > 0), None)
+        after = next((ids[p] for p in range(k, len(ids)) if ids[p] is not None and ids[p] > 0),
+                     None) if k < limit else None
+        if before is not None or after is not None:
+            reading.gaps.append((start, k, before, after))
+    return reading
+
+
+def align_gap(shown: Sequence[str | None], rows: Sequence[tuple[int, str]], *,
+              trailing: bool, taken: set[int]) -> list[int | None]:
+    """Store_ids for one unmatched run (rule 3): ``rows`` are the candidate
+    ``(store_id, fingerprint)`` in store order; rows in ``taken`` are claimed by
+    other elements already. A run between two matched elements takes a longest
+    common subsequence; a trailing run lines up in order and stops at the first
+    element that does not: a message after a new one is new itself."""
+    free = [(sid, fp) for sid, fp in rows if sid not in taken]
+    out: list[int | None] = [None] * len(shown)
+    if not trailing:
+        for i, j in lcs_pairs(list(shown), [fp for _, fp in free]):
+            out[i] = free[j][0]
+        return out
+    cursor = 0
+    for i, fp in enumerate(shown):
+        if fp is None:
+            continue
+        found = next((o for o in range(cursor, min(len(free), cursor + LOOKAHEAD))
+                      if free[o][1] == fp), None)
+        if found is None:
+            break
+        out[i], cursor = free[found][0], found + 1
+    return out
+
+
+def replies_follow(store_ids: list[int | None], fps: Sequence[str | None],
+                   roles: Sequence[str], engine: Sequence[bool]) -> list[int | None]:
+    """Rule 1's other half: a reply belongs to the message it answers. Once an
+    element is new, the non-user messages after it (its replies, tool calls and
+    results) are new too, until a user message that is stored already: a
+    repeated "ok" after a new request is that request's answer, not an undone one."""
+    out = list(store_ids)
+    carry = False
+    for i, fp in enumerate(fps):
+        if fp is None or engine[i]:
+            continue
+        role = roles[i] if i < len(roles) else ""
+        if out[i] is None:
+            carry = True
+        elif role == "user":
+            carry = False
+        elif carry:
+            out[i] = None
+    return out
+
+
+def foreign_owner(shown: Sequence[str | None], own_matched: int,
+                  others: Sequence[View]) -> View | None:
+    """The view of another session that explains this list (rule 4), or None.
+
+    Only a list of two or more elements can be another session's, only when
+    another session's view explains ``FOREIGN_SHARE`` of it and more of it than
+    the session's own views do."""
+    wanted = sum(1 for fp in shown if fp is not None)
+    if wanted < 2:
+        return None
+    for view in others:
+        _, matched = read_against(shown, view)
+        if matched >= max(2, FOREIGN_SHARE * wanted) and matched > own_matched:
+            return view
+    return None
+
+
+# ---------------------------------------------------------------- legacy rule
 def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> list[int | None]:
-    """Map each shown hash to the store_id it lines up with, or None when it is new.
+    """Rule 5, for lists no view explains: map each shown content hash to the
+    store_id it lines up with, or None when it is new.
 
-    ``shown`` holds content hashes in transcript order (None for messages that are
-    not to be stored, such as the engine's own summary block). ``stored`` is the
-    candidate rows from the anchor on, as ``(store_id, hash)`` in store order.
-    Matching is greedy and monotonic (a stored row is claimed at most once and
-    never before an earlier claim), and it stops at the first shown message that
-    does not line up: that one and every later one are new, so they are stored
-    after every existing row, in transcript order.
-    """
+    ``stored`` is the candidate rows from an anchor on, as ``(store_id, hash)``
+    in store order. Matching is greedy and monotonic (a stored row is claimed at
+    most once and never before an earlier claim), and it stops at the first shown
+    message that does not line up: that one and every later one are new."""
     result: list[int | None] = []
     cursor = 0
     ended = False

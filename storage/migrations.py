@@ -505,3 +505,27 @@ def m009_drop_unused_created_index(conn: sqlite3.Connection) -> None:
     ranges use ``messages_session``), yet every stored message paid for it. Ingest
     through the host's windows ran about 8% faster without it (issue #17 item 5)."""
     conn.execute("DROP INDEX IF EXISTS messages_created")
+
+
+@migration(10)
+def m010_session_views(conn: sqlite3.Connection) -> None:
+    """The lists the engine knows the rows of (issue #24): per session and engine
+    copy (``origin``) a few views, each the fingerprint and store_id of every
+    element of a list it stored or returned, in the host's order. Shown lists are
+    read against them (``storage/identity``), so identity no longer depends on
+    guessing where a list starts in the stored history. ``slot`` is a small ring
+    per origin; ``digest`` lets an identical view be recognised without a write."""
+    run_script(conn, """
+    CREATE TABLE session_views (
+        session_id TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        updated_at REAL NOT NULL,
+        digest TEXT NOT NULL,
+        entries TEXT NOT NULL,
+        meta TEXT,
+        PRIMARY KEY (session_id, origin, slot)
+    );
+    CREATE INDEX session_views_recent ON session_views(session_id, updated_at);
+    CREATE INDEX session_views_updated ON session_views(updated_at);
+    """)

@@ -51,8 +51,15 @@ def drive(engine: TroveEngine, turns: int, *, overhead: int = DEFAULT_OVERHEAD, 
         turn = coding_turn(t, filler=filler)
         originals.extend(turn)
         messages.extend(turn)
-        current = overhead + engine.counter.count_messages(messages)
+        current = host_tokens(messages, overhead)
         if engine.should_compress(current):
             messages = engine.compress(messages, current_tokens=current)
             outputs.append(list(messages))
     return messages, originals, outputs
+
+
+def host_tokens(messages: list, overhead: int = DEFAULT_OVERHEAD) -> int:
+    """What the host passes as ``current_tokens``: its own rough estimate of the
+    messages (chars/4 of each dict, agent.model_metadata) plus its fixed overhead."""
+    from hermes_trove.compaction.budget import host_estimator
+    return overhead + host_estimator()(list(messages))

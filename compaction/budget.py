@@ -1,0 +1,111 @@
+"""Prompt budgets in the two units that bound a prompt.
+
+The host decides when to compact on its own rough estimate
+(``agent.model_metadata.estimate_request_tokens_rough``: about four characters
+a token over messages, system prompt and tool schemas); the provider enforces
+its window in real tokens. The two disagree by up to 2x (chars/4 over-counts
+long words, under-counts CJK and code), so neither may stand in for the other:
+
+* **host units**: what the host passes as ``current_tokens`` minus its own
+  estimate of the messages is the host's overhead, in the host's units, exactly;
+* **real tokens**: the provider's ``prompt_tokens`` minus trove's exact count of
+  what was sent is the real overhead (learned after a turn), bounded by the
+  host's so a provider that reports odd usage cannot starve the tail.
+
+A compaction must bring both under the target. ``Budget.cost`` prices a message
+in real-token equivalents so that one budget keeps both sums under it: a
+message costs its exact count, or its host estimate scaled to the real room,
+whichever is more.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+# The host's fixed prompt overhead (system prompt + ~24 tool schemas) when it
+# has not told us better: see the host reference.
+DEFAULT_OVERHEAD_TOKENS = 12_500
+# The learned real overhead is kept within this factor of the host's overhead
+# (plus a little), so a provider reporting odd usage moves the budget boundedly.
+REAL_OVERHEAD_FACTOR = 2.0
+REAL_OVERHEAD_SLACK = 1_000
+
+
+def _fallback_estimate(messages: list) -> int:
+    chars = sum(len(str(m)) for m in messages)
+    return (chars + 3) // 4
+
+
+@functools.lru_cache(maxsize=1)
+def host_estimator() -> Callable[[list], int]:
+    """The host's own rough estimate of a message list (chars/4 without it)."""
+    try:
+        from agent.model_metadata import estimate_messages_tokens_rough
+    except Exception:  # scripts and tests without the host
+        return _fallback_estimate
+    return estimate_messages_tokens_rough
+
+
+def host_text_cost(text: str) -> int:
+    """The host's estimate of one user message holding ``text`` (the summary block)."""
+    return (len(str({"role": "user", "content": text})) + 3) // 4
+
+
+def bounded_real_overhead(learned: int | None, host_overhead: int) -> int:
+    """The real-token overhead to budget with: the learned one within bounds of the
+    host's, else the host's own (system prompt and schemas are text and JSON, where
+    chars/4 is close)."""
+    if learned is None:
+        return host_overhead
+    ceiling = int(host_overhead * REAL_OVERHEAD_FACTOR) + REAL_OVERHEAD_SLACK
+    return max(0, min(int(learned), ceiling))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Room for one compaction's result (the messages after the system prompt).
+
+    ``target`` is where the result aims (below the trigger); ``host_overhead`` and
+    ``real_overhead`` are what the host adds around the messages in each unit;
+    ``system_rough`` / ``system_exact`` the system prompt when the list carries one."""
+
+    target: int
+    host_overhead: int
+    real_overhead: int
+    system_rough: int = 0
+    system_exact: int = 0
+
+    @property
+    def real_room(self) -> int:
+        """Real tokens the messages may take."""
+        return max(0, self.target - self.real_overhead - self.system_exact)
+
+    @property
+    def host_room(self) -> int:
+        """Host-estimate units the messages may take."""
+        return max(0, self.target - self.host_overhead - self.system_rough)
+
+    @property
+    def scale(self) -> float:
+        """Real tokens per host unit at which both rooms fill together."""
+        if self.host_room <= 0:
+            return float(max(1, self.real_room))
+        return self.real_room / self.host_room
+
+    def cost(self, exact: int, rough: int) -> int:
+        """A message's price in real-token equivalents (see the module)."""
+        return max(int(exact), int(rough * self.scale + 0.999))
+
+    def fits(self, *, exact_total: int, rough_total: int) -> bool:
+        """Whether messages of these totals keep both estimates under the target."""
+        return (self.real_overhead + self.system_exact + exact_total < self.target
+                and self.host_overhead + self.system_rough + rough_total < self.target)
+
+    def describe(self) -> dict:
+        """What status shows of the budget (which number is which counter)."""
+        return {"target": self.target, "host_overhead": self.host_overhead,
+                "real_overhead": self.real_overhead, "real_room": self.real_room,
+                "host_room": self.host_room}

@@ -1,0 +1,102 @@
+"""The session views table: which lists the engine knows the rows of.
+
+The SQL behind ``storage/identity``'s views (see its docstring for the rule).
+Each engine copy (``origin``) keeps a small ring of views per session; a
+session keeps at most ``MAX_VIEWS`` in all, the oldest dropped first. Every
+function takes the caller's connection, so a view is written in the same
+transaction as the rows it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from typing import Sequence
+
+from .identity import View, decode_entries, encode_entries
+
+# Views kept per engine copy and session of the lists it stored (a compaction's
+# input, the hooks' lists), and of the lists its compactions returned: a list
+# the host shows again after later compactions still carries an older block.
+RING = 6
+RETURNED_RING = 16
+# Views kept per session over all copies, processes and restarts.
+MAX_VIEWS = 64
+# Views of other sessions read when a list may be another session's.
+OTHER_VIEWS = 24
+
+
+def _view(row) -> View:
+    meta = {}
+    if row[3]:
+        try:
+            meta = json.loads(row[3])
+        except ValueError:
+            meta = {}
+    return View(entries=decode_entries(row[2]), session=row[0], origin=row[1], meta=meta)
+
+
+def load(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> list[View]:
+    """The session's views, newest first."""
+    rows = conn.execute(
+        "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id = ?"
+        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
+    return [_view(r) for r in rows]
+
+
+def load_others(conn: sqlite3.Connection, session_id: str,
+                limit: int = OTHER_VIEWS) -> list[View]:
+    """The newest views of every other session (a list that may not be this
+    session's is read against them)."""
+    rows = conn.execute(
+        "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id != ?"
+        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
+    return [_view(r) for r in rows]
+
+
+def digest_of(entries: Sequence[tuple[str, int]]) -> str:
+    """A short digest of a view's entries (an identical view is not written twice)."""
+    return hashlib.sha256(encode_entries(entries).encode("ascii")).hexdigest()[:20]
+
+
+def save(conn: sqlite3.Connection, session_id: str, origin: str,
+         entries: Sequence[tuple[str, int]], *, now: float, meta: dict | None = None,
+         ring: int = RING) -> bool:
+    """Remember a view for ``origin`` (into the oldest slot of its ``ring``); an
+    identical view already there is only touched. Returns whether one was written."""
+    digest = digest_of(entries)
+    slots = conn.execute(
+        "SELECT slot, digest, updated_at FROM session_views WHERE session_id = ? AND origin = ?",
+        (session_id, origin)).fetchall()
+    same = next((s for s in slots if s[1] == digest), None)
+    if same is not None:
+        conn.execute("UPDATE session_views SET updated_at = ?, meta = ? WHERE session_id = ?"
+                     " AND origin = ? AND slot = ?",
+                     (now, json.dumps(meta) if meta else None, session_id, origin, same[0]))
+        return False
+    used = {s[0] for s in slots}
+    free = next((k for k in range(ring) if k not in used), None)
+    slot = free if free is not None else min(slots, key=lambda s: s[2])[0]
+    conn.execute(
+        "INSERT OR REPLACE INTO session_views(session_id, origin, slot, updated_at, digest,"
+        " entries, meta) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (session_id, origin, slot, now, digest, encode_entries(entries),
+         json.dumps(meta) if meta else None))
+    if not slots:  # a new copy: keep the session's total bounded
+        conn.execute(
+            "DELETE FROM session_views WHERE session_id = ? AND rowid NOT IN (SELECT rowid"
+            " FROM session_views WHERE session_id = ? ORDER BY updated_at DESC LIMIT ?)",
+            (session_id, session_id, MAX_VIEWS))
+    return True
+
+
+def delete_sessions_in(conn: sqlite3.Connection, session_ids: Sequence[str]) -> int:
+    """Forget the views of removed sessions (in the caller's transaction)."""
+    removed = 0
+    for start in range(0, len(session_ids), 500):
+        chunk = list(session_ids[start:start + 500])
+        removed += conn.execute(
+            f"DELETE FROM session_views WHERE session_id IN ({','.join('?' * len(chunk))})",
+            chunk).rowcount
+    return removed

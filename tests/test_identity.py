@@ -1,0 +1,243 @@
+"""storage/identity: which shown message is which row (issue #24).
+
+Pure parts (fingerprints, the sequence diff, the reading rules) with hypothesis,
+then the engine's entry points on the lists the host hands over: in-place
+edits, an identical re-send after /undo, a stale pre-compaction list, the
+previous session's transcript at exit, two engine copies on one session."""
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hermes_trove.compaction import assemble
+from hermes_trove.storage import codec, identity
+
+from enginekit import host_tokens, make_engine
+
+
+def fp_of(message: dict) -> str:
+    return identity.fingerprint_encoded(codec.encode_message(codec.clean_message(message)))
+
+
+def turn(user: str, reply: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+
+
+# ---------------------------------------------------------------- fingerprints
+def test_fingerprints_ignore_what_the_host_rewrites():
+    base = {"role": "assistant", "content": "ok"}
+    assert fp_of(base) == fp_of({"role": "assistant", "content": "ok \n"})
+    assert fp_of(base) == fp_of({**base, "reasoning": "thought", "finish_reason": "stop",
+                                 "_db_persisted": True, "timestamp": 1.5})
+    user = {"role": "user", "content": "hello"}
+    assert fp_of(user) == fp_of({**user, "api_content": "hello\n\n[policy]"})
+    fenced = {"role": "user", "content": "hello<memory-context>recalled</memory-context>"}
+    assert fp_of(user) == fp_of(fenced)
+    # What does differ: role, text, the tool call and its result's id.
+    assert fp_of(base) != fp_of({"role": "user", "content": "ok"})
+    assert fp_of(base) != fp_of({"role": "assistant", "content": "okay"})
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+    respaced = copy.deepcopy(call)
+    respaced["tool_calls"][0]["function"]["arguments"] = '{ "a":1 }'
+    respaced["tool_calls"][0]["call_id"] = "c1"
+    assert fp_of(call) == fp_of(respaced)
+    other = copy.deepcopy(call)
+    other["tool_calls"][0]["id"] = "c2"
+    assert fp_of(call) != fp_of(other)
+
+
+# ---------------------------------------------------------------- the sequence diff
+def _lcs_length(a, b) -> int:
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            table[i][j] = (table[i + 1][j + 1] + 1 if a[i] is not None and a[i] == b[j]
+                           else max(table[i + 1][j], table[i][j + 1]))
+    return table[0][0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from("abcd") | st.none(), max_size=30),
+       st.lists(st.sampled_from("abcd"), max_size=30))
+def test_lcs_pairs_is_a_longest_common_subsequence(a, b):
+    pairs = identity.lcs_pairs(a, b)
+    assert all(a[i] == b[j] and a[i] is not None for i, j in pairs)
+    assert all(i1 < i2 and j1 < j2 for (i1, j1), (i2, j2) in zip(pairs, pairs[1:]))
+    assert len(pairs) == _lcs_length(a, b)
+
+
+def test_lcs_prefers_the_newest_copy_of_a_repeated_message():
+    # "ok" shown once against a view holding it three times: the newest copy.
+    assert identity.lcs_pairs(["x", "ok", "y"], ["w", "ok", "ok", "ok", "z"]) == [(1, 3)]
+    # A common prefix is the same list: its copies line up from the start.
+    assert identity.lcs_pairs(["x", "ok"], ["x", "ok", "ok"]) == [(0, 0), (1, 1)]
+
+
+def view(*pairs) -> identity.View:
+    return identity.View(entries=list(pairs), session="s")
+
+
+def test_a_list_read_against_its_own_view_keeps_every_row():
+    v = view(("a", 1), ("b", 2), ("c", 3))
+    reading = identity.read(["a", "b", "c"], [v])
+    assert reading.store_ids == [1, 2, 3] and not reading.gaps
+    # Extended: the new element is a trailing run to look up, after row 3.
+    reading = identity.read(["a", "b", "c", "d"], [v])
+    assert reading.store_ids[:3] == [1, 2, 3] and reading.gaps == [(3, 4, 3, None)]
+    # Replaced in the middle: one run between rows 1 and 3; the rest keep their rows.
+    reading = identity.read(["a", "x", "c"], [v])
+    assert reading.store_ids == [1, None, 3] and reading.gaps == [(1, 2, 1, 3)]
+
+
+def test_the_turns_user_message_and_what_follows_are_new():
+    v = view(("u1", 1), ("a1", 2), ("u2", 3), ("a2", 4))
+    # /undo, then the same text sent again: rule 2 makes it (and its reply) new.
+    reading = identity.read(["u1", "a1", "u2", "a2"], [v], turn_index=2)
+    assert reading.store_ids == [1, 2, None, None] and not reading.gaps
+
+
+def test_the_engines_block_decides_between_views():
+    long_view = view(*[("u", k) if k % 2 else ("a", k) for k in range(1, 21)])
+    returned = view(("blk", identity.BLOCK_ID), ("u", 19), ("a", 20))
+    reading = identity.read(["blk", "u", "a"], [long_view, returned])
+    assert reading.view is returned and reading.store_ids == [identity.BLOCK_ID, 19, 20]
+
+
+def test_replies_follow_the_message_they_answer():
+    ids = identity.replies_follow([1, None, 3, 4, 5], ["u", "u2", "a", "u", "a"],
+                                  ["user", "user", "assistant", "user", "assistant"],
+                                  [False] * 5)
+    # The reply after a new request is new; the next stored request ends that.
+    assert ids == [1, None, None, 4, 5]
+
+
+def test_align_gap_in_the_middle_and_after_the_last_match():
+    rows = [(5, "x"), (6, "y"), (7, "z")]
+    assert identity.align_gap(["y"], rows, trailing=False, taken=set()) == [6]
+    assert identity.align_gap(["y"], rows, trailing=False, taken={6}) == [None]
+    # Trailing: in order, stopping at the first that does not line up.
+    assert identity.align_gap(["x", "q", "z"], rows, trailing=True, taken=set()) == [5, None, None]
+
+
+def test_a_list_is_another_sessions_only_when_that_session_explains_it():
+    other = identity.View(entries=[("a", 1), ("b", 2), ("c", 3)], session="old")
+    assert identity.foreign_owner(["a", "b", "c"], 0, [other]) is other
+    assert identity.foreign_owner(["a"], 0, [other]) is None  # one message proves nothing
+    assert identity.foreign_owner(["a", "x", "y", "z"], 0, [other]) is None
+    assert identity.foreign_owner(["a", "b", "c"], 3, [other]) is None  # its own explain it
+
+
+# ---------------------------------------------------------------- through the engine
+def compact(engine, messages: list[dict]) -> list[dict]:
+    return engine.compress(messages, current_tokens=host_tokens(messages), force=True)
+
+
+def stored(engine, session: str = "sess") -> list[tuple[str, str]]:
+    return [(r["role"], r["content"]) for r in engine.store.session_messages(session, limit=5000)]
+
+
+def long_history(turns: int) -> list[dict]:
+    return [m for t in range(turns) for m in turn(f"question {t} " + "word " * 40,
+                                                  "ok" if t % 3 else f"answer {t}\n")]
+
+
+def test_a_whitespace_edit_of_a_tail_message_stores_nothing_again(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=30)
+    out = compact(engine, long_history(60))
+    rows = len(stored(engine))
+    edited = [dict(m) for m in out]
+    k = next(i for i, m in enumerate(edited)
+             if m["role"] == "assistant" and not assemble.is_trove_message(m))
+    edited[k]["content"] = edited[k]["content"].strip() + " "   # "ok" -> "ok "
+    for m in edited:   # Hermes restores text through sanitize_context(...).strip()
+        if isinstance(m.get("content"), str) and not assemble.is_trove_message(m):
+            m["content"] = m["content"].strip()
+    engine.ingest(edited + [{"role": "user", "content": "next"}])
+    assert len(stored(engine)) == rows + 1
+    assert stored(engine)[-1] == ("user", "next")
+
+
+def test_an_identical_resend_after_undo_is_a_new_row(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    history = turn("first message", "reply one") + turn("second message", "reply two")
+    engine.ingest(history)
+    engine.turn_done()   # post_llm_call
+    # /undo drops the second turn; the user presses Enter on the same text.
+    again = history[:2] + [{"role": "user", "content": "second message"}]
+    engine.note_user_turn(again[-1])
+    engine.ingest(again + [{"role": "assistant", "content": "reply two"}])
+    engine.turn_done()
+    assert stored(engine) == [("user", "first message"), ("assistant", "reply one"),
+                              ("user", "second message"), ("assistant", "reply two"),
+                              ("user", "second message"), ("assistant", "reply two")]
+    # The same list shown again (a hook, exit) adds nothing.
+    engine.ingest(again + [{"role": "assistant", "content": "reply two"}])
+    assert len(stored(engine)) == 6
+
+
+def test_a_turn_stored_by_its_own_compaction_is_not_stored_twice(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    history = long_history(40)
+    engine.ingest(history)
+    engine.turn_done()
+    new = {"role": "user", "content": "question 0 " + "word " * 40}   # same text as turn 0
+    out = compact(engine, history + [new])          # the turn-start compaction stores it
+    engine.note_user_turn(out[-1])                  # then pre_llm_call
+    engine.ingest(out + [{"role": "assistant", "content": "fine"}])
+    engine.turn_done()
+    contents = [c for _, c in stored(engine)]
+    assert contents.count(new["content"]) == 2 and contents[-1] == "fine"
+
+
+def test_the_pre_compaction_list_after_a_compaction_stores_nothing(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=8)
+    history = long_history(50)
+    compact(engine, history)
+    rows = len(stored(engine))
+    engine.on_session_end("sess", history)          # commit_memory_session(old list)
+    engine.on_session_end("sess", copy.deepcopy(history))
+    assert len(stored(engine)) == rows
+
+
+def test_the_previous_sessions_transcript_at_exit_is_not_stored_under_the_new_one(tmp_path):
+    engine = make_engine(tmp_path, window=64_000)
+    history = long_history(6)
+    engine.ingest(history)
+    engine.on_session_start("other-session", platform="cli")
+    engine.on_session_end("other-session", history)   # the CLI at exit after /new
+    assert stored(engine, "other-session") == []
+    assert len(stored(engine)) == len(history)
+    # A first turn of the new session is stored there, even when it repeats text.
+    first = [{"role": "user", "content": history[0]["content"]}]
+    engine.note_user_turn(first[0])
+    engine.ingest(first + [{"role": "assistant", "content": "hi"}])
+    assert [c for _, c in stored(engine, "other-session")] == [history[0]["content"], "hi"]
+
+
+def test_two_copies_on_one_session_see_each_others_compactions(tmp_path):
+    a = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
+    b = copy.deepcopy(a)
+    b.on_session_start("sess", platform="cli")
+    shared = long_history(20)
+    a.ingest(shared)
+    hist_a, hist_b = list(shared), copy.deepcopy(shared)
+    for t in range(30):
+        for name, engine, hist in (("A", a, hist_a), ("B", b, hist_b)):
+            hist += turn(f"{name} step {t} " + "text " * 30, "ok")
+            engine.note_user_turn(hist[-2])
+            engine.ingest(hist)
+            engine.turn_done()
+    out_b = compact(b, hist_b)
+    node = max(n["node_id"] for n in b.dag.frontier("sess"))
+    hist_a += turn("a again " + "x " * 20, "ok")
+    out_a = compact(a, hist_a)
+    block = next(m["content"] for m in out_a if assemble.is_trove_message(m)
+                 and m["role"] == "user")
+    assert f"node {node}" in block or f"n{node}" in block
+    rows = stored(a)
+    expected = len(shared) + 2 * 2 * 30 + 2
+    assert len(rows) == expected, "a message was stored twice or lost"
+    assert out_b  # b's own prompt is still valid
+    assert assemble.sequence_problems(out_a) == []
