@@ -321,7 +321,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         every host compaction too), so nothing is torn down."""
         if messages and self._usable_database():
             try:
-                self.ingest(messages, into=session_id or None)
+                self._ingest(messages, into=session_id or None, handover=True)
             except Exception as exc:
                 if not faults.is_database_error(exc):
                     raise
@@ -399,8 +399,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         stored."""
         return self._ingest(messages, into=into)[0]
 
-    def _ingest(self, messages: list, *, into: str | None = None, system_prompt: bool = True
-                ) -> tuple[list[int | None], list[bool]]:
+    def _ingest(self, messages: list, *, into: str | None = None, system_prompt: bool = True,
+                handover: bool = False) -> tuple[list[int | None], list[bool]]:
         """Store every shown message once: store_ids aligned with ``messages`` and which
         of them the engine itself inserted. Only those, a leading system prompt
         (``system_prompt``) and messages the ignore patterns match are not stored.
@@ -415,7 +415,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                                                   source=self.platform)
         user_part = forks.user_part(messages)
         if user_part is not messages:
-            ids, inserted = self._ingest(user_part, into=into, system_prompt=system_prompt)
+            ids, inserted = self._ingest(user_part, into=into, system_prompt=system_prompt,
+                                         handover=handover)
             rest = len(messages) - len(user_part)
             return ids + [None] * rest, inserted + [False] * rest
         messages = [m if isinstance(m, dict) else {} for m in messages]
@@ -435,7 +436,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
             origin=self._view_origin(), turn_index=self._turn_index(messages, fps, canonical),
             copy_from=self._copy_from if own else None,
-            roles=tuple(str(m.get("role") or "") for m in messages))
+            roles=tuple(str(m.get("role") or "") for m in messages), handover=handover)
         result = self.store.ingest(canonical, messages, skip=[e is None for e in encoded],
                                    encoded=encoded, conversation_id=self.conversation_id,
                                    source=self.platform, count_tokens=self.count_message,

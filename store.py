@@ -326,8 +326,9 @@ class Store:
             fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
             if fast is not None:
                 return fast
-        own = views.load(conn, session_id)
-        found = self._read_views(conn, session_id, shown, own, gaps=True)
+        known_blocks = views.block_fps(conn, session_id)
+        found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
+                                 gaps=True, known_blocks=known_blocks)
         if found is not None and not found.foreign:
             open_ = self._unexplained(shown, found)
             if open_:
@@ -341,12 +342,12 @@ class Store:
         if found is not None:
             return found
         # No view explains the list: another session's list, or one from before views.
-        flags = shown.engine_flags({fp for v in own for fp, sid in v.entries
-                                    if sid == identity.BLOCK_ID})
+        flags = shown.engine_flags(known_blocks)
         body = [i for i, fp in enumerate(shown.fps) if fp is not None and not flags[i]
                 and (shown.turn_index is None or i < shown.turn_index)]
         owner = identity.foreign_owner([shown.fps[i] for i in body], 0,
-                                       views.load_others(conn, session_id))
+                                       views.load_others(conn, session_id)
+                                       ) if shown.handover else None
         if owner is not None and owner.session != shown.copy_from:
             return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
                                foreign_of=owner.session)
@@ -372,17 +373,20 @@ class Store:
                 and found.store_ids[i] is None]
 
     def _read_views(self, conn, session_id: str, shown: identity.Shown,
-                    candidates: list[identity.View], *, gaps: bool) -> "_Identified | None":
-        """Read the list against ``candidates``; None when they explain nothing (or,
-        without ``gaps``, when the list is not a plain extension of the one view)."""
-        if not candidates:
-            return None
-        known_blocks = {fp for v in candidates for fp, sid in v.entries if sid == identity.BLOCK_ID}
+                    candidates: Iterable[identity.View], *, gaps: bool,
+                    known_blocks: set[str] | None = None) -> "_Identified | None":
+        """Read the list against ``candidates`` (newest first); None when they explain
+        nothing (or, without ``gaps``, when the list is not explained whole)."""
+        candidates = iter(candidates)
+        if known_blocks is None:
+            candidates = list(candidates)
+            known_blocks = {fp for v in candidates for fp, sid in v.entries
+                            if sid == identity.BLOCK_ID}
         flags = shown.engine_flags(known_blocks)
         fps = shown.reading_fps(flags)
         blocks = {fps[i] for i, flag in enumerate(flags) if flag}
         if blocks:  # a list carrying one of the engine's blocks is read against its views
-            candidates = [v for v in candidates if any(fp in blocks for fp, _ in v.entries)]
+            candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
         reading = identity.read(fps, candidates, turn_index=shown.turn_index)
         if reading.view is None:
             return None
@@ -414,7 +418,7 @@ class Store:
         open_ = [i for i in range(limit) if fps[i] is not None and not flags[i]
                  and alignment[i] is None]
         wanted = sum(1 for i in range(limit) if fps[i] is not None and not flags[i])
-        if len(open_) >= 2 and len(open_) * 2 > wanted:
+        if shown.handover and len(open_) >= 2 and len(open_) * 2 > wanted:
             # Most of it is unexplained: it may be another session's list (rule 4).
             owner = identity.foreign_owner([fps[i] for i in range(limit) if not flags[i]],
                                            wanted - len(open_),
@@ -472,8 +476,7 @@ class Store:
         """Fingerprints of the summary blocks the session's views hold."""
         with self.db.reading() as conn:
             canonical = self._canonical(conn, session_id)
-            return {fp for view in views.load(conn, canonical) for fp, sid in view.entries
-                    if sid == identity.BLOCK_ID}
+            return views.block_fps(conn, canonical)
 
     def block_meta(self, session_id: str, block_fp: str) -> dict | None:
         """What the engine recorded with the view that holds this block (the frontier

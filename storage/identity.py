@@ -29,7 +29,8 @@ explains most of it wins. Then:
    aligned against the session's rows between those two rows; a run after the
    last matched element against the rows after it, stopping at the first
    element that does not line up: from there on everything is new.
-4. **A list of another session stores nothing.** A list no view of its session
+4. **A list of another session stores nothing.** A list handed over at a
+   session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's
    transcript handed over at exit after /new or /resume, a review fork replaying
    its parent), is not this session's: nothing is stored from it. A /branch's
@@ -167,6 +168,7 @@ class Shown:
     turn_index: int | None = None
     copy_from: str | None = None
     roles: tuple = ()
+    handover: bool = False   # a list the host handed over at a session end (rule 4)
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
         """Which elements are the engine's own: ``preinserted`` ones, a block whose
@@ -310,14 +312,17 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
     ``turn_index`` is where the turn's user message stands (rule 2). Gaps are
     returned for the caller to look up in the store (``align_gap``)."""
     best: tuple[int, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
-    wanted = sum(1 for fp in shown if fp is not None)
-    for view in views:
+    present = [fp for fp in shown if fp is not None]
+    wanted = len(present)
+    for view in views:  # newest first; ``views`` may be a lazy iterator
         ids, matched = read_against(shown, view)
         # The engine's own block is the strongest evidence of which list this is.
         score = sum(1 for sid in ids if sid is not None)
         if matched and score > best[0]:
             best = (score, matched, ids, view)
-        if score >= wanted:
+        # Explained entirely, or the list just goes on from this view: older views
+        # cannot explain it better.
+        if score >= wanted or (matched and present[:len(view.entries)] == view.fingerprints()):
             break
     _, matched, ids, view = best
     if turn_index is not None:

@@ -12,17 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from .identity import View, decode_entries, encode_entries
+from .identity import BLOCK_ID, View, decode_entries, encode_entries
 
 # Views kept per engine copy and session of the lists it stored (a compaction's
 # input, the hooks' lists), and of the lists its compactions returned: a list
 # the host shows again after later compactions still carries an older block.
-RING = 6
+RING = 24
 RETURNED_RING = 16
 # Views kept per session over all copies, processes and restarts.
-MAX_VIEWS = 64
+MAX_VIEWS = 96
 # Views of other sessions read when a list may be another session's.
 OTHER_VIEWS = 24
 
@@ -39,10 +39,28 @@ def _view(row) -> View:
 
 def load(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> list[View]:
     """The session's views, newest first."""
-    rows = conn.execute(
+    return list(each(conn, session_id, limit))
+
+
+def each(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> Iterator[View]:
+    """The session's views, newest first, read one at a time (a reader that is
+    answered by the newest few never decodes the rest)."""
+    cursor = conn.execute(
         "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id = ?"
-        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
-    return [_view(r) for r in rows]
+        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit))
+    for row in iter(cursor.fetchone, None):
+        yield _view(row)
+
+
+def block_fps(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    """Fingerprints of the engine's blocks that the session's views hold (read
+    without decoding whole views: a block entry carries the BLOCK_ID)."""
+    found = set()
+    for (entries,) in conn.execute("SELECT entries FROM session_views WHERE session_id = ?"
+                                   " AND entries LIKE ?", (session_id, f"%:{BLOCK_ID}%")):
+        found.update(token.rpartition(":")[0] for token in entries.split()
+                     if token.endswith(f":{BLOCK_ID}"))
+    return found
 
 
 def load_others(conn: sqlite3.Connection, session_id: str,
