@@ -1,0 +1,735 @@
+"""walkkit: texts, a scripted model, an oracle of which message lives where, and
+a seeded random walk over the host's own CLI object (clikit).
+
+Used by tests/test_host_identity.py (the issue's cases one by one),
+tests/test_host_walk.py (the generative test) and bench/soak.py (thousands of
+steps).
+
+The oracle (:class:`Oracle`)
+----------------------------
+* every ``chat()`` send creates one new user message (an identical re-send is a
+  NEW message), every model reply one assistant message;
+* /undo and /retry remove messages from the host's active history, but they
+  were shown and stay stored; whitespace edits create nothing; /compress
+  creates nothing (the engine's summary block and its acknowledgement are not
+  messages);
+* a /branch's session holds its own copy of the host's history at the branch
+  point once its first ingest happened (0 copies before, never 2);
+* /new, /resume, a second process, a restart create nothing by themselves.
+
+Compared after every step, per session (resolved to its canonical session):
+the multiset of stored (role, content.strip()) rows of user messages and
+assistant messages with text. What is stored beyond the oracle is a
+*duplicate* (shown in that session, stored more often), *misfiled* (shown only
+in another session) or *phantom* (never shown anywhere: a summary block stored
+as a message); what the oracle has beyond the store is *lost*.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import clikit as ck
+import hostkit as hk
+
+MARKER_RE = re.compile(r"\[T\d+\]")
+
+# ---------------------------------------------------------------------------
+# Texts of every kind the issue names
+# ---------------------------------------------------------------------------
+
+_PROSE_SUBJECTS = ["The scheduler", "Each worker", "The billing service", "Our deployment", "The cache layer",
+                   "The ingestion job", "A retry policy", "The load balancer", "The database migration",
+                   "The monitoring stack", "The release train", "The API gateway", "Every tenant"]
+_PROSE_VERBS = ["waits for", "records", "rejects", "replays", "batches", "throttles", "validates",
+                "compresses", "forwards", "tracks", "summarizes", "retries"]
+_PROSE_OBJECTS = ["the pending requests", "every failed payment", "the nightly export", "stale sessions",
+                  "the audit trail", "incoming webhooks", "the rollout plan", "each queue partition",
+                  "the error budget", "the customer's invoices", "idle connections", "the shard map"]
+_PROSE_TAILS = ["before the lease expires.", "when the region fails over.", "after the quota resets.",
+                "so the dashboard stays accurate.", "unless an operator pauses it.",
+                "because the upstream is slow on Mondays.", "and logs a warning once.",
+                "until the backlog drains.", "within the agreed latency budget."]
+_IDENT_PARTS = ["Connection", "Pool", "Manager", "Factory", "Configuration", "Serializer", "Transaction",
+                "Coordinator", "Replication", "Checkpoint", "Authentication", "Middleware", "Provider",
+                "Observability", "Orchestrator", "Reconciliation", "Idempotency", "Partition"]
+_SNAKE = ["max_inflight_requests_per_connection", "retry_backoff_multiplier_seconds",
+          "kubernetes_horizontal_pod_autoscaler", "distributed_transaction_coordinator_timeout",
+          "authentication_middleware_configuration", "replication_checkpoint_interval_milliseconds"]
+_CJK = ("系统会在租约过期之前等待所有请求完成。数据库迁移需要在维护窗口内执行，"
+        "监控平台记录每一次失败的支付并发出警告。我们的部署流程包括灰度发布和自动回滚，"
+        "缓存层负责减少上游服务的压力。每个分区的队列都有独立的重试策略。")
+REPEATED = ["continue", "ok", "go on", "yes", "continue"]
+KINDS = ("prose", "code", "longword", "cjk", "repeat")
+
+
+def prose(rng: random.Random, chars: int) -> str:
+    """Plain technical prose (chars/4 over-counts it a little)."""
+    out: List[str] = []
+    size = 0
+    while size < chars:
+        sentence = " ".join([rng.choice(_PROSE_SUBJECTS), rng.choice(_PROSE_VERBS),
+                             rng.choice(_PROSE_OBJECTS), rng.choice(_PROSE_TAILS)])
+        if rng.random() < 0.15:
+            sentence += "\n\n"
+        out.append(sentence)
+        size += len(sentence) + 1
+    return " ".join(out)[:max(1, chars)].strip()
+
+
+def longword(rng: random.Random, chars: int) -> str:
+    """Identifier-heavy technical text (chars/4 over-counts it about 2x)."""
+    out: List[str] = []
+    size = 0
+    while size < chars:
+        if rng.random() < 0.5:
+            word = "".join(rng.choice(_IDENT_PARTS) for _ in range(rng.randint(3, 5)))
+        else:
+            word = rng.choice(_SNAKE) + "_" + rng.choice(_SNAKE)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)[:max(1, chars)].strip()
+
+
+def code(rng: random.Random, chars: int) -> str:
+    """Python-like code (chars/4 under-counts it a little)."""
+    lines: List[str] = []
+    size = 0
+    n = 0
+    while size < chars:
+        n += 1
+        name = rng.choice(_SNAKE)[:24]
+        block = [f"def handler_{n}(request, {name}=None):",
+                 f"    if request.get('{name}') is None:",
+                 f"        return {{'status': {rng.randint(200, 504)}, 'retry': {rng.randint(1, 9)}}}",
+                 f"    for item in request['items'][:{rng.randint(2, 64)}]:",
+                 "        item['seen'] = True",
+                 "    return request", ""]
+        lines.extend(block)
+        size += sum(len(line) + 1 for line in block)
+    return "\n".join(lines)[:max(1, chars)].strip()
+
+
+def cjk(rng: random.Random, chars: int) -> str:
+    """Chinese technical text (chars/4 under-counts it about 5x)."""
+    start = rng.randrange(len(_CJK))
+    text = (_CJK * (chars // len(_CJK) + 2))[start:start + max(1, chars)]
+    return text.strip()
+
+
+GENERATORS = {"prose": prose, "code": code, "longword": longword, "cjk": cjk}
+
+
+def make_text(rng: random.Random, kind: str, tokens: int, marker: Optional[str]) -> str:
+    """A user message of about ``tokens`` host-estimated tokens (chars/4)."""
+    if kind == "repeat":
+        return rng.choice(REPEATED)
+    chars = max(4, tokens * 4)
+    body = GENERATORS[kind](rng, chars)
+    return f"{marker} {body}" if marker else body
+
+
+def turn_tokens(rng: random.Random, largest: int = 8000) -> int:
+    """A turn size between a few tokens and ``largest``, log-uniform."""
+    return int(round(3 * (largest / 3) ** rng.random()))
+
+
+# ---------------------------------------------------------------------------
+# The scripted model
+# ---------------------------------------------------------------------------
+
+TOOL_WORD = "[use-a-tool]"
+
+
+class ScriptedModel:
+    """Deterministic replies for the fake server.
+
+    Main requests: about a quarter answer exactly "ok" (identical messages),
+    the rest "Noted <marker> ..." of varying length. A user message containing
+    TOOL_WORD makes the model call ``trove_status`` first. Summaries (the
+    non-streaming auxiliary calls) list the turn markers they were given, so a
+    summary of summaries still names every turn it covers.
+    """
+
+    def __init__(self, seed: int = 0, long_reply_share: float = 0.2, ok_share: float = 0.25):
+        self.rng = random.Random(seed)
+        self.long_reply_share = long_reply_share
+        self.ok_share = ok_share
+        self.lock = threading.Lock()
+        self.replies = 0
+
+    def __call__(self, body: dict) -> Any:
+        msgs = body.get("messages") or []
+        if not hk.is_main_request(body):
+            text = "\n".join(hk._content_text(m.get("content")) for m in msgs)
+            markers = list(dict.fromkeys(MARKER_RE.findall(text)))
+            return "- summary of turns " + (" ".join(markers) if markers else "without markers") + "."
+        last_user = ck.request_user_text(body)
+        if msgs and msgs[-1].get("role") == "user" and TOOL_WORD in last_user:
+            return hk.ToolCall("trove_status", {})
+        with self.lock:
+            self.replies += 1
+            roll = self.rng.random()
+            size = self.rng.randint(200, 6000) if self.rng.random() < self.long_reply_share else self.rng.randint(5, 200)
+            n = self.replies
+        if roll < self.ok_share:
+            return "ok"
+        found = MARKER_RE.search(last_user)
+        head = f"Noted {found.group(0)} (reply {n})." if found else f"Noted (reply {n})."
+        filler = prose(random.Random(n), size)
+        return f"{head} {filler}".strip()
+
+
+# ---------------------------------------------------------------------------
+# The oracle
+# ---------------------------------------------------------------------------
+
+Key = Tuple[str, str]
+
+
+def key_of(message: dict) -> Optional[Key]:
+    """(role, stripped text) of a user or assistant message with text, else None."""
+    role = message.get("role")
+    if role not in ("user", "assistant"):
+        return None
+    text = ck.text_of(message.get("content"))
+    if not text:
+        return None
+    return role, text
+
+
+@dataclass
+class Problems:
+    duplicates: int = 0
+    lost: int = 0
+    misfiled: int = 0
+    phantom: int = 0
+    details: List[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.duplicates + self.lost + self.misfiled + self.phantom
+
+    def add(self, other: "Problems") -> None:
+        self.duplicates += other.duplicates
+        self.lost += other.lost
+        self.misfiled += other.misfiled
+        self.phantom += other.phantom
+        self.details.extend(other.details)
+
+
+class Oracle:
+    """Which message exists where (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.expected: Dict[str, Counter] = {}
+        self.where: Dict[Key, set] = {}
+        self.branch_copy: Dict[str, Counter] = {}
+
+    def session(self, session: str) -> None:
+        self.expected.setdefault(session, Counter())
+
+    def shown(self, session: str, message: dict) -> None:
+        key = key_of(message)
+        if key is None:
+            return
+        self.expected.setdefault(session, Counter())[key] += 1
+        self.where.setdefault(key, set()).add(session)
+
+    def branched(self, branch: str, history: List[dict]) -> None:
+        """The branch's copy of the shown messages of ``history``."""
+        copy = Counter(k for k in (key_of(m) for m in history) if k is not None and k in self.where)
+        self.branch_copy[branch] = copy
+        self.session(branch)
+        for key in copy:
+            self.where.setdefault(key, set()).add(branch)
+
+    def is_shown(self, message: dict) -> bool:
+        key = key_of(message)
+        return key is not None and key in self.where
+
+    def check(self, home) -> Problems:
+        """Stored rows against the oracle, per canonical session."""
+        aliases = ck.stored_sessions(home)
+        canon = lambda s: aliases.get(s, s)  # noqa: E731
+        expected: Dict[str, Counter] = {}
+        copies: Dict[str, Counter] = {}
+        shown_in: Dict[Key, set] = {}
+        for session, counter in self.expected.items():
+            expected.setdefault(canon(session), Counter()).update(counter)
+        for session, copy in self.branch_copy.items():
+            copies.setdefault(canon(session), Counter()).update(copy)
+        for key, sessions in self.where.items():
+            shown_in[key] = {canon(s) for s in sessions}
+        stored: Dict[str, Counter] = {}
+        for row in ck.stored_rows(home):
+            key = key_of(row)
+            if key is not None:
+                stored.setdefault(row["session_id"], Counter())[key] += 1
+        out = Problems()
+        for session in set(expected) | set(stored):
+            have = stored.get(session, Counter())
+            want = expected.get(session, Counter())
+            copy = copies.get(session)
+            if copy:
+                with_copy = want + copy
+                # 0 copies before the branch's first ingest, exactly 1 after
+                if sum(((have - with_copy) + (with_copy - have)).values()) <= sum(
+                        ((have - want) + (want - have)).values()):
+                    want = with_copy
+            for key, n in (have - want).items():
+                where = shown_in.get(key, set())
+                if session in where:
+                    out.duplicates += n
+                    kind = "duplicate"
+                elif where:
+                    out.misfiled += n
+                    kind = "misfiled"
+                else:
+                    out.phantom += n
+                    kind = "phantom"
+                out.details.append(f"{kind} x{n} in {session}: {key[0]} {key[1][:60]!r}")
+            for key, n in (want - have).items():
+                out.lost += n
+                out.details.append(f"lost x{n} in {session}: {key[0]} {key[1][:60]!r}")
+        return out
+
+
+def new_messages_of_turn(history: List[dict], sent: str) -> List[dict]:
+    """The messages one ``chat(sent)`` added: its user message and what follows it."""
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if m.get("role") == "user":
+            if ck.text_of(m.get("content")) == ck.text_of(sent):
+                return history[i:]
+            return []
+    return []
+
+
+# ---------------------------------------------------------------------------
+# Checks of one request
+# ---------------------------------------------------------------------------
+
+def tool_pair_problems(messages: List[dict]) -> List[str]:
+    """Every tool result answers an earlier call; every call gets its result."""
+    problems = []
+    open_calls: Dict[str, int] = {}
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            for tc in m.get("tool_calls") or []:
+                open_calls[tc.get("id")] = i
+        elif m.get("role") == "tool":
+            if open_calls.pop(m.get("tool_call_id"), None) is None:
+                problems.append(f"tool result {m.get('tool_call_id')} without its call")
+    for call_id in open_calls:
+        problems.append(f"tool call {call_id} without its result")
+    return problems
+
+
+def policy_suffix(wire: str, sent: str) -> str:
+    """What pre_llm_call appended to a user message on the wire."""
+    wire, sent = wire.strip(), sent.strip()
+    return wire[len(sent):] if wire.startswith(sent) else ""
+
+
+def raw_kept(body: dict, oracle: Oracle, suffix: str) -> List[dict]:
+    """The request's user/assistant messages that are shown messages (not the
+    engine's block or acknowledgement), with the recall policy taken off."""
+    kept = []
+    for m in body.get("messages") or []:
+        if m.get("role") not in ("user", "assistant"):
+            continue
+        text = ck.text_of(m.get("content"))
+        if suffix and text.endswith(suffix.strip()):
+            text = text[: len(text) - len(suffix.strip())].strip()
+        if (m.get("role"), text) in oracle.where:
+            kept.append({"role": m.get("role"), "content": text})
+    return kept
+
+
+def rough_messages(messages: List[dict]) -> int:
+    """The host's chars/4 estimate of a few messages."""
+    try:
+        from agent.model_metadata import estimate_messages_tokens_rough
+    except Exception:
+        return sum(len(ck.text_of(m.get("content"))) for m in messages) // 4
+    return estimate_messages_tokens_rough(messages)
+
+
+STARVE_MARGIN = 0.85  # the engine may keep 15% of the threshold as headroom
+
+
+@dataclass
+class RequestCheck:
+    ends_with_user: bool
+    tool_problems: List[str]
+    over_threshold: bool
+    starved: bool
+    tail_size: int
+    rough: int
+    real: int
+    overflow: bool
+
+
+def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, context_length: int,
+                  compacted: bool, previous_pair: List[dict]) -> RequestCheck:
+    """One main request after ``chat(sent)``: its newest user message is ``sent``;
+    tool pairs are valid; after a compaction the host's own estimate is under
+    ``threshold`` and the raw tail is not starved (only the newest user message
+    kept although the previous exchange would fit under STARVE_MARGIN of the
+    threshold); the provider's count fits the window."""
+    wire = ck.request_user_text(body)
+    ends = wire.strip().startswith(sent.strip())
+    msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"]
+    suffix = policy_suffix(wire, sent)
+    kept = raw_kept(body, oracle, suffix)
+    rough = ck.host_rough_tokens(body)
+    real = ck.real_prompt_tokens(body)
+    over = compacted and rough >= threshold
+    starved = False
+    if compacted and len(kept) <= 1 and previous_pair:
+        starved = rough + rough_messages(previous_pair) <= STARVE_MARGIN * threshold
+    return RequestCheck(ends_with_user=ends, tool_problems=tool_pair_problems(msgs), over_threshold=over,
+                        starved=starved, tail_size=len(kept), rough=rough, real=real,
+                        overflow=real > context_length)
+
+
+def previous_exchange(history: List[dict], oracle: Oracle) -> List[dict]:
+    """The last shown user message and the shown replies after it (the exchange
+    before the one about to be sent)."""
+    shown = [m for m in history if oracle.is_shown(m)]
+    for i in range(len(shown) - 1, -1, -1):
+        if shown[i].get("role") == "user":
+            return shown[i:]
+    return []
+
+
+# ---------------------------------------------------------------------------
+# The random walk
+# ---------------------------------------------------------------------------
+
+STEP_WEIGHTS = {
+    "chat": 40, "chat_other": 8, "resend": 5, "undo_resend": 5, "undo": 3, "retry": 5,
+    "whitespace": 6, "compress": 4, "new": 2, "resume": 3, "branch": 2,
+    "open_other": 2, "close_other": 1, "restart": 2, "tool": 3,
+}
+
+
+@dataclass
+class WalkStats:
+    walks: int = 0
+    steps: int = 0
+    chats: int = 0
+    compactions: int = 0
+    problems: Problems = field(default_factory=Problems)
+    starved: int = 0
+    over_threshold: int = 0
+    overflow: int = 0
+    not_ending_with_user: int = 0
+    tool_problems: int = 0
+    tail_sizes: List[int] = field(default_factory=list)
+    step_counts: Counter = field(default_factory=Counter)
+    failures: List[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, other: "WalkStats") -> None:
+        self.walks += other.walks
+        self.steps += other.steps
+        self.chats += other.chats
+        self.compactions += other.compactions
+        self.problems.add(other.problems)
+        self.starved += other.starved
+        self.over_threshold += other.over_threshold
+        self.overflow += other.overflow
+        self.not_ending_with_user += other.not_ending_with_user
+        self.tool_problems += other.tool_problems
+        self.tail_sizes.extend(other.tail_sizes)
+        self.step_counts.update(other.step_counts)
+        self.failures.extend(other.failures)
+        self.seconds += other.seconds
+
+    @property
+    def clean(self) -> bool:
+        return not (self.problems.total or self.starved or self.over_threshold or self.overflow
+                    or self.not_ending_with_user or self.tool_problems)
+
+    def summary(self) -> dict:
+        sizes = sorted(self.tail_sizes)
+        return {
+            "walks": self.walks, "steps": self.steps, "chats": self.chats, "compactions": self.compactions,
+            "duplicates": self.problems.duplicates, "lost": self.problems.lost,
+            "misfiled": self.problems.misfiled, "phantom": self.problems.phantom,
+            "starved_tails": self.starved, "over_threshold_after_compaction": self.over_threshold,
+            "over_window": self.overflow, "prompt_not_ending_with_user": self.not_ending_with_user,
+            "tool_pair_problems": self.tool_problems,
+            "tail_size_min": sizes[0] if sizes else None,
+            "tail_size_median": statistics.median(sizes) if sizes else None,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+class Walk:
+    """One seeded random walk over one HERMES_HOME.
+
+    ``use_process``: the "second process" is a real OS process (clikit.CliProcess);
+    otherwise a second HermesCLI object in this process. ``stop_at_first``:
+    stop at the first step whose checks fail (the test's failure message then
+    names that step)."""
+
+    def __init__(self, host: ck.CliHost, seed: int, *, steps: int, use_process: bool = True,
+                 largest_turn: int = 8000, stop_at_first: bool = True,
+                 weights: Optional[Dict[str, int]] = None):
+        self.host = host
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.steps = steps
+        self.use_process = use_process
+        self.largest_turn = largest_turn
+        self.stop_at_first = stop_at_first
+        self.weights = dict(weights or STEP_WEIGHTS)
+        self.oracle = Oracle()
+        self.stats = WalkStats(walks=1)
+        self.markers = 0
+        self.cli = host.cli()
+        self.other: Any = None
+        self.log: List[str] = []
+        self._seen_problems = 0
+
+    # -- texts -----------------------------------------------------------------
+    def _text(self, kind: Optional[str] = None) -> str:
+        kind = kind or self.rng.choice(KINDS)
+        if kind == "repeat":
+            return self.rng.choice(REPEATED)
+        self.markers += 1
+        return make_text(self.rng, kind, turn_tokens(self.rng, self.largest_turn), f"[T{self.markers}]")
+
+    # -- one chat through either CLI -------------------------------------------
+    def _chat(self, who: Any, text: str, *, via_retry: bool = False) -> None:
+        before_count = self._compression_count(who)
+        history_before = who.history
+        prev_pair = previous_exchange(history_before, self.oracle)
+        sent_before = self.host.main_request_count()
+        if via_retry:
+            retried = self._last_user_text(who)
+            who.retry()
+            text = retried or text
+        else:
+            who.chat(text)
+        session = who.session_id
+        history = who.history
+        for m in new_messages_of_turn(history, text):
+            self.oracle.shown(session, m)
+        self.stats.chats += 1
+        after_count = self._compression_count(who)
+        compacted = after_count is not None and before_count is not None and after_count > before_count
+        if compacted:
+            self.stats.compactions += 1
+        if self.host.main_request_count() == sent_before:
+            self._fail(f"chat {text[:30]!r} sent no request")
+            return
+        body = self.host.last_main_request()
+        threshold, window = self._threshold(who)
+        check = check_request(body, text, self.oracle, threshold=threshold, context_length=window,
+                              compacted=compacted, previous_pair=prev_pair)
+        if compacted:
+            self.stats.tail_sizes.append(check.tail_size)
+        if not check.ends_with_user:
+            self.stats.not_ending_with_user += 1
+            self._fail(f"last request does not end with {text[:40]!r}")
+        if check.tool_problems:
+            self.stats.tool_problems += len(check.tool_problems)
+            self._fail(f"tool pairs: {check.tool_problems}")
+        if check.over_threshold:
+            self.stats.over_threshold += 1
+            self._fail(f"after a compaction the host's estimate {check.rough} >= threshold {threshold}")
+        if check.starved:
+            self.stats.starved += 1
+            self._fail(f"tail starved: {check.tail_size} raw message(s) kept, request ~{check.rough} of "
+                       f"threshold {threshold}, previous exchange ~{rough_messages(prev_pair)}")
+        if check.overflow:
+            self.stats.overflow += 1
+            self._fail(f"request of {check.real} real tokens over the {window} window")
+
+    def _last_user_text(self, who: Any) -> Optional[str]:
+        for m in reversed(who.history):
+            if m.get("role") == "user" and self.oracle.is_shown(m):
+                return ck.text_of(m.get("content"))
+        return None
+
+    def _compression_count(self, who: Any) -> Optional[int]:
+        if isinstance(who, ck.HeadlessCLI):
+            return who.engine.compression_count if who.engine is not None else 0
+        return who.engine_state().get("compression_count") or 0
+
+    def _threshold(self, who: Any) -> Tuple[int, int]:
+        if isinstance(who, ck.HeadlessCLI):
+            return int(who.engine.threshold_tokens), int(who.engine.context_length)
+        state = who.engine_state()
+        return int(state["threshold_tokens"]), self.host.context_length
+
+    def _fail(self, what: str) -> None:
+        self.stats.failures.append(f"seed {self.seed} step {self.stats.steps}: {what}")
+
+    # -- steps -----------------------------------------------------------------
+    def step(self) -> str:
+        names = [n for n in self.weights if self._possible(n)]
+        name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]
+        getattr(self, "do_" + name)()
+        self.stats.steps += 1
+        self.stats.step_counts[name] += 1
+        self.log.append(name)
+        problems = self.oracle.check(self.host.home)
+        if problems.total > self._seen_problems:
+            self._fail(f"after {name}: " + "; ".join(problems.details[:6]))
+        self._seen_problems = problems.total
+        self._last_problems = problems
+        return name
+
+    def _has_history(self) -> bool:
+        return any(self.oracle.is_shown(m) for m in self.cli.history)
+
+    def _possible(self, name: str) -> bool:
+        started = self.cli.agent is not None and self._has_history()
+        if name in ("chat", "tool"):
+            return True
+        if name == "chat_other":
+            return self.other is not None
+        if name == "retry":
+            users = [m for m in self.cli.history if m.get("role") == "user"]
+            return started and bool(users) and self.oracle.is_shown(users[-1])
+        if name in ("resend", "undo_resend", "undo", "whitespace", "branch", "restart"):
+            return started
+        if name == "compress":
+            return started and len(self.cli.history) >= 4
+        if name == "new":
+            return self.cli.agent is not None
+        if name == "resume":
+            return self.cli.agent is not None and bool(self._resumable())
+        if name == "open_other":
+            return self.other is None and started
+        if name == "close_other":
+            return self.other is not None
+        return False
+
+    def _resumable(self) -> List[str]:
+        db = self.cli.cli._session_db
+        out = []
+        for session, counter in self.oracle.expected.items():
+            if session != self.cli.session_id and counter and db is not None and db.get_session(session):
+                out.append(session)
+        return sorted(out)
+
+    def do_chat(self) -> None:
+        self._chat(self.cli, self._text())
+
+    def do_tool(self) -> None:
+        self._chat(self.cli, self._text("prose" if self.rng.random() < 0.5 else "repeat") + " " + TOOL_WORD)
+
+    def do_chat_other(self) -> None:
+        self._chat(self.other, self._text())
+
+    def do_resend(self) -> None:
+        text = self._last_user_text(self.cli)
+        self._chat(self.cli, text if text else self._text())
+
+    def do_undo_resend(self) -> None:
+        text = self._last_user_text(self.cli)
+        self.cli.undo()
+        self._chat(self.cli, text if text else self._text())
+
+    def do_undo(self) -> None:
+        self.cli.undo()
+
+    def do_retry(self) -> None:
+        self._chat(self.cli, "", via_retry=True)
+
+    def do_whitespace(self) -> None:
+        shown = [i for i, m in enumerate(self.cli.history) if self.oracle.is_shown(m)
+                 and isinstance(m.get("content"), str)]
+        if not shown:
+            return
+        index = self.rng.choice(shown[-12:])
+        content = self.cli.history[index]["content"]
+        if content != content.rstrip() and self.rng.random() < 0.6:
+            new = content.rstrip()
+        else:
+            new = content + self.rng.choice([" ", "\n", "  \n", "\n\n"])
+        self.cli.set_content(index, new)
+
+    def do_compress(self) -> None:
+        self.cli.compress()
+
+    def do_new(self) -> None:
+        self.cli.new()
+        self.oracle.session(self.cli.session_id)
+
+    def do_resume(self) -> None:
+        self.cli.resume(self.rng.choice(self._resumable()))
+
+    def do_branch(self) -> None:
+        history = list(self.cli.history)
+        branch = self.cli.branch()
+        self.oracle.branched(branch, history)
+
+    def do_open_other(self) -> None:
+        if self.use_process:
+            self.other = self.host.process(resume=self.cli.session_id)
+        else:
+            self.other = self.host.cli(resume=self.cli.session_id)
+
+    def do_close_other(self) -> None:
+        self.other.exit()
+        if isinstance(self.other, ck.HeadlessCLI):
+            self.other.close()
+        self.other = None
+
+    def do_restart(self) -> None:
+        if isinstance(self.other, ck.HeadlessCLI):  # a fresh plugin import: in-process peers go too
+            self.do_close_other()
+        self.cli = self.host.restart(self.cli)
+
+    # -- the whole walk --------------------------------------------------------
+    def run(self) -> WalkStats:
+        started = time.perf_counter()
+        try:
+            for _ in range(self.steps):
+                self.step()
+                if self.stop_at_first and self.stats.failures:
+                    break
+            if not (self.stop_at_first and self.stats.failures):
+                # the end: every CLI exits through the host's cleanup
+                if self.other is not None:
+                    self.do_close_other()
+                self.cli.exit()
+                problems = self.oracle.check(self.host.home)
+                if problems.total > self._seen_problems:
+                    self._fail("after exit: " + "; ".join(problems.details[:6]))
+                self._last_problems = problems
+        finally:
+            if self.other is not None:
+                try:
+                    self.do_close_other()
+                except Exception:
+                    pass
+            self.stats.seconds = time.perf_counter() - started
+        self.stats.problems = getattr(self, "_last_problems", Problems())
+        return self.stats
+
+
+def describe(stats: WalkStats) -> str:
+    """One readable report of a walk's figures and its first failures."""
+    lines = [json.dumps(stats.summary())]
+    lines += stats.failures[:12]
+    return "\n".join(lines)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
