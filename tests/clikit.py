@@ -258,7 +258,38 @@ class _Quiet:
         self._stack.close()
 
 
-class HeadlessCLI:
+class SlashVerbs:
+    """The slash commands both CLI kinds send through their own ``command()``."""
+
+    session_id: str
+
+    def command(self, cmd: str) -> Any:  # pragma: no cover - defined by each CLI kind
+        raise NotImplementedError
+
+    def undo(self) -> None:
+        """``/undo``: the last exchange leaves the history (and state.db's active rows)."""
+        self.command("/undo")
+
+    def compress(self, focus: str = "") -> None:
+        """``/compress [focus]``: the CLI's forced compaction of its history."""
+        self.command(("/compress " + focus).strip())
+
+    def new(self) -> str:
+        """``/new``: a fresh session; returns its id."""
+        self.command("/new")
+        return self.session_id
+
+    def resume(self, session_id: str) -> None:
+        """``/resume <id>``: the history comes back from state.db."""
+        self.command(f"/resume {session_id}")
+
+    def branch(self) -> str:
+        """``/branch``: the history copied under a new id; returns it."""
+        self.command("/branch")
+        return self.session_id
+
+
+class HeadlessCLI(SlashVerbs):
     """One ``cli.HermesCLI`` object, driven as the input loop drives it."""
 
     def __init__(self, host: "CliHost", resume: Optional[str] = None, quiet: bool = True):
@@ -291,10 +322,6 @@ class HeadlessCLI:
         with self._quiet():
             return self.cli.process_command(cmd)
 
-    def undo(self) -> None:
-        """``/undo``: the last exchange leaves the history (and state.db's active rows)."""
-        self.command("/undo")
-
     def retry(self) -> Optional[str]:
         """``/retry`` then what the input loop does next: send the queued message."""
         self.command("/retry")
@@ -303,20 +330,6 @@ class HeadlessCLI:
             return None
         message = pending.get_nowait()
         return self.chat(message)
-
-    def compress(self, focus: str = "") -> None:
-        self.command(("/compress " + focus).strip())
-
-    def new(self) -> str:
-        self.command("/new")
-        return self.session_id
-
-    def resume(self, session_id: str) -> None:
-        self.command(f"/resume {session_id}")
-
-    def branch(self) -> str:
-        self.command("/branch")
-        return self.session_id
 
     def exit(self) -> None:
         """The CLI's exit path: ``_run_cleanup()`` for this object's agent."""
@@ -389,7 +402,7 @@ def point_cli_at_keep_state(home: Path) -> Any:
 # A second OS process on the same home
 # ---------------------------------------------------------------------------
 
-class CliProcess:
+class CliProcess(SlashVerbs):
     """``tests/cli_driver.py`` in its own Python process: a HermesCLI on the same
     HERMES_HOME (``resume=<session>`` like ``hermes -c <session>``), driven over
     a JSON-lines pipe. Its own engine copy, its own memory; it shares only the
@@ -445,25 +458,8 @@ class CliProcess:
     def command(self, cmd: str) -> None:
         self._call({"op": "command", "text": cmd})
 
-    def undo(self) -> None:
-        self.command("/undo")
-
     def retry(self) -> Optional[str]:
         return self._call({"op": "retry"}).get("reply")
-
-    def compress(self, focus: str = "") -> None:
-        self.command(("/compress " + focus).strip())
-
-    def new(self) -> str:
-        self.command("/new")
-        return self.session_id
-
-    def resume(self, session_id: str) -> None:
-        self.command(f"/resume {session_id}")
-
-    def branch(self) -> str:
-        self.command("/branch")
-        return self.session_id
 
     @property
     def history(self) -> List[dict]:

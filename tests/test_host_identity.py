@@ -7,7 +7,6 @@ with an oracle of what was shown where (walkkit.Oracle): every send is a new
 message, every reply one, nothing else is.
 """
 import random
-import re
 import sqlite3
 
 import pytest

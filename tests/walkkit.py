@@ -23,178 +23,29 @@ assistant messages with text. What is stored beyond the oracle is a
 *duplicate* (shown in that session, stored more often), *misfiled* (shown only
 in another session) or *phantom* (never shown anywhere: a summary block stored
 as a message); what the oracle has beyond the store is *lost*.
+
+After each chat: the request ends with the newest user message; tool pairs are
+valid; after a compaction the host's own estimate is under the threshold, the
+provider's count under the window, the raw tail not starved, and every frontier
+summary of the session (another process's too) is in the prompt: the fake
+model's summaries list the turn markers ("[T12]") they cover, so a summary of
+summaries still names its turns and a dropped summary shows as missing markers.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import re
+import sqlite3
 import statistics
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import clikit as ck
-import hostkit as hk
-
-MARKER_RE = re.compile(r"\[T\d+\]")
-
-# ---------------------------------------------------------------------------
-# Texts of every kind the issue names
-# ---------------------------------------------------------------------------
-
-_PROSE_SUBJECTS = ["The scheduler", "Each worker", "The billing service", "Our deployment", "The cache layer",
-                   "The ingestion job", "A retry policy", "The load balancer", "The database migration",
-                   "The monitoring stack", "The release train", "The API gateway", "Every tenant"]
-_PROSE_VERBS = ["waits for", "records", "rejects", "replays", "batches", "throttles", "validates",
-                "compresses", "forwards", "tracks", "summarizes", "retries"]
-_PROSE_OBJECTS = ["the pending requests", "every failed payment", "the nightly export", "stale sessions",
-                  "the audit trail", "incoming webhooks", "the rollout plan", "each queue partition",
-                  "the error budget", "the customer's invoices", "idle connections", "the shard map"]
-_PROSE_TAILS = ["before the lease expires.", "when the region fails over.", "after the quota resets.",
-                "so the dashboard stays accurate.", "unless an operator pauses it.",
-                "because the upstream is slow on Mondays.", "and logs a warning once.",
-                "until the backlog drains.", "within the agreed latency budget."]
-_IDENT_PARTS = ["Connection", "Pool", "Manager", "Factory", "Configuration", "Serializer", "Transaction",
-                "Coordinator", "Replication", "Checkpoint", "Authentication", "Middleware", "Provider",
-                "Observability", "Orchestrator", "Reconciliation", "Idempotency", "Partition"]
-_SNAKE = ["max_inflight_requests_per_connection", "retry_backoff_multiplier_seconds",
-          "kubernetes_horizontal_pod_autoscaler", "distributed_transaction_coordinator_timeout",
-          "authentication_middleware_configuration", "replication_checkpoint_interval_milliseconds"]
-_CJK = ("系统会在租约过期之前等待所有请求完成。数据库迁移需要在维护窗口内执行，"
-        "监控平台记录每一次失败的支付并发出警告。我们的部署流程包括灰度发布和自动回滚，"
-        "缓存层负责减少上游服务的压力。每个分区的队列都有独立的重试策略。")
-REPEATED = ["continue", "ok", "go on", "yes", "continue"]
-KINDS = ("prose", "code", "longword", "cjk", "repeat")
-
-
-def prose(rng: random.Random, chars: int) -> str:
-    """Plain technical prose (chars/4 over-counts it a little)."""
-    out: List[str] = []
-    size = 0
-    while size < chars:
-        sentence = " ".join([rng.choice(_PROSE_SUBJECTS), rng.choice(_PROSE_VERBS),
-                             rng.choice(_PROSE_OBJECTS), rng.choice(_PROSE_TAILS)])
-        if rng.random() < 0.15:
-            sentence += "\n\n"
-        out.append(sentence)
-        size += len(sentence) + 1
-    return " ".join(out)[:max(1, chars)].strip()
-
-
-def longword(rng: random.Random, chars: int) -> str:
-    """Identifier-heavy technical text (chars/4 over-counts it about 2x)."""
-    out: List[str] = []
-    size = 0
-    while size < chars:
-        if rng.random() < 0.5:
-            word = "".join(rng.choice(_IDENT_PARTS) for _ in range(rng.randint(3, 5)))
-        else:
-            word = rng.choice(_SNAKE) + "_" + rng.choice(_SNAKE)
-        out.append(word)
-        size += len(word) + 1
-    return " ".join(out)[:max(1, chars)].strip()
-
-
-def code(rng: random.Random, chars: int) -> str:
-    """Python-like code (chars/4 under-counts it a little)."""
-    lines: List[str] = []
-    size = 0
-    n = 0
-    while size < chars:
-        n += 1
-        name = rng.choice(_SNAKE)[:24]
-        block = [f"def handler_{n}(request, {name}=None):",
-                 f"    if request.get('{name}') is None:",
-                 f"        return {{'status': {rng.randint(200, 504)}, 'retry': {rng.randint(1, 9)}}}",
-                 f"    for item in request['items'][:{rng.randint(2, 64)}]:",
-                 "        item['seen'] = True",
-                 "    return request", ""]
-        lines.extend(block)
-        size += sum(len(line) + 1 for line in block)
-    return "\n".join(lines)[:max(1, chars)].strip()
-
-
-def cjk(rng: random.Random, chars: int) -> str:
-    """Chinese technical text (chars/4 under-counts it about 5x)."""
-    start = rng.randrange(len(_CJK))
-    text = (_CJK * (chars // len(_CJK) + 2))[start:start + max(1, chars)]
-    return text.strip()
-
-
-GENERATORS = {"prose": prose, "code": code, "longword": longword, "cjk": cjk}
-
-
-# characters per cl100k token of each generator (measured on 20,000 characters);
-# chars/4 is the host's estimate, so prose and long words are over-counted by it
-# and CJK under-counted about 4x
-CHARS_PER_TOKEN = {"prose": 5.8, "code": 3.9, "longword": 7.1, "cjk": 0.95}
-
-
-def make_text(rng: random.Random, kind: str, tokens: int, marker: Optional[str]) -> str:
-    """A user message of about ``tokens`` real (cl100k) tokens."""
-    if kind == "repeat":
-        return rng.choice(REPEATED)
-    chars = max(4, int(tokens * CHARS_PER_TOKEN[kind]))
-    body = GENERATORS[kind](rng, chars)
-    return f"{marker} {body}" if marker else body
-
-
-def turn_tokens(rng: random.Random, largest: int = 8000) -> int:
-    """A turn size between a few tokens and ``largest``: log-uniform, with one
-    turn in four drawn from the top quarter so compactions come often."""
-    if rng.random() < 0.25:
-        return rng.randint(largest // 4, largest)
-    return int(round(3 * (largest / 3) ** rng.random()))
-
-
-# ---------------------------------------------------------------------------
-# The scripted model
-# ---------------------------------------------------------------------------
-
-TOOL_WORD = "[use-a-tool]"
-
-
-class ScriptedModel:
-    """Deterministic replies for the fake server.
-
-    Main requests: about a quarter answer exactly "ok" (identical messages),
-    the rest "Noted <marker> ..." of varying length. A user message containing
-    TOOL_WORD makes the model call ``trove_status`` first. Summaries (the
-    non-streaming auxiliary calls) list the turn markers they were given, so a
-    summary of summaries still names every turn it covers.
-    """
-
-    def __init__(self, seed: int = 0, long_reply_share: float = 0.2, ok_share: float = 0.25):
-        self.rng = random.Random(seed)
-        self.long_reply_share = long_reply_share
-        self.ok_share = ok_share
-        self.lock = threading.Lock()
-        self.replies = 0
-
-    def __call__(self, body: dict) -> Any:
-        msgs = body.get("messages") or []
-        if not hk.is_main_request(body):
-            text = "\n".join(hk._content_text(m.get("content")) for m in msgs)
-            markers = list(dict.fromkeys(MARKER_RE.findall(text)))
-            return "- summary of turns " + (" ".join(markers) if markers else "without markers") + "."
-        last_user = ck.request_user_text(body)
-        if msgs and msgs[-1].get("role") == "user" and TOOL_WORD in last_user:
-            return hk.ToolCall("trove_status", {})
-        with self.lock:
-            self.replies += 1
-            roll = self.rng.random()
-            size = self.rng.randint(200, 6000) if self.rng.random() < self.long_reply_share else self.rng.randint(5, 200)
-            n = self.replies
-        if roll < self.ok_share:
-            return "ok"
-        found = MARKER_RE.search(last_user)
-        head = f"Noted {found.group(0)} (reply {n})." if found else f"Noted (reply {n})."
-        filler = prose(random.Random(n), size)
-        return f"{head} {filler}".strip()
+from walktexts import (CHARS_PER_TOKEN, GENERATORS, KINDS, MARKER_RE, REPEATED,  # noqa: F401
+                       TOOL_WORD, ScriptedModel, code, cjk, longword, make_text, prose, turn_tokens)
 
 
 # ---------------------------------------------------------------------------
@@ -228,10 +79,9 @@ class Problems:
         return self.duplicates + self.lost + self.misfiled + self.phantom
 
     def add(self, other: "Problems") -> None:
-        self.duplicates += other.duplicates
-        self.lost += other.lost
-        self.misfiled += other.misfiled
-        self.phantom += other.phantom
+        """Fold another check's counts and details into these."""
+        for name in ("duplicates", "lost", "misfiled", "phantom"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.details.extend(other.details)
 
 
@@ -426,6 +276,36 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
                         over_window=real > context_length)
 
 
+def frontier_markers(home, session: str) -> Dict[int, set]:
+    """Turn markers in the text of each frontier node of ``session`` (summary
+    nodes no other node contains), from trove.db."""
+    path = Path(home) / "trove.db"
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        canonical = db.execute("SELECT canonical_id FROM sessions WHERE session_id = ?", (session,)).fetchone()
+        rows = db.execute(
+            "SELECT n.node_id, n.text FROM nodes n WHERE n.session_id = ? AND NOT EXISTS"
+            " (SELECT 1 FROM node_edges e WHERE e.child_node_id = n.node_id)",
+            (canonical[0] if canonical else session,)).fetchall()
+    finally:
+        db.close()
+    return {node_id: set(MARKER_RE.findall(text or "")) for node_id, text in rows}
+
+
+def dropped_nodes(home, session: str, body: dict) -> Dict[int, List[str]]:
+    """Frontier nodes of ``session`` whose turn markers the request lacks: turns
+    that fell out of the prompt (neither their summary nor their raw rows sent)."""
+    sent = set(MARKER_RE.findall("\n".join(ck.text_of(m.get("content")) for m in body.get("messages") or [])))
+    out = {}
+    for node_id, markers in frontier_markers(home, session).items():
+        missing = sorted(markers - sent, key=lambda m: int(m[2:-1]))
+        if missing:
+            out[node_id] = missing
+    return out
+
+
 def previous_exchange(history: List[dict], oracle: Oracle) -> List[dict]:
     """The last shown user message and the shown replies after it (the exchange
     before the one about to be sent)."""
@@ -455,6 +335,7 @@ class WalkStats:
     compactions: int = 0
     problems: Problems = field(default_factory=Problems)
     starved: int = 0
+    dropped: int = 0
     over_threshold: int = 0
     overflow: int = 0
     over_window_uncompacted: int = 0
@@ -466,25 +347,21 @@ class WalkStats:
     seconds: float = 0.0
 
     def add(self, other: "WalkStats") -> None:
-        self.walks += other.walks
-        self.steps += other.steps
-        self.chats += other.chats
-        self.compactions += other.compactions
-        self.problems.add(other.problems)
-        self.starved += other.starved
-        self.over_threshold += other.over_threshold
-        self.overflow += other.overflow
-        self.over_window_uncompacted += other.over_window_uncompacted
-        self.not_ending_with_user += other.not_ending_with_user
-        self.tool_problems += other.tool_problems
-        self.tail_sizes.extend(other.tail_sizes)
-        self.step_counts.update(other.step_counts)
-        self.failures.extend(other.failures)
-        self.seconds += other.seconds
+        """Fold another walk's figures into these."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, Counter):
+                mine.update(theirs)
+            elif isinstance(mine, Problems):
+                mine.add(theirs)
+            elif isinstance(mine, list):
+                mine.extend(theirs)
+            else:
+                setattr(self, f.name, mine + theirs)
 
     @property
     def clean(self) -> bool:
-        return not (self.problems.total or self.starved or self.over_threshold or self.overflow
+        return not (self.problems.total or self.starved or self.dropped or self.over_threshold or self.overflow
                     or self.not_ending_with_user or self.tool_problems)
 
     def summary(self) -> dict:
@@ -493,7 +370,8 @@ class WalkStats:
             "walks": self.walks, "steps": self.steps, "chats": self.chats, "compactions": self.compactions,
             "duplicates": self.problems.duplicates, "lost": self.problems.lost,
             "misfiled": self.problems.misfiled, "phantom": self.problems.phantom,
-            "starved_tails": self.starved, "over_threshold_after_compaction": self.over_threshold,
+            "starved_tails": self.starved, "summaries_dropped_from_prompt": self.dropped,
+            "over_threshold_after_compaction": self.over_threshold,
             "over_window_after_compaction": self.overflow,
             "over_window_without_compaction": self.over_window_uncompacted, "prompt_not_ending_with_user": self.not_ending_with_user,
             "tool_pair_problems": self.tool_problems,
@@ -529,6 +407,7 @@ class Walk:
         self.other: Any = None
         self.log: List[str] = []
         self._seen_details: set = set()
+        self._manual: Dict[int, bool] = {}
 
     # -- texts -----------------------------------------------------------------
     def _text(self, kind: Optional[str] = None) -> str:
@@ -562,6 +441,8 @@ class Walk:
         compacted = after_count is not None and before_count is not None and after_count > before_count
         if compacted:
             self.stats.compactions += 1
+        # the first request after a /compress gets the post-compaction checks too
+        compacted = compacted or self._manual.pop(id(who), False)
         if self.host.main_request_count() == sent_before:
             self._fail(f"chat {text[:30]!r} sent no request")
             return
@@ -584,6 +465,11 @@ class Walk:
             self.stats.starved += 1
             self._fail(f"tail starved: {check.tail_size} raw message(s) kept, request ~{check.rough} of "
                        f"threshold {threshold}, previous exchange ~{rough_messages(prev_pair)}")
+        if compacted:
+            dropped = dropped_nodes(self.host.home, who.session_id, body)
+            if dropped:
+                self.stats.dropped += len(dropped)
+                self._fail(f"after a compaction the prompt lacks frontier summaries (node: turns): {dropped}")
         if check.overflow:
             self.stats.overflow += 1
             self._fail(f"after a compaction a request of {check.real} real tokens over the {window} window")
@@ -702,7 +588,10 @@ class Walk:
         self.cli.set_content(index, new)
 
     def do_compress(self) -> None:
+        before = self._compression_count(self.cli)
         self.cli.compress()
+        if self._compression_count(self.cli) > before:
+            self._manual[id(self.cli)] = True
 
     def do_new(self) -> None:
         self.cli.new()
@@ -764,6 +653,3 @@ def describe(stats: WalkStats) -> str:
     lines += stats.failures[:12]
     return "\n".join(lines)
 
-
-def digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
