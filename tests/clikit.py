@@ -125,13 +125,17 @@ def real_prompt_tokens(body: dict) -> int:
     return max(1, total)
 
 
-def host_rough_tokens(body: dict) -> int:
-    """The host's own estimate (``agent.model_metadata.estimate_request_tokens_rough``)
-    of a request it sent: the figure its compaction trigger compares with
-    ``threshold_tokens``. chars/4 when the host lacks the function."""
+def host_rough_tokens(body: dict, host_messages: Optional[List[dict]] = None) -> int:
+    """The host's own estimate (``agent.model_metadata.estimate_request_tokens_rough``):
+    the figure its compaction trigger compares with ``threshold_tokens``.
+
+    ``host_messages``: the list the host holds (its history, with its own keys:
+    ``api_content`` on user messages counts again, as the host counts it); the
+    system prompt and tool schemas come from the request ``body``. Without it,
+    the request's messages themselves. chars/4 when the host lacks the function."""
     msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     system = "".join(hk._content_text(m.get("content")) for m in msgs if m.get("role") == "system")
-    rest = [m for m in msgs if m.get("role") != "system"]
+    rest = host_messages if host_messages is not None else [m for m in msgs if m.get("role") != "system"]
     try:
         from agent.model_metadata import estimate_request_tokens_rough
     except Exception:

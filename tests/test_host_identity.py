@@ -32,7 +32,7 @@ class Talk:
         self.host = host
         self.cli = cli or host.cli()
         self.oracle = wk.Oracle()
-        self.compacted_turns = []  # (turn index, request body, previous exchange)
+        self.compacted_turns = []  # (text sent, request body, previous exchange, host list)
 
     def say(self, text, cli=None):
         cli = cli or self.cli
@@ -42,7 +42,8 @@ class Talk:
         for message in wk.new_messages_of_turn(cli.history, text):
             self.oracle.shown(cli.session_id, message)
         if cli.engine.compression_count > before:
-            self.compacted_turns.append((text, self.host.last_main_request(), previous))
+            self.compacted_turns.append((text, self.host.last_main_request(), previous,
+                                         wk.host_list_of_turn(cli.history, text)))
         return cli.history
 
     def retry(self, cli=None):
@@ -103,10 +104,10 @@ def test_tail_is_not_starved_and_the_host_check_passes_after_compaction(tmp_path
         engine = talk.cli.engine
         assert talk.compacted_turns, "no compaction: the test proves nothing"
         report = []
-        for sent, body, previous in talk.compacted_turns:
+        for sent, body, previous, host_list in talk.compacted_turns:
             check = wk.check_request(body, sent, talk.oracle, threshold=int(engine.threshold_tokens),
                                      context_length=int(engine.context_length), compacted=True,
-                                     previous_pair=previous)
+                                     previous_pair=previous, host_list=host_list)
             report.append((sent[:6], check.tail_size, check.rough, check.real, check.starved))
             assert check.ends_with_user
             assert not check.over_threshold, (check.rough, engine.threshold_tokens, report)

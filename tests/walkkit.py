@@ -253,18 +253,23 @@ class RequestCheck:
 
 
 def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, context_length: int,
-                  compacted: bool, previous_pair: List[dict]) -> RequestCheck:
+                  compacted: bool, previous_pair: List[dict],
+                  host_list: Optional[List[dict]] = None) -> RequestCheck:
     """One main request after ``chat(sent)``: its newest user message is ``sent``;
     tool pairs are valid; after a compaction the host's own estimate is under
     ``threshold`` and the raw tail is not starved (only the newest user message
     kept although the previous exchange would fit under STARVE_MARGIN of the
-    threshold); the provider's count fits the window."""
+    threshold); the provider's count fits the window.
+
+    ``host_list``: the host's own list at that request (its history up to the
+    newest user message, :func:`host_list_of_turn`): the host estimates that,
+    keys and all. Without it the request's messages are estimated."""
     wire = ck.request_user_text(body)
     ends = wire.strip().startswith(sent.strip())
     msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"]
     suffix = policy_suffix(wire, sent)
     kept = raw_kept(body, oracle, suffix)
-    rough = ck.host_rough_tokens(body)
+    rough = ck.host_rough_tokens(body, host_list)
     real = ck.real_prompt_tokens(body)
     over = compacted and rough >= threshold
     starved = False
@@ -294,25 +299,39 @@ def frontier_markers(home, session: str) -> Dict[int, set]:
     return {node_id: set(MARKER_RE.findall(text or "")) for node_id, text in rows}
 
 
-def dropped_nodes(home, session: str, body: dict) -> Dict[int, List[str]]:
-    """Frontier nodes of ``session`` whose turn markers the request lacks: turns
-    that fell out of the prompt (neither their summary nor their raw rows sent)."""
+def dropped_nodes(frontier: Dict[int, set], body: dict) -> Dict[int, List[str]]:
+    """Frontier nodes (:func:`frontier_markers`) whose turn markers the request
+    lacks: turns that fell out of the prompt (neither their summary nor their
+    raw rows sent)."""
     sent = set(MARKER_RE.findall("\n".join(ck.text_of(m.get("content")) for m in body.get("messages") or [])))
     out = {}
-    for node_id, markers in frontier_markers(home, session).items():
+    for node_id, markers in frontier.items():
         missing = sorted(markers - sent, key=lambda m: int(m[2:-1]))
         if missing:
             out[node_id] = missing
     return out
 
 
+def host_list_of_turn(history: List[dict], sent: str) -> Optional[List[dict]]:
+    """The host's list as its check after a turn-start compaction saw it in the
+    turn that sent ``sent``: the history up to and including that user message,
+    which has no ``api_content`` yet (pre_llm_call sets it after the check)."""
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].get("role") == "user":
+            if ck.text_of(history[i].get("content")) != ck.text_of(sent):
+                return None
+            current = {k: v for k, v in history[i].items() if k != "api_content"}
+            return history[:i] + [current]
+    return None
+
+
 def previous_exchange(history: List[dict], oracle: Oracle) -> List[dict]:
-    """The last shown user message and the shown replies after it (the exchange
-    before the one about to be sent)."""
-    shown = [m for m in history if oracle.is_shown(m)]
-    for i in range(len(shown) - 1, -1, -1):
-        if shown[i].get("role") == "user":
-            return shown[i:]
+    """The exchange before the one about to be sent: from the last shown user
+    message to the end of the history (its tool calls and results included,
+    since the tail keeps a tool group whole)."""
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].get("role") == "user" and oracle.is_shown(history[i]):
+            return history[i:]
     return []
 
 
@@ -407,7 +426,7 @@ class Walk:
         self.other: Any = None
         self.log: List[str] = []
         self._seen_details: set = set()
-        self._manual: Dict[int, bool] = {}
+        self._manual: Dict[int, Tuple[str, Dict[int, set]]] = {}  # CLI -> its /compress
 
     # -- texts -----------------------------------------------------------------
     def _text(self, kind: Optional[str] = None) -> str:
@@ -441,15 +460,22 @@ class Walk:
         compacted = after_count is not None and before_count is not None and after_count > before_count
         if compacted:
             self.stats.compactions += 1
-        # the first request after a /compress gets the post-compaction checks too
-        compacted = compacted or self._manual.pop(id(who), False)
+        # the first request after a /compress gets the post-compaction checks too,
+        # against the summaries that existed when it compacted
+        manual = self._manual.pop(id(who), None)
+        frontier = None
+        if compacted:
+            frontier = frontier_markers(self.host.home, who.session_id)
+        elif manual is not None and manual[0] == who.session_id:
+            compacted, frontier = True, manual[1]
         if self.host.main_request_count() == sent_before:
             self._fail(f"chat {text[:30]!r} sent no request")
             return
         body = self.host.last_main_request()
         threshold, window = self._threshold(who)
         check = check_request(body, text, self.oracle, threshold=threshold, context_length=window,
-                              compacted=compacted, previous_pair=prev_pair)
+                              compacted=compacted, previous_pair=prev_pair,
+                              host_list=host_list_of_turn(history, text))
         if compacted:
             self.stats.tail_sizes.append(check.tail_size)
         if not check.ends_with_user:
@@ -465,8 +491,8 @@ class Walk:
             self.stats.starved += 1
             self._fail(f"tail starved: {check.tail_size} raw message(s) kept, request ~{check.rough} of "
                        f"threshold {threshold}, previous exchange ~{rough_messages(prev_pair)}")
-        if compacted:
-            dropped = dropped_nodes(self.host.home, who.session_id, body)
+        if frontier is not None:
+            dropped = dropped_nodes(frontier, body)
             if dropped:
                 self.stats.dropped += len(dropped)
                 self._fail(f"after a compaction the prompt lacks frontier summaries (node: turns): {dropped}")
@@ -500,6 +526,8 @@ class Walk:
     def step(self) -> str:
         names = [n for n in self.weights if self._possible(n)]
         name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]
+        if name in ("new", "resume", "branch", "restart", "undo", "undo_resend", "retry"):
+            self._manual.clear()  # the next request is not the one right after the /compress
         getattr(self, "do_" + name)()
         self.stats.steps += 1
         self.stats.step_counts[name] += 1
@@ -591,7 +619,8 @@ class Walk:
         before = self._compression_count(self.cli)
         self.cli.compress()
         if self._compression_count(self.cli) > before:
-            self._manual[id(self.cli)] = True
+            session = self.cli.session_id
+            self._manual[id(self.cli)] = (session, frontier_markers(self.host.home, session))
 
     def do_new(self) -> None:
         self.cli.new()
