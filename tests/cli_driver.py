@@ -1,5 +1,8 @@
 """A HermesCLI in its own process, driven over stdin/stdout JSON lines (clikit.CliProcess).
 
+``python cli_driver.py --hermes chat -q TEXT -Q [--resume SESSION]`` runs the real
+``hermes`` command instead (one-shot, one process per call).
+
 ``python cli_driver.py --home $HERMES_HOME [--resume SESSION]``: like a second
 terminal running ``hermes -c SESSION`` on the same home. Requests, one JSON
 object a line: {"op": "hello"|"chat"|"command"|"retry"|"history"|"edit"|
@@ -14,7 +17,28 @@ import sys
 import traceback
 
 
+def hermes_command(argv: list) -> int:
+    """``cli_driver.py --hermes chat -q TEXT ...``: the real ``hermes`` entry point
+    (hermes_cli.main.main, what the console script runs) under the network guard."""
+    import hostkit as hk
+
+    with hk.NetworkGuard() as guard:
+        from hermes_cli.main import main as hermes_main
+
+        sys.argv = ["hermes"] + argv
+        try:
+            code = hermes_main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    if guard.blocked:
+        print(f"network access attempted: {guard.blocked}", file=sys.stderr)
+        return 3
+    return int(code or 0)
+
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--hermes":
+        return hermes_command(sys.argv[2:])
     parser = argparse.ArgumentParser()
     parser.add_argument("--home", required=True)
     parser.add_argument("--resume", default=None)

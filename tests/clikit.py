@@ -18,6 +18,7 @@ HeadlessCLI: .chat(text), .command("/undo"), .undo(), .retry(), .compress(),
     .new(), .resume(id), .branch(), .exit(); .session_id, .history, .agent,
     .engine, .output (everything the CLI printed).
 CliProcess: the same verbs over a JSON-lines pipe to tests/cli_driver.py.
+hermes_one_shot(host, text, resume=None): the real ``hermes chat -q`` command, one turn.
 stored_rows(home, session=None) / stored_sessions(home): trove.db as the tests read it.
 real_prompt_tokens(body): a provider's prompt_tokens (cl100k of what was sent).
 host_rough_tokens(body): the host's own ``estimate_request_tokens_rough`` of a request.
@@ -489,6 +490,38 @@ class CliProcess(SlashVerbs):
             self.proc.wait(10)
 
     close = exit
+
+
+def _fresh_update_check_cache(home: Path) -> None:
+    """The cache ``check_for_updates`` reads first: "checked just now, up to date"."""
+    import time
+
+    try:
+        from hermes_cli.banner import VERSION
+    except Exception:
+        return
+    rev = os.environ.get("HERMES_REVISION") or None
+    (Path(home) / ".update_check").write_text(
+        json.dumps({"ts": time.time(), "behind": 0, "rev": rev, "ver": VERSION}), encoding="utf-8")
+
+
+def hermes_one_shot(host: "CliHost", text: str, resume: Optional[str] = None,
+                    timeout: float = 180.0) -> subprocess.CompletedProcess:
+    """``hermes chat -q TEXT -Q [--resume SESSION]`` in its own process on the host's
+    home: the real command, one turn, then its own exit path (slash commands are
+    not dispatched in this mode). Only loopback connections are allowed: a fresh
+    ``.update_check`` cache in the home keeps the command's PyPI version check
+    (hermes_cli/banner.py ``check_for_updates``, cached 6 h) from running."""
+    _fresh_update_check_cache(host.home)
+    env = dict(os.environ)
+    env.update(QUIET_ENV)
+    env["PYTHONPATH"] = str(TESTS_DIR)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    args = [sys.executable, str(DRIVER), "--hermes", "chat", "-q", text, "-Q", "--ignore-rules"]
+    if resume:
+        args += ["--resume", resume]
+    return subprocess.run(args, env=env, cwd=str(host.home.parent), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------

@@ -51,6 +51,12 @@ def test_cli_verbs_reach_the_host(tmp_path):
         assert [m["content"] for m in again.history] == ["delta", "re: delta"]
         again.resume(first)
         assert again.session_id == first
+        again.exit()
+        # the real `hermes chat -q --resume` command continues the same session
+        done = ck.hermes_one_shot(host, "epsilon", resume=first)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "re: epsilon" in done.stdout
+        assert ("user", "epsilon") in [(r["role"], r["content"]) for r in host.rows(first)]
         assert host.rows()  # trove stored something under the host's ids
         assert set(host.sessions()) >= {first}
     assert not host.env.blocked
