@@ -10,8 +10,8 @@ losses, misfiled and phantom rows, starved tails, tail sizes after compactions
 compaction. Every check runs after every step (see walkkit); unlike the test a
 soak walk does not stop at its first failure.
 
-    .venv/bin/python bench/soak.py --steps 2000 --seed 1          # ~25 min
-    .venv/bin/python bench/soak.py --steps 300 --seed 1           # ~4 min
+    .venv/bin/python bench/soak.py --steps 2000 --seed 1          # ~13 min
+    .venv/bin/python bench/soak.py --steps 300 --seed 1           # ~2 min
     .venv/bin/python bench/soak.py --seed 2400 --steps 40 --walk-steps 40   # replay a test walk
 
 Writes bench/results/soak.json. Exit status 1 when any check failed.
