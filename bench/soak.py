@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Soak: thousands of random steps over the real Hermes CLI object (issue 24).
+
+Runs the generative test's walks (tests/walkkit.py, driving ``cli.HermesCLI``
+through tests/clikit.py against a fake model on 127.0.0.1, 65,536-token
+window, default trove settings) until ``--steps`` steps are done, each walk in a
+fresh HERMES_HOME, and prints per walk and in total: walks, steps, duplicates,
+losses, misfiled and phantom rows, starved tails, tail sizes after compactions
+(min / median), requests over the host's threshold or the window after a
+compaction. Every check runs after every step (see walkkit); unlike the test a
+soak walk does not stop at its first failure.
+
+    .venv/bin/python bench/soak.py --steps 2000 --seed 1          # ~13 min
+    .venv/bin/python bench/soak.py --steps 300 --seed 1           # ~2 min
+    .venv/bin/python bench/soak.py --seed 2400 --steps 40 --walk-steps 40   # replay a test walk
+
+Writes bench/results/soak.json. Exit status 1 when any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent / "tests"
+
+
+def _isolate() -> None:
+    """Default settings and a throw-away home, as the tests have them."""
+    for key in [k for k in os.environ if k.startswith("TROVE_")]:
+        del os.environ[key]
+    os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="trove-soak-home-")
+    os.environ["HERMES_EXIT_WATCHDOG_S"] = "0"
+    os.environ.pop("HERMES_SESSION_ID", None)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=2000, help="total random steps (default 2000)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the first walk (then +1 per walk)")
+    parser.add_argument("--walk-steps", type=int, default=60, help="steps per walk (default 60)")
+    parser.add_argument("--largest-turn", type=int, default=8000, help="largest user turn in tokens")
+    parser.add_argument("--in-process", action="store_true",
+                        help="the second CLI is a second HermesCLI object in this process "
+                             "(default: a real second OS process)")
+    parser.add_argument("--show", type=int, default=5, help="failures to print per walk")
+    args = parser.parse_args(argv)
+
+    _isolate()
+    sys.path.insert(0, str(TESTS))
+    sys.path.insert(0, str(HERE))
+    import clikit as ck
+    import hostkit as hk
+    import walkkit as wk
+    from synth import save_results
+
+    total = wk.WalkStats()
+    walks = []
+    started = time.perf_counter()
+    with hk.FakeOpenAIServer(prompt_tokens_fn=ck.real_prompt_tokens) as server:
+        seed = args.seed
+        while total.steps < args.steps:
+            steps = min(args.walk_steps, args.steps - total.steps)
+            with tempfile.TemporaryDirectory(prefix="trove-soak-") as tmp:
+                with ck.CliHost(Path(tmp), server=server, responder=wk.ScriptedModel(seed)) as host:
+                    walk = wk.Walk(host, seed, steps=steps, stop_at_first=False,
+                                   use_process=not args.in_process,
+                                   largest_turn=args.largest_turn)
+                    stats = walk.run()
+                    server.clear()
+            total.add(stats)
+            summary = stats.summary()
+            walks.append({"seed": seed, **summary, "failures": stats.failures[:20]})
+            print(f"walk seed={seed}: " + json.dumps(summary), flush=True)
+            for line in stats.failures[:args.show]:
+                print("   " + line[:300], flush=True)
+            seed += 1
+    seconds = time.perf_counter() - started
+    figures = total.summary()
+    figures["seconds"] = round(seconds, 1)
+    figures["steps_per_second"] = round(total.steps / seconds, 2) if seconds else None
+    figures["step_counts"] = dict(total.step_counts)
+    print("\nTOTAL " + json.dumps(figures, indent=1))
+    path = save_results("soak", args=vars(args), totals=figures, walks=walks)
+    print(f"wrote {path}")
+    return 0 if total.clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The generative test of issue 24: seeded random walks over the host's own CLI object.
+
+Each walk drives ``cli.HermesCLI`` (clikit) with turns of random size (a few
+tokens to ~8K) and kind (prose, code, long identifiers, CJK, repeated "ok" /
+"continue"), /undo, /retry, identical re-sends, whitespace edits of tail
+messages, /compress, /new, /resume (history restored from the host's SessionDB),
+/branch, a second CLI on the same session (a real second OS process, as two
+terminals running ``hermes -c``), process restarts and tool calls. After every step (walkkit.Walk.step): per session the stored
+user/assistant rows equal the oracle's (0 duplicates, 0 lost, 0 misfiled,
+0 phantom); after each chat the last request ends with the newest user message
+and its tool pairs are valid; after a compaction the host's own
+estimate_request_tokens_rough of the request is under the threshold, the real
+count under the window, and the raw tail is not starved.
+
+Bounded for CI: ``HOSTWALK_WALKS`` walks (default 2) of ``HOSTWALK_STEPS`` steps
+(default 40), seeds from ``HOSTWALK_SEED`` (default 2400). A failure names the
+seed and step; replay it with ``python bench/soak.py --seed S --steps N``.
+Thousands of steps: bench/soak.py.
+"""
+import os
+
+import pytest
+
+import clikit as ck
+import hostkit as hk
+import walkkit as wk
+
+pytestmark = pytest.mark.host
+
+WALKS = int(os.environ.get("HOSTWALK_WALKS", "2"))
+STEPS = int(os.environ.get("HOSTWALK_STEPS", "40"))
+SEED = int(os.environ.get("HOSTWALK_SEED", "2400"))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with hk.FakeOpenAIServer(prompt_tokens_fn=ck.real_prompt_tokens) as fake:
+        yield fake
+
+
+@pytest.mark.parametrize("walk", range(WALKS))
+def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, walk):
+    seed = SEED + walk
+    with ck.CliHost(tmp_path, server=server, responder=wk.ScriptedModel(seed)) as host:
+        w = wk.Walk(host, seed, steps=STEPS, use_process=True)
+        stats = w.run()
+    assert not host.env.blocked
+    assert stats.steps, "the walk took no step"
+    assert stats.clean, (wk.describe(stats) + f"\nsteps: {w.log}\n"
+                         f"replay: python bench/soak.py --seed {seed} --steps {STEPS} --walk-steps {STEPS}")

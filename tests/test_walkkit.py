@@ -1,0 +1,61 @@
+"""The walk's oracle catches what it must: a duplicate, a loss, a misfiled row, a
+phantom, a second branch copy (checked on a hand-made trove.db, no host)."""
+import sqlite3
+
+import walkkit as wk
+
+
+def store(tmp_path, rows, aliases=()):
+    db = sqlite3.connect(tmp_path / "trove.db")
+    db.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, canonical_id TEXT)")
+    db.execute("CREATE TABLE messages (store_id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT)")
+    for session in {s for s, _, _ in rows} | {a for a, _ in aliases}:
+        db.execute("INSERT INTO sessions VALUES (?, ?)", (session, dict(aliases).get(session, session)))
+    db.executemany("INSERT INTO messages(session_id, role, content) VALUES (?, ?, ?)", rows)
+    db.commit()
+    db.close()
+    return tmp_path
+
+
+def oracle(shown):
+    o = wk.Oracle()
+    for session, role, text in shown:
+        o.shown(session, {"role": role, "content": text})
+    return o
+
+
+SHOWN = [("s1", "user", "hello"), ("s1", "assistant", "ok"), ("s1", "user", "hello"),
+         ("s1", "assistant", "ok"), ("s2", "user", "other")]
+
+
+def test_exact_store_is_clean_and_whitespace_does_not_count(tmp_path):
+    rows = [(s, r, t + (" \n" if i == 1 else "")) for i, (s, r, t) in enumerate(SHOWN)]
+    problems = oracle(SHOWN).check(store(tmp_path, rows))
+    assert problems.total == 0, problems.details
+
+
+def test_each_kind_of_problem_is_counted(tmp_path):
+    rows = list(SHOWN[:4]) + [("s1", "user", "hello"),            # a third "hello": duplicate
+                              ("s1", "user", "other"),            # shown only in s2: misfiled
+                              ("s1", "user", "[block] summaries")]  # never shown: phantom
+    problems = oracle(SHOWN).check(store(tmp_path, rows))         # s2's "other" is lost
+    assert (problems.duplicates, problems.lost, problems.misfiled, problems.phantom) == (1, 1, 1, 1)
+
+
+def test_aliases_resolve_to_their_canonical_session(tmp_path):
+    shown = [("alias", "user", "hi"), ("alias", "assistant", "yo")]
+    home = store(tmp_path, [("root", "user", "hi"), ("root", "assistant", "yo")],
+                 aliases=[("alias", "root")])
+    assert oracle(shown).check(home).total == 0
+
+
+def test_a_branch_holds_zero_or_one_copy_never_two(tmp_path):
+    o = oracle([("p", "user", "q1"), ("p", "assistant", "a1")])
+    o.branched("b", [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}])
+    o.shown("b", {"role": "user", "content": "q2"})
+    parent = [("p", "user", "q1"), ("p", "assistant", "a1")]
+    for copies, clean in ((0, True), (1, True), (2, False)):
+        home = tmp_path / str(copies)
+        home.mkdir()
+        rows = parent + [("b", "user", "q1"), ("b", "assistant", "a1")] * copies + [("b", "user", "q2")]
+        assert (o.check(store(home, rows)).total == 0) is clean, copies
