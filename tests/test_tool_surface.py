@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import hermes_trove
-from hermes_trove import config, schemas, tools
+from hermes_trove import config, schemas
 from hermes_trove.compaction import tokens
 from hermes_trove.config import load_config
 
