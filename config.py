@@ -538,16 +538,17 @@ def _exposed_tools(listed: tuple[str, ...], warnings: list[str]) -> tuple[str, .
     reported and dropped, and a list with no known name at all falls back to the
     default (every tool), as any other unusable value does."""
     words = [word.lower() for word in listed]
-    if ALL_TOOLS in words or not words:
-        if not words:
-            warnings.append(f"TROVE_EXPOSED_TOOLS is empty; using the default {ALL_TOOLS!r} "
-                            f"({NO_TOOLS!r} registers no trove tool)")
+    if not words:
+        warnings.append(f"TROVE_EXPOSED_TOOLS is empty; using the default {ALL_TOOLS!r} "
+                        f"({NO_TOOLS!r} registers no trove tool)")
         return (ALL_TOOLS,)
     if words == [NO_TOOLS]:
         return ()
-    names = [word if word.startswith("trove_") else f"trove_{word}" for word in words]
-    unknown = [raw for raw, name in zip(listed, names) if name not in KNOWN_TOOLS]
-    known = tuple(name for name in KNOWN_TOOLS if name in names)
+    names = [word if word.startswith("trove_") or word == ALL_TOOLS else f"trove_{word}"
+             for word in words]
+    unknown = [raw for raw, name in zip(listed, names)
+               if name not in KNOWN_TOOLS and name != ALL_TOOLS]
+    known = (ALL_TOOLS,) if ALL_TOOLS in names else tuple(n for n in KNOWN_TOOLS if n in names)
     if unknown:
         fallback = "they are ignored" if known else f"using the default {ALL_TOOLS!r}"
         warnings.append(f"TROVE_EXPOSED_TOOLS has unknown tool names {unknown}; {fallback} "

@@ -33,7 +33,7 @@ _SCOPE = {"type": "string", "enum": ["current", "session", "all"]}
 _PERIOD = {"type": "string", "description": "e.g. yesterday, last week, march, 2026-03-14"}
 _REFS = {"type": "array", "items": {"type": "object"},
          "description": "exact refs [{store_id, start, end, quote}]"}
-_OBJECT = {"type": "object"}
+_COMPUTATION = {"type": "object", "description": "trove_compute args"}
 
 
 def _params(properties: dict, required: tuple[str, ...] = ()) -> dict:
@@ -91,8 +91,8 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_describe",
-        "description": "Metadata of a summary node or message (time range, children, "
-                       "sizes, topics) and a preview, without the full text.",
+        "description": "A summary node's or message's metadata (time range, children, "
+                       "topics) and a preview, not the full text.",
         "parameters": _params({
             "node_id": _INT,
             "store_id": _INT,
@@ -103,8 +103,8 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_load_session",
-        "description": "Page through a session's raw transcript in order; continue with "
-                       "after_store_id = next_cursor.",
+        "description": "Page through a session's raw transcript in order (after_store_id "
+                       "= next_cursor).",
         "parameters": _params({
             "session_id": _STR,
             **_ids("after_store_id", "limit"),
@@ -123,8 +123,8 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_expand_query",
-        "description": "A helper model answers prompt from the exact sources of matching "
-                       "summaries (query) or node_ids; returns the evidence if no model.",
+        "description": "A helper model answers prompt from the exact sources under the "
+                       "summaries query finds (or node_ids).",
         "parameters": _params({
             "prompt": _STR,
             "query": _STR,
@@ -168,7 +168,7 @@ TOOL_SCHEMAS: list[dict] = [
         "parameters": _params({
             "refs": _REFS,
             **_ids("offset", "limit"),
-            "computation": _OBJECT,
+            "computation": _COMPUTATION,
             "session_scope": _SCOPE,
             "session_id": _STR,
         }, ("refs",)),
@@ -219,7 +219,7 @@ TOOL_SCHEMAS: list[dict] = [
             "question": _STR,
             "slots": {"type": "array", "items": {"type": "object"},
                       "description": "[{name, type: date|amount|place|person|item, query}]"},
-            "computation": _OBJECT,
+            "computation": _COMPUTATION,
             "view_id": _INT,
         }),
     },

@@ -501,3 +501,9 @@ def test_exposed_tools_from_a_yaml_list(home):
     write_yaml(home, "trove:\n  exposed_tools: [trove_grep, trove_status]\n")
     cfg = load_config({}, home)
     assert cfg.exposed_tool_names == ("trove_grep", "trove_status") and not cfg.warnings
+
+
+def test_exposed_tools_all_beside_an_unknown_name_still_reports_it(home):
+    cfg = load_config({"TROVE_EXPOSED_TOOLS": "all, trove_grpe"}, home)
+    assert cfg.exposed_tools == ("all",)
+    assert any("'trove_grpe'" in w and "ignored" in w for w in cfg.warnings)
