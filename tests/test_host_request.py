@@ -86,3 +86,18 @@ def test_no_policy_where_trove_does_not_store_the_session(tmp_path, fake_llm):
         assert hk.live_engine(agent).session_mode == "ignored"
         assert all(policy() not in t for t in user_texts(fake_llm.main_bodies[-1]))
     assert not env.blocked
+
+
+def test_the_skill_the_policy_points_to_opens_with_the_argument_details(trove_host):
+    text = policy()
+    skill = text.rsplit("skill ", 1)[1].rstrip(".")        # "hermes-trove:hermes-trove"
+    trove_host.server.responder = hk.scripted(hk.ToolCall("skill_view", {"name": skill}), "ok")
+    agent = hk.make_agent()
+    hk.run_turns(agent, ["what port did we pick earlier?"])
+    answer = [m for m in trove_host.server.main_bodies[-1]["messages"] if m["role"] == "tool"][-1]
+    content = json.loads(answer["content"])
+    assert content["success"] is True, content
+    # what left the schemas' descriptions is in the skill the model can open
+    for words in ("## Arguments", "session_scope", "time_from", "include_exact_ref",
+                  "source_offset", "trove_compute"):
+        assert words in content["content"], words
