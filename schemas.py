@@ -5,8 +5,10 @@ entry is ``{"name", "description", "parameters"}`` with a JSON Schema for the
 arguments. ``validate`` checks a call against the same dictionaries, so an
 argument documented here is exactly the argument a handler receives, already
 typed: integers, booleans, strings (made storable UTF-8); time arguments and
-periods are read by ``recall.periods`` (``parse_time`` for a single instant). Descriptions are short: they sit in
-every prompt.
+periods are read by ``recall.periods`` (``parse_time`` for a single instant).
+Descriptions are short: they sit in every request (``wire_json`` is the form they are
+sent and counted in), and ``get_tool_schemas(config)`` gives the host only the tools the
+config exposes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .storage import codec
 
 # Every schema is in every request the host sends, so descriptions say only what decides
 # the choice of tool (when to use it, what it returns, the argument that matters); the rest
-# is in docs/tools.md and the bundled skill. tests/test_tools.py pins the total.
+# is in docs/tools.md and the bundled skill. tests/test_tool_surface.py pins the total.
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
 _BOOL = {"type": "boolean"}
