@@ -15,6 +15,7 @@ summary nodes and lineage; ``tools.py``/``schemas.py`` the agent tools;
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 __version__ = "0.1.0"
@@ -58,10 +59,36 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
         engine.note_owner(_kwargs["sender_id"])
     if engine is not None and conversation_history:
         engine.note_user_turn(conversation_history[-1])
-    if engine is None or not engine.config.recall_policy_enabled:
+    if engine is None:
         return None
-    text = recall_policy()
+    text = policy_for_turn(engine.config, engine.session_mode, list(conversation_history or ()))
     return {"context": text} if text else None
+
+
+_TOOL_NAME = re.compile(r"\btrove_[a-z_]+")
+
+
+def policy_for_turn(config, session_mode: str, shown) -> str:
+    """The recall policy for this turn, or "" where it would not serve.
+
+    Not on: a session trove does not store (``ignored``), a config that hides a tool
+    the policy names, or a turn whose shown history already carries it. The host
+    keeps each turn's injected text in that turn's ``api_content`` and sends it again
+    on every later request, so appending it on every turn would put one copy per
+    user turn in each request; once is enough, until the turn holding it is compacted
+    away (then the next turn carries it again). Only user turns with an
+    ``api_content`` are read, newest first: the shown list, never the store."""
+    text = recall_policy()
+    if not text or not config.recall_policy_enabled or session_mode == "ignored":
+        return ""
+    if not set(_TOOL_NAME.findall(text)) <= set(config.exposed_tool_names):
+        return ""
+    for message in reversed(shown):
+        if (isinstance(message, dict) and message.get("role") == "user"
+                and isinstance(message.get("api_content"), str)
+                and text in message["api_content"]):
+            return ""
+    return text
 
 
 def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs):

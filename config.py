@@ -31,6 +31,19 @@ KNOWN_SENSITIVE_PATTERNS = frozenset(
      "webhook_url"}
 )
 EMBEDDING_PROVIDERS = ("local", "openai", "fastembed")
+# The trove_* tools, in the order the host lists them (schemas.py holds their schemas;
+# tests/test_tools.py keeps the two in step), and the opt-in family setting each
+# family tool needs: with its family off a tool can only answer "off", so it is left out.
+KNOWN_TOOLS = (
+    "trove_grep", "trove_expand", "trove_describe", "trove_load_session", "trove_recent",
+    "trove_expand_query", "trove_recall", "trove_status", "trove_inspect", "trove_doctor",
+    "trove_evidence_pack", "trove_compute", "trove_compile_evidence", "trove_query_state",
+    "trove_retrieve",
+)
+TOOL_FAMILIES = {"trove_query_state": "assertions_enabled", "trove_retrieve": "retrieve_enabled"}
+ALL_TOOLS = "all"
+NO_TOOLS = "none"
+NOT_LISTED = "not in TROVE_EXPOSED_TOOLS"   # the reason hidden_tools gives for a tool left out
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
@@ -137,7 +150,12 @@ class TroveConfig:
     tool_response_max_tokens: int = _int(
         4000, "Token cap of one trove_* tool response.", low=256, high=64000)
     recall_policy_enabled: bool = _bool(
-        True, "Add guidance telling the model when to use the trove_* recall tools.")
+        True, "Append a short recall policy (when to use the trove_* recall tools) to the "
+        "user turn, once per prompt, where trove serves the session.")
+    exposed_tools: tuple[str, ...] = _list(
+        (ALL_TOOLS,), "The trove_* tools registered with the host: all, none, or a list of "
+        "names (trove_ may be left out); a tool of an opt-in family that is off is left out "
+        "either way.")
     token_encoding: str = _str(
         "cl100k_base", "tiktoken encoding used to count tokens.", nonempty=True)
     token_count_accelerator: bool = _bool(
@@ -254,6 +272,25 @@ class TroveConfig:
             return self.hermes_home / DEFAULT_DATABASE_FILE
         path = Path(self.database_path).expanduser()
         return path if path.is_absolute() else self.hermes_home / path
+
+    @property
+    def exposed_tool_names(self) -> tuple[str, ...]:
+        """The trove_* tools the host is given, in ``KNOWN_TOOLS`` order: those
+        ``TROVE_EXPOSED_TOOLS`` lists whose opt-in family (if any) is on."""
+        return tuple(name for name in KNOWN_TOOLS if name not in self.hidden_tools)
+
+    @property
+    def hidden_tools(self) -> dict[str, str]:
+        """Each trove_* tool the host is not given, with the setting that leaves it out."""
+        listed = set(KNOWN_TOOLS) if ALL_TOOLS in self.exposed_tools else set(self.exposed_tools)
+        hidden = {}
+        for name in KNOWN_TOOLS:
+            family = TOOL_FAMILIES.get(name)
+            if name not in listed:
+                hidden[name] = NOT_LISTED
+            elif family and not getattr(self, family):
+                hidden[name] = f"{env_name(family)} is off"
+        return hidden
 
     @property
     def large_output_active_replay_stubbing_effective(self) -> bool:
@@ -482,11 +519,41 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
             f"TROVE_EMBEDDING_PROVIDER={values['embedding_provider']!r} is not one of "
             f"{', '.join(EMBEDDING_PROVIDERS)}; using 'local'")
         values["embedding_provider"] = "local"
+    values["exposed_tools"] = _exposed_tools(values["exposed_tools"], warnings)
+    for name, family in TOOL_FAMILIES.items():
+        if name in values["exposed_tools"] and not values[family]:
+            warnings.append(f"TROVE_EXPOSED_TOOLS lists {name} but {env_name(family)} is "
+                            "off; the tool is left out until that is on")
     unknown = [n for n in values["sensitive_patterns"] if n not in KNOWN_SENSITIVE_PATTERNS]
     if unknown:
         warnings.append(
             f"TROVE_SENSITIVE_PATTERNS has unknown names {unknown}; they are kept but "
             f"only {sorted(KNOWN_SENSITIVE_PATTERNS)} are known")
+
+
+def _exposed_tools(listed: tuple[str, ...], warnings: list[str]) -> tuple[str, ...]:
+    """``TROVE_EXPOSED_TOOLS`` as ``("all",)``, ``()`` (none) or known tool names.
+
+    Names are matched without case, ``trove_`` may be left out; unknown names are
+    reported and dropped, and a list with no known name at all falls back to the
+    default (every tool), as any other unusable value does."""
+    words = [word.lower() for word in listed]
+    if not words:
+        warnings.append(f"TROVE_EXPOSED_TOOLS is empty; using the default {ALL_TOOLS!r} "
+                        f"({NO_TOOLS!r} registers no trove tool)")
+        return (ALL_TOOLS,)
+    if words == [NO_TOOLS]:
+        return ()
+    names = [word if word.startswith("trove_") or word == ALL_TOOLS else f"trove_{word}"
+             for word in words]
+    unknown = [raw for raw, name in zip(listed, names)
+               if name not in KNOWN_TOOLS and name != ALL_TOOLS]
+    known = (ALL_TOOLS,) if ALL_TOOLS in names else tuple(n for n in KNOWN_TOOLS if n in names)
+    if unknown:
+        fallback = "they are ignored" if known else f"using the default {ALL_TOOLS!r}"
+        warnings.append(f"TROVE_EXPOSED_TOOLS has unknown tool names {unknown}; {fallback} "
+                        f"(known: {', '.join(KNOWN_TOOLS)}, or {ALL_TOOLS} / {NO_TOOLS})")
+    return known if known else (ALL_TOOLS,)
 
 
 def _known_zone(name: str) -> bool:

@@ -5,13 +5,16 @@ entry is ``{"name", "description", "parameters"}`` with a JSON Schema for the
 arguments. ``validate`` checks a call against the same dictionaries, so an
 argument documented here is exactly the argument a handler receives, already
 typed: integers, booleans, strings (made storable UTF-8); time arguments and
-periods are read by ``recall.periods`` (``parse_time`` for a single instant). Descriptions are short: they sit in
-every prompt.
+periods are read by ``recall.periods`` (``parse_time`` for a single instant).
+Descriptions are short: they sit in every request (``wire_json`` is the form they are
+sent and counted in), and ``get_tool_schemas(config)`` gives the host only the tools the
+config exposes.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 import time
@@ -22,235 +25,204 @@ from typing import Any, Callable
 from .recall import periods
 from .storage import codec
 
-_SCOPE = {
-    "type": "string",
-    "enum": ["current", "session", "all"],
-    "description": "current (default) = this session; session = the session named by "
-                   "session_id; all = every session (raw hits only).",
-}
-_TIME = {
-    "type": "string",
-    "description": "A time (2026-11-28T09:00, Unix seconds) or a period whose start (time_from) "
-                   "or end (time_to) counts: yesterday, last monday, 2026-11-28.",
-}
-_PERIOD = {
-    "type": "string",
-    "description": "Natural period: today, yesterday, this/last week|month, last 3 days, "
-                   "monday, last friday, march, march 2026, 2026-03-14, 2026-W11, A..B.",
-}
-_EXACT_REF = {"type": "boolean",
-              "description": "Add exact_ref {store_id, start, end, quote} to each message."}
+# Every schema is in every request the host sends, so descriptions say only what decides
+# the choice of tool (when to use it, what it returns, the argument that matters); the rest
+# is in docs/tools.md and the bundled skill. tests/test_tool_surface.py pins the total.
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_SCOPE = {"type": "string", "enum": ["current", "session", "all"]}
+_PERIOD = {"type": "string", "description": "e.g. yesterday, last week, march, 2026-03-14"}
 _REFS = {"type": "array", "items": {"type": "object"},
-         "description": "[{store_id, start, end, quote, value?}]"}
+         "description": "exact refs [{store_id, start, end, quote}]"}
 _COMPUTATION = {"type": "object", "description": "trove_compute args"}
-_SCOPE_SHORT = {"type": "string", "enum": ["current", "session", "all"]}
 
 
 def _params(properties: dict, required: tuple[str, ...] = ()) -> dict:
-    return {"type": "object", "properties": properties, "required": list(required),
-            "additionalProperties": False}
+    schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _ids(*names: str) -> dict:
+    """Integer properties without descriptions (ids, offsets, page sizes)."""
+    return {name: _INT for name in names}
 
 
 TOOL_SCHEMAS: list[dict] = [
     {
         "name": "trove_grep",
         "description": (
-            "Search this session's stored messages and summaries (including what was compacted "
-            "out of your context). Natural-language or keyword queries; \"quoted phrases\" and "
-            "-excluded words work. Each hit has an expand handle for the exact text."),
+            "Search this session's stored messages and summaries, including what was "
+            "compacted out of your context; \"phrase\" and -word work. Hits carry an expand "
+            "handle to the exact text."),
         "parameters": _params({
-            "query": {"type": "string", "description": "What to look for."},
-            "limit": {"type": "integer", "minimum": 1, "description": "Hits, default 10, max 50."},
+            "query": _STR,
+            "limit": _INT,
             "session_scope": _SCOPE,
-            "session_id": {"type": "string", "description": "Another session to search."},
-            "source": {"type": "string", "description": "Platform filter (cli, telegram, unknown...)."},
-            "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"],
-                     "description": "Only raw messages of this role."},
-            "time_from": _TIME,
-            "time_to": _TIME,
-            "period": _PERIOD,
-            "content_scope": {"type": "string", "enum": ["messages", "externalized", "both"],
-                              "description": "messages (default), externalized payloads, or both."},
-            "explain": {"type": "boolean", "description": "Add per-hit score parts."},
-            "include_current_turn": {"type": "boolean",
-                                     "description": "Also match the current turn's own messages."},
-            "include_exact_ref": _EXACT_REF,
-            "mode": {"type": "string", "enum": ["full_text", "semantic", "hybrid"],
-                     "description": "full_text, semantic or hybrid (default: hybrid when "
-                                    "embeddings cover the scope, else full_text)."},
+            "session_id": _STR,
+            "source": _STR,
+            "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
+            "time_from": _STR,
+            "time_to": _STR,
+            "period": _STR,
+            "content_scope": {"type": "string", "enum": ["messages", "externalized", "both"]},
+            "explain": _BOOL,
+            "include_current_turn": _BOOL,
+            "include_exact_ref": _BOOL,
+            "mode": {"type": "string", "enum": ["full_text", "semantic", "hybrid"]},
         }, ("query",)),
     },
     {
         "name": "trove_expand",
         "description": (
-            "Read exact stored content: a summary node's sources (child summaries or raw "
-            "messages) page by page, or one raw message by store_id. Long text continues "
-            "with content_offset."),
+            "Read exact stored text: a summary node's sources (node_id) or one message "
+            "(store_id), page by page. Call it with a hit's expand args."),
         "parameters": _params({
-            "node_id": {"type": "integer", "description": "Summary node to open."},
-            "store_id": {"type": "integer", "description": "Raw message to read."},
-            "externalized_ref": {"type": "string", "description": "Id of an externalized payload."},
-            "source_offset": {"type": "integer", "minimum": 0,
-                              "description": "First source of the node to return."},
-            "source_limit": {"type": "integer", "minimum": 1,
-                             "description": "Sources per page, default 20, max 100."},
-            "content_offset": {"type": "integer", "minimum": 0,
-                               "description": "Character offset into a message's content."},
-            "tool_calls_offset": {"type": "integer", "minimum": 0,
-                                  "description": "Character offset into a message's tool calls."},
-            "max_tokens": {"type": "integer", "minimum": 64, "description": "Response size cap."},
-            "include_exact_ref": _EXACT_REF,
+            "node_id": _INT,
+            "store_id": _INT,
+            "externalized_ref": _STR,
+            **_ids("source_offset", "source_limit", "content_offset", "tool_calls_offset",
+                   "max_tokens"),
+            "include_exact_ref": _BOOL,
             "session_scope": _SCOPE,
-            "session_id": {"type": "string", "description": "Session the id belongs to."},
-            "rollup_id": {"type": "integer", "description": "Day/week/month rollup to open."},
+            "session_id": _STR,
+            "rollup_id": _INT,
         }),
     },
     {
         "name": "trove_describe",
-        "description": ("Metadata of a summary node (depth, time range, children, sizes, topics, "
-                        "parents) or a raw message, with a short preview; no full content."),
+        "description": "A summary node's or message's metadata (time range, children, "
+                       "topics) and a preview, not the full text.",
         "parameters": _params({
-            "node_id": {"type": "integer"},
-            "store_id": {"type": "integer"},
-            "externalized_ref": {"type": "string"},
+            "node_id": _INT,
+            "store_id": _INT,
+            "externalized_ref": _STR,
             "session_scope": _SCOPE,
-            "session_id": {"type": "string"},
+            "session_id": _STR,
         }),
     },
     {
         "name": "trove_load_session",
-        "description": ("One ordered page of a session's raw transcript (this session unless "
-                        "session_id names another). Continue with after_store_id = next_cursor."),
+        "description": "Page through a session's raw transcript in order (after_store_id "
+                       "= next_cursor).",
         "parameters": _params({
-            "session_id": {"type": "string"},
-            "after_store_id": {"type": "integer", "minimum": 0},
-            "limit": {"type": "integer", "minimum": 1, "description": "Default 50, max 200."},
-            "include_exact_ref": _EXACT_REF,
+            "session_id": _STR,
+            **_ids("after_store_id", "limit"),
+            "include_exact_ref": _BOOL,
         }),
     },
     {
         "name": "trove_recent",
-        "description": ("What happened in a period: day/week/month rollups when ready, else "
-                        "summaries, else raw messages (newest first). This session by default; "
-                        "session_scope=all covers your other sessions too."),
+        "description": "What happened in a period (default today): rollups, else summaries, "
+                       "else raw messages. session_scope=all covers your other sessions.",
         "parameters": _params({
-            "period": {**_PERIOD, "description": _PERIOD["description"] + " Default today."},
-            "session_scope": {"type": "string", "enum": ["current", "all"],
-                              "description": "current (default) = this session; all = every "
-                                             "session you may read."},
-            "limit": {"type": "integer", "minimum": 1, "description": "Default 10, max 50."},
-            "offset": {"type": "integer", "minimum": 0, "description": "Items to skip (paging)."},
+            "period": _PERIOD,
+            "session_scope": {"type": "string", "enum": ["current", "all"]},
+            **_ids("limit", "offset"),
         }),
     },
     {
         "name": "trove_expand_query",
-        "description": ("Answer a question from expanded evidence: finds matching summaries and "
-                        "messages (or takes node_ids), packs their exact sources and asks a "
-                        "helper model. Returns the evidence if no model is available."),
+        "description": "A helper model answers prompt from the exact sources under the "
+                       "summaries query finds (or node_ids).",
         "parameters": _params({
-            "prompt": {"type": "string", "description": "The question to answer."},
-            "query": {"type": "string", "description": "Search words for the evidence."},
-            "node_ids": {"type": "array", "items": {"type": "integer"},
-                         "description": "Summary nodes to use instead of a search."},
-            "max_results": {"type": "integer", "minimum": 1, "description": "Default 5, max 20."},
-            "context_max_tokens": {"type": "integer", "minimum": 256,
-                                   "description": "Evidence budget in tokens."},
+            "prompt": _STR,
+            "query": _STR,
+            "node_ids": {"type": "array", "items": _INT},
+            **_ids("max_results", "context_max_tokens"),
         }, ("prompt",)),
     },
     {
         "name": "trove_recall",
-        "description": ("Search ALL stored conversations and time (not only this session) for "
-                        "a question or keywords; best hits first, each with an expand handle."),
+        "description": "Search ALL your stored conversations, not only this session; best "
+                       "hits first, each with an expand handle.",
         "parameters": _params({
-            "query": {"type": "string"},
-            "limit": {"type": "integer", "minimum": 1, "description": "Default 10, max 50."},
-            "explain": {"type": "boolean"},
-            "time_from": _TIME,
-            "time_to": _TIME,
-            "period": _PERIOD,
+            "query": _STR,
+            "limit": _INT,
+            "explain": _BOOL,
+            "time_from": _STR,
+            "time_to": _STR,
+            "period": _STR,
         }, ("query",)),
     },
     {
         "name": "trove_status",
-        "description": ("What matters now: context pressure, the compaction trigger and why, "
-                        "the last compaction, what is stored, problems."),
+        "description": "Context pressure, compaction trigger, last compaction, problems.",
         "parameters": _params({}),
     },
     {
         "name": "trove_inspect",
-        "description": ("Inventory of this session's memory: summary frontier, carried nodes, "
-                        "counts, last compaction and skip reasons, plus every setting and the "
-                        "database. Metadata only."),
+        "description": "This session's memory inventory: summary frontier, counts, skip "
+                       "reasons, settings.",
         "parameters": _params({}),
     },
     {
         "name": "trove_doctor",
-        "description": ("Read-only health checks: database, full-text index, lifecycle, config, "
-                        "context pressure. full=true also runs the integrity check on big "
-                        "databases."),
-        "parameters": _params({"full": {"type": "boolean"}}),
+        "description": "Read-only health checks of the database, index and config.",
+        "parameters": _params({"full": _BOOL}),
     },
     {
         "name": "trove_evidence_pack",
-        "description": ("Verify exact refs: each quote with said_at (message time) and "
-                        "happened (the date it states, with the rule); optional computation."),
+        "description": "Verify exact refs: each quote with when it was said and the date "
+                       "it states.",
         "parameters": _params({
             "refs": _REFS,
-            "offset": {"type": "integer"},
-            "limit": {"type": "integer"},
+            **_ids("offset", "limit"),
             "computation": _COMPUTATION,
-            "session_scope": _SCOPE_SHORT,
-            "session_id": {"type": "string"},
+            "session_scope": _SCOPE,
+            "session_id": _STR,
         }, ("refs",)),
     },
     {
         "name": "trove_compute",
-        "description": ("Exact date/count/sum arithmetic over exact refs; never do it "
-                        "yourself. Fails on ambiguity; returns result and hashed trace."),
+        "description": "Exact date, count and sum arithmetic over exact refs; never do it "
+                       "yourself. Fails rather than guess.",
         "parameters": _params({
             "operation": {"type": "string", "enum": ["date_diff", "count_distinct", "sum",
                                                      "difference", "order", "latest"]},
-            "inputs": _REFS,
-            "unit": {"type": "string", "description": "days|weeks|months or a unit"},
-            "absolute": {"type": "boolean"},
-            "session_scope": _SCOPE_SHORT,
-            "session_id": {"type": "string"},
+            "inputs": {"type": "array", "items": {"type": "object"}},
+            "unit": _STR,
+            "absolute": _BOOL,
+            "session_scope": _SCOPE,
+            "session_id": _STR,
         }, ("operation", "inputs")),
     },
     {
         "name": "trove_compile_evidence",
-        "description": ("Check an answer's claims against their refs: supported or not; "
-                        "sufficient, insufficient or conflicting."),
+        "description": "Check an answer's claims against their refs: supported, "
+                       "sufficient.",
         "parameters": _params({
             "proposal": {"type": "object",
                          "description": "{question, claims: [{text, refs}], computation?}"},
-            "session_scope": _SCOPE_SHORT,
-            "session_id": {"type": "string"},
+            "session_scope": _SCOPE,
+            "session_id": _STR,
         }, ("proposal",)),
     },
     {
         "name": "trove_query_state",
-        "description": ("Stated facts, preferences, commitments... with exact refs: current "
-                        "value, earlier values, conflicts; as_of = what was true then."),
+        "description": "Stated facts, preferences, commitments with exact refs: current "
+                       "and earlier values; as_of = what was true then.",
         "parameters": _params({
-            "subject": {"type": "string"},
+            "subject": _STR,
             "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
                                                 "commitment", "action", "status"]},
-            "as_of": {"type": "string", "description": "ISO date/time"},
-            "session_scope": _SCOPE_SHORT,
-            "session_id": {"type": "string"},
+            "as_of": _STR,
+            "session_scope": _SCOPE,
+            "session_id": _STR,
         }),
     },
     {
         "name": "trove_retrieve",
-        "description": ("Fill typed evidence slots with exact refs (at most 3 searches), "
-                        "optionally compute; stores the view (view_id) for later turns."),
+        "description": "Fill typed evidence slots with exact refs; view_id rereads a "
+                       "stored view.",
         "parameters": _params({
-            "question": {"type": "string"},
+            "question": _STR,
             "slots": {"type": "array", "items": {"type": "object"},
                       "description": "[{name, type: date|amount|place|person|item, query}]"},
             "computation": _COMPUTATION,
-            "view_id": {"type": "integer", "description": "Reread a stored view"},
+            "view_id": _INT,
         }),
     },
 ]
@@ -258,9 +230,22 @@ TOOL_SCHEMAS: list[dict] = [
 SCHEMAS_BY_NAME: dict[str, dict] = {schema["name"]: schema for schema in TOOL_SCHEMAS}
 
 
-def get_tool_schemas() -> list[dict]:
-    """Deep copies of the schemas, so the host (or a test) can never alter ours."""
-    return copy.deepcopy(TOOL_SCHEMAS)
+def get_tool_schemas(config: Any = None) -> list[dict]:
+    """Deep copies of the schemas, so the host (or a test) can never alter ours: every
+    tool, or with a config only those it exposes (``TroveConfig.exposed_tool_names``:
+    ``TROVE_EXPOSED_TOOLS`` minus the opt-in families that are off)."""
+    if config is None:
+        return copy.deepcopy(TOOL_SCHEMAS)
+    exposed = set(config.exposed_tool_names)
+    return copy.deepcopy([s for s in TOOL_SCHEMAS if s["name"] in exposed])
+
+
+def wire_json(schemas: list[dict]) -> str:
+    """The ``tools`` array as the host sends it: each schema wrapped as an OpenAI function
+    tool and serialized the way the openai client does (compact, UTF-8 as is), which is
+    what its tokens are counted on (bench/request_overhead.py, tests/test_tools.py)."""
+    return json.dumps([{"type": "function", "function": s} for s in schemas],
+                      ensure_ascii=False, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- argument checking
@@ -293,7 +278,7 @@ def validate(name: str, args: dict) -> tuple[dict, list[str]]:
             ignored.append(codec.safe_text(str(key))[:60])
         elif value is not None:
             clean[key] = _coerce(str(key), value, spec)
-    for key in schema["required"]:
+    for key in schema.get("required", ()):
         if clean.get(key) in (None, ""):
             raise ArgumentError(f"{key} is required")
     return clean, ignored

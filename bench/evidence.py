@@ -48,12 +48,12 @@ COUNTER = tokens.get_counter()
 
 def schema_cost() -> dict:
     """Tokens each evidence schema adds to every request, and all trove schemas together."""
-    def cost(schema: dict) -> int:
-        return COUNTER.count_text(json.dumps({"type": "function", "function": schema}))
+    def cost(schema_list: list) -> int:
+        return COUNTER.count_text(schemas.wire_json(schema_list))
     every = schemas.get_tool_schemas()
-    return {"per_tool": {s["name"]: cost(s) for s in every if s["name"] in EVIDENCE_TOOLS},
-            "evidence_total": sum(cost(s) for s in every if s["name"] in EVIDENCE_TOOLS),
-            "all_trove_tools": sum(cost(s) for s in every)}
+    evidence = [s for s in every if s["name"] in EVIDENCE_TOOLS]
+    return {"per_tool": {s["name"]: cost([s]) for s in evidence},
+            "evidence_total": cost(evidence), "all_trove_tools": cost(every)}
 
 
 def build(world: ek.World, folder: Path):

@@ -20,5 +20,6 @@ run compaction bench/compaction.py
 run recall_vs_builtin bench/recall_vs_builtin.py
 run prepare bench/prepare.py
 run evidence bench/evidence.py 100
+run request_overhead bench/request_overhead.py --per-tool
 run rollups bench/rollups.py 62 10 100
 run grep_contention bench/grep_contention.py

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from ..config import NOT_LISTED
 from ..diagnostics import unavailable
 from ..recall import semantic
 from ..storage import faults
@@ -21,13 +22,20 @@ class ToolSide:
 
     # ------------------------------------------------------------------ tools
     def get_tool_schemas(self) -> list:
-        """Bare OpenAI function schemas for the trove_* tools."""
+        """Bare OpenAI function schemas of the tools this config exposes (the host reads
+        them once per agent): ``TROVE_EXPOSED_TOOLS`` minus opt-in families that are off."""
         from ..schemas import get_tool_schemas
-        return get_tool_schemas()
+        return get_tool_schemas(self.config)
 
     def handle_tool_call(self, name: str, args: dict, **kwargs) -> str:
-        """Persist the live messages first, then run the tool; always a JSON string."""
+        """Persist the live messages first, then run the tool; always a JSON string.
+
+        A tool ``TROVE_EXPOSED_TOOLS`` hides (a call from an older transcript or a host
+        that kept an old tool list) gets a clear error; a tool of an opt-in family that
+        is off still answers, saying how to turn it on."""
         from .. import tools
+        if self.config.hidden_tools.get(str(name)) == NOT_LISTED:
+            return self._hidden_tool_answer(str(name))
         try:
             live = kwargs.get("messages")
             self._follow_host(live)
@@ -48,6 +56,14 @@ class ToolSide:
             return json.dumps(unavailable.tool_answer(str(name), self.database_fault or {},
                                                       self.get_status()), default=str)
         return tools.dispatch(name, args, context)
+
+    def _hidden_tool_answer(self, name: str) -> str:
+        """The error a hidden tool answers with: which setting hides it, what is exposed."""
+        from ..schemas import error_json
+        exposed = ", ".join(self.config.exposed_tool_names) or "none"
+        return error_json(name, f"{name} is not available here: TROVE_EXPOSED_TOOLS leaves it "
+                          f"out (exposed: {exposed})", self.counter.count_text,
+                          self.config.tool_response_max_tokens)
 
     def tool_context(self):
         """What a tool may see: the store, the bound session (or none), the bounds."""
@@ -105,6 +121,8 @@ class ToolSide:
             "background_prepare": {"share": self.config.background_prepare_share,
                                    **self._prepare_state()},
             "embeddings": semantic.status_of(self.config, self._semantic()),
+            "tools": {"exposed": list(self.config.exposed_tool_names),
+                      "hidden": self.config.hidden_tools},
             "errors": self.errors[-5:],
             "database_fault": self.database_fault,
         }

@@ -43,6 +43,8 @@ SETTINGS_TABLE = [
     ("TROVE_CRITICAL_BUDGET_PRESSURE_RATIO", 0.0, "0.9", 0.9, ["1.5", "-0.1"]),
     ("TROVE_TOOL_RESPONSE_MAX_TOKENS", 4000, "256", 256, ["255", "64001"]),
     ("TROVE_RECALL_POLICY_ENABLED", True, "Off", False, ["nope"]),
+    ("TROVE_EXPOSED_TOOLS", ("all",), " trove_grep, Expand ", ("trove_grep", "trove_expand"),
+     []),
     ("TROVE_TOKEN_ENCODING", "cl100k_base", "o200k_base", "o200k_base", ["", "   "]),
     ("TROVE_TOKEN_COUNT_ACCELERATOR", True, "false", False, ["maybe"]),
     ("TROVE_DOCTOR_CLEAN_APPLY_ENABLED", False, "1", True, ["10"]),
@@ -456,3 +458,52 @@ def test_unknown_time_zone_falls_back_to_utc(home):
     assert cfg.timezone == "UTC"
     assert any("TROVE_TIMEZONE" in w and "UTC" in w for w in cfg.warnings)
     assert load_config({"TROVE_TIMEZONE": "Asia/Tokyo"}, home).timezone == "Asia/Tokyo"
+
+
+# ---------------------------------------------------------------- TROVE_EXPOSED_TOOLS
+def test_exposed_tools_default_leaves_out_the_families_that_are_off(home):
+    cfg = load_config({}, home)
+    assert cfg.exposed_tools == ("all",)
+    assert cfg.hidden_tools == {"trove_query_state": "TROVE_ASSERTIONS_ENABLED is off",
+                                "trove_retrieve": "TROVE_RETRIEVE_ENABLED is off"}
+    assert len(cfg.exposed_tool_names) == len(config.KNOWN_TOOLS) - 2
+    on = load_config({"TROVE_ASSERTIONS_ENABLED": "1", "TROVE_RETRIEVE_ENABLED": "1"}, home)
+    assert on.exposed_tool_names == config.KNOWN_TOOLS and on.hidden_tools == {}
+
+
+def test_exposed_tools_list_keeps_known_order_and_reports_unknown_names(home):
+    cfg = load_config({"TROVE_EXPOSED_TOOLS": "recall, trove_grep, trove_grpe, TROVE_EXPAND"},
+                      home)
+    assert cfg.exposed_tool_names == ("trove_grep", "trove_expand", "trove_recall")
+    assert cfg.hidden_tools["trove_status"] == "not in TROVE_EXPOSED_TOOLS"
+    [warning] = cfg.warnings
+    assert "TROVE_EXPOSED_TOOLS" in warning and "'trove_grpe'" in warning
+    assert "ignored" in warning and "trove_doctor" in warning   # lists what is known
+
+
+@pytest.mark.parametrize("raw", ["trove_nothing, bogus", "", " , "])
+def test_exposed_tools_without_a_known_name_falls_back_to_every_tool(home, raw):
+    cfg = load_config({"TROVE_EXPOSED_TOOLS": raw}, home)
+    assert cfg.exposed_tools == ("all",)
+    assert len(cfg.exposed_tool_names) == len(config.KNOWN_TOOLS) - 2
+    assert any("TROVE_EXPOSED_TOOLS" in w and "'all'" in w for w in cfg.warnings)
+
+
+def test_exposed_tools_none_and_a_listed_family_tool_that_is_off(home):
+    assert load_config({"TROVE_EXPOSED_TOOLS": "none"}, home).exposed_tool_names == ()
+    cfg = load_config({"TROVE_EXPOSED_TOOLS": "trove_grep,trove_retrieve"}, home)
+    assert cfg.exposed_tool_names == ("trove_grep",)
+    assert cfg.hidden_tools["trove_retrieve"] == "TROVE_RETRIEVE_ENABLED is off"
+    assert any("trove_retrieve" in w and "TROVE_RETRIEVE_ENABLED" in w for w in cfg.warnings)
+
+
+def test_exposed_tools_from_a_yaml_list(home):
+    write_yaml(home, "trove:\n  exposed_tools: [trove_grep, trove_status]\n")
+    cfg = load_config({}, home)
+    assert cfg.exposed_tool_names == ("trove_grep", "trove_status") and not cfg.warnings
+
+
+def test_exposed_tools_all_beside_an_unknown_name_still_reports_it(home):
+    cfg = load_config({"TROVE_EXPOSED_TOOLS": "all, trove_grpe"}, home)
+    assert cfg.exposed_tools == ("all",)
+    assert any("'trove_grpe'" in w and "ignored" in w for w in cfg.warnings)
