@@ -12,13 +12,16 @@ entries for status, doctor and backup, so both front ends say the same thing.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .operators import actions as ops
 from .operators import rollup_actions
-from .operators import embed
+from .operators import embed, families
+from .operators import textview
+from .operators.progress import LogProgress
 from .config import load_config
 from .binding import forks
 from .engine import find_engine
@@ -30,7 +33,7 @@ log = logging.getLogger(__name__)
 
 COMMAND_NAME = "trove"
 DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
-ARGS_HINT = ("[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
+ARGS_HINT = ("[status|grep QUERY|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
              "rollups [status|build [apply]]|"
              "embed warmup|embed backfill [apply]|help]")
 MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
@@ -76,18 +79,23 @@ def database_exists() -> bool:
 
 
 def handle(raw_args: str = "") -> str:
-    """The host's entry point: parse the words, run the action, answer text (never raise)."""
-    words = tuple(str(raw_args or "").lower().split()) or ("status",)
+    """The host's entry point: parse the words, run the action, answer text (never raise).
+    Subcommand words match in any case; the user's text is echoed as typed."""
+    typed = " ".join(str(raw_args or "").split())
+    words = tuple(typed.lower().split()) or ("status",)
+    if words[0] == "grep":
+        return grep_command(typed.split(None, 1)[1] if len(words) > 1 else "")
     action = ACTIONS.get(words)
     if action is None:
-        return f"/trove: unknown subcommand {' '.join(words)!r}\n\n{help_text()}"
+        return f"/trove: unknown subcommand {typed!r}\n\n{help_text()}"
     if words == ("help",):
         return help_text()
     try:
         if words in (("doctor",), ("doctor", "full"), ("status",)) and not database_exists():
             config = load_config()
             if words == ("status",):
-                return format_status(ops.status_without_database(config, calling_session()))
+                return format_status({**ops.status_without_database(config, calling_session()),
+                                      **families.without_database(config)})
             return action.render(ops.doctor_without_database(
                 config, f"no trove database at {config.resolved_database_path}"))
         return action.render(action.run(resolve_target(ops.writes(words))))
@@ -98,10 +106,40 @@ def handle(raw_args: str = "") -> str:
         return f"/trove {' '.join(words)} failed: {type(exc).__name__}: {exc}"
 
 
+GREP_OPTION = re.compile(r"(?:^|\s)--(session|mode|limit|offset)(?:=|\s+)(\S+)")
+GREP_USAGE = ("usage: /trove grep [--session ID] [--mode full_text|semantic|hybrid] "
+              "[--limit N] [--offset N] QUERY")
+
+
+def grep_command(text: str) -> str:
+    """``/trove grep QUERY``: the operator's read-only search, every session unless
+    ``--session`` names one; the same report and table as ``trove.py grep``."""
+    options = {name: value for name, value in GREP_OPTION.findall(text)}
+    query = GREP_OPTION.sub(" ", text).strip()
+    if not query:
+        return f"/trove grep: no query\n{GREP_USAGE}"
+    try:
+        numbers = {k: int(options[k]) for k in ("limit", "offset") if k in options}
+    except ValueError:
+        return f"/trove grep: --limit and --offset take whole numbers\n{GREP_USAGE}"
+    try:
+        report = ops.grep(resolve_target(), query, session_id=options.get("session"),
+                          limit=numbers.get("limit"), offset=numbers.get("offset", 0),
+                          mode=options.get("mode"))
+    except ops.OperatorError as exc:
+        return f"/trove grep: {exc}"
+    except Exception as exc:  # a command must answer, never break the chat
+        log.exception("hermes-trove: /trove grep failed")
+        return f"/trove grep failed: {type(exc).__name__}: {exc}"
+    return textview.format_grep(report, options.get("session"))
+
+
 def help_text() -> str:
     """Every subcommand with one line each, and which ones write (after a backup)."""
     lines = ["/trove commands (apply paths write a backup first, then say what changed):"]
     lines += [f"  /trove {' '.join(a.words):<24} {a.summary}" for a in ACTIONS.values()]
+    lines.append(f"  /trove {'grep QUERY':<24} search every session (read-only; --session ID, "
+                 "--mode full_text|semantic|hybrid, --limit N, --offset N)")
     lines.append("doctor clean apply also needs TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true. "
                  "Operator CLI without Hermes: scripts/trove.py --help")
     return "\n".join(lines)
@@ -154,6 +192,10 @@ def format_status(report: dict) -> str:
         lines += _session_lines(report.get("session"))
         lines.append(_engine_line(report.get("engine")))
         lines += _summary_work_lines(report.get("engine"))
+    if report.get("embeddings"):
+        lines.append(families.embeddings_line(report["embeddings"]))
+    if report.get("rollups"):
+        lines.append(families.rollups_line(report["rollups"], when))
     last = report["last_backup"] or {"path": None}
     lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
                  + ("" if last["exists"] else " [file missing]") if last["path"]
@@ -393,7 +435,7 @@ def format_rollups(report: dict) -> str:
 
 
 def _status(target: ops.Target) -> dict:
-    return ops.status(target, calling_session())
+    return {**ops.status(target, calling_session()), **families.optional_status(target)}
 
 
 ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
@@ -430,6 +472,8 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("embed", "backfill"), "count what the embedding index lacks",
            embed.backfill, embed.format_report),
     Action(("embed", "backfill", "apply"), "embed what the index lacks (resumable)",
-           lambda t: embed.backfill(t, apply=True), embed.format_report),
+           lambda t: embed.backfill(t, apply=True,
+                                    progress=LogProgress("embed backfill", log)),
+           embed.format_report),
     Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
 )}

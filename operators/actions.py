@@ -479,8 +479,9 @@ def rotate(target: Target, apply: bool = False) -> dict:
 
 
 # ---------------------------------------------------------------- reads through the tools
-def tool_context(target: Target, session_id: str) -> tools.ToolContext:
-    """A ToolContext whose calling session is ``session_id`` (an operator scope)."""
+def tool_context(target: Target, session_id: str, semantic: Any = None) -> tools.ToolContext:
+    """A ToolContext whose calling session is ``session_id`` (an operator scope);
+    ``semantic`` lets a search use the embedding index (``semantic_side``)."""
     counter = tokens.get_counter(target.config.token_encoding,
                                  target.config.token_count_accelerator)
     return tools.ToolContext(
@@ -488,12 +489,13 @@ def tool_context(target: Target, session_id: str) -> tools.ToolContext:
         count_tokens=counter.count_text, session_id=session_id, conversation_id=None,
         current_turn_store_id=None, status=lambda: {}, llm_call=None,
         data_dir=target.db_path.parent, payloads=policy_for(target.config).payloads,
-        operator=True)
+        operator=True, semantic=semantic)
 
 
-def call_tool(target: Target, name: str, args: dict, session_id: str) -> dict:
+def call_tool(target: Target, name: str, args: dict, session_id: str,
+              semantic: Any = None) -> dict:
     """``tools.dispatch`` as the operator; a tool error becomes an ``OperatorError``."""
-    data = json.loads(tools.dispatch(name, args, tool_context(target, session_id)))
+    data = json.loads(tools.dispatch(name, args, tool_context(target, session_id, semantic)))
     if "error" in data:
         raise OperatorError(data["error"])
     return data
@@ -515,17 +517,50 @@ def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
     return OPERATOR_SESSION, {"session_scope": "all"}
 
 
+GREP_MODES = ("full_text", "semantic", "hybrid")
+
+
+def semantic_side(target: Target, mode: str | None) -> Any:
+    """The embedding side a search may use, only when the operator asked for
+    ``semantic`` or ``hybrid`` (plain grep stays cheap and prints the same in the chat
+    and the shell): the live engine's (its model is loaded in the background), else
+    the configured provider loaded now."""
+    if mode not in ("semantic", "hybrid") or not target.config.embeddings_enabled:
+        return None
+    if target.engine is not None:
+        return target.engine._semantic()
+    return open_semantic(target)
+
+
+def open_semantic(target: Target) -> Any:
+    """The configured provider loaded now, on the target's connection, for an offline
+    read. An endpoint's dimension is known only from its first answer, so its space is
+    found by provider, model and revision: a read never calls the endpoint to learn it."""
+    from ..recall import semantic
+    from ..storage.vectors import VectorStore
+    found = semantic.Semantic.open(target.database, target.config)
+    identity = found.provider.identity if found.provider is not None else None
+    if identity is not None and not identity.dim:
+        found._space = VectorStore(target.database).latest_space(
+            identity.provider, identity.model, identity.revision)
+    return found
+
+
 def grep(target: Target, query: str, session_id: str | None = None,
-         limit: int | None = None, offset: int = 0) -> dict:
+         limit: int | None = None, offset: int = 0, mode: str | None = None) -> dict:
     """``trove_grep`` in one session (with its summaries) or, by default, all sessions;
-    ``offset`` pages through the tool's best ``GREP_MAX_HITS`` hits (``next_offset``)."""
+    ``offset`` pages through the tool's best ``GREP_MAX_HITS`` hits (``next_offset``);
+    ``mode`` (``full_text``, ``semantic``, ``hybrid``) as the tool takes it: a mode
+    the index cannot serve runs full text with a note saying why."""
+    if mode is not None and mode not in GREP_MODES:
+        raise OperatorError(f"mode must be one of {', '.join(GREP_MODES)}, not {mode!r}")
     limit = limit or GREP_DEFAULT_HITS
     if limit < 1 or offset < 0 or offset + limit > GREP_MAX_HITS:
         raise OperatorError(f"offset + limit must stay within the {GREP_MAX_HITS} best hits "
                             f"(got offset {offset}, limit {limit}); narrow the query instead")
     caller, scope = _scope(target, session_id)
-    report = call_tool(target, "trove_grep", {"query": query, **scope,
-                                              "limit": offset + limit}, caller)
+    args = {"query": query, **scope, "limit": offset + limit, **({"mode": mode} if mode else {})}
+    report = call_tool(target, "trove_grep", args, caller, semantic_side(target, mode))
     hits = report.get("results", [])
     more = len(hits) > offset + limit or bool(report.get("has_more"))
     report["results"] = hits[offset:offset + limit]

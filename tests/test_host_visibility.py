@@ -1,0 +1,74 @@
+"""Issue 26 through the real host: ``/trove status`` shows the optional families,
+``/trove embed backfill apply`` says how far and when done, ``/trove grep`` prints what
+``scripts/trove.py grep`` prints. Hermes 0.19.0's ``cli.HermesCLI`` dispatches the
+slash commands (its own ``process_command`` path, headless) against the fake server,
+which also answers ``/v1/embeddings``."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+import hostkit as hk
+from hostkit import fake_llm  # noqa: F401 (fixture)
+from test_cli import SCRIPT
+
+FACT = "The BlueHeron relay answers on port 7311 behind the Oslo gateway."
+
+
+def cli_command(monkeypatch, cli_module, hermes_cli, line: str) -> str:
+    """One slash command typed into the CLI; what the CLI printed."""
+    printed = []
+    monkeypatch.setattr(cli_module, "_cprint", lambda text: printed.append(str(text)))
+    hermes_cli.process_command(line)
+    return "\n".join(printed)
+
+
+def shell(home, env, *args) -> str:
+    """``scripts/trove.py`` on the same HERMES_HOME, outside the host."""
+    environ = {"HERMES_HOME": str(home), "PATH": "/usr/bin:/bin", **env}
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], env=environ,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout.rstrip("\n")
+
+
+@pytest.mark.host
+def test_status_grep_and_backfill_through_the_cli(tmp_path, fake_llm, monkeypatch):
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+           "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake_llm.base_url,
+           "TROVE_ROLLUPS_ENABLED": "true", "TROVE_ENABLE_SLASH_COMMAND": "true"}
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    with hk.host_env(home, extra_env=env) as host:
+        import cli as cli_module
+        agent = hk.make_agent()
+        hk.run_turns(agent, ["remember the relay", FACT, "thanks"])
+        engine = hk.live_engine(agent)
+        semantic = sys.modules[hk.plugin_module_name() + ".recall.semantic"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and engine.get_status()["embeddings"].get(
+                "pending", 1) != 0:
+            time.sleep(0.1)
+        hermes_cli = cli_module.HermesCLI()
+        status = cli_command(monkeypatch, cli_module, hermes_cli, "/trove status")
+        assert f"session: {agent.session_id}" in status
+        line = [l for l in status.splitlines() if l.startswith("embeddings: ")][0]
+        assert line.startswith("embeddings: on (openai fake-embed): ")
+        assert " 0 pending, " in line and "texts/s" in line and "caught up" in line
+        assert "last error: none" in line
+        assert "rollups: on: ready 0, pending 0, stale 0, open " in status
+
+        grep = cli_command(monkeypatch, cli_module, hermes_cli, "/trove grep BlueHeron Relay")
+        assert "BlueHeron relay answers on port 7311" in grep
+        assert grep == shell(home, env, "grep", "BlueHeron Relay", "--color", "never")
+        assert "unknown subcommand 'Grep2 BlueHeron'" in cli_command(
+            monkeypatch, cli_module, hermes_cli, "/trove Grep2 BlueHeron")
+
+        hk.run_turns(agent, ["one more about the Oslo gateway"])
+        semantic.forget_shared()            # stop the worker: the backfill does the rest
+        done = cli_command(monkeypatch, cli_module, hermes_cli, "/trove embed backfill apply")
+        assert "0 pending" in done and "done: the index is caught up" in done
+        assert "rows/s" in done
+        assert "embeddings: on (openai fake-embed): " in shell(home, env, "status")
+        semantic.forget_shared()
+    assert not host.blocked

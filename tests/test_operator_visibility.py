@@ -1,0 +1,218 @@
+"""Users and operators see what is happening (issue 26): /trove grep, --mode, the
+optional families in status, progress of long work, CLI hints that name CLI commands."""
+import io
+import json
+import os
+import sqlite3
+
+import pytest
+
+from enginekit import make_engine
+from fake_openai import FakeOpenAIServer
+from hermes_trove import command
+from hermes_trove.compaction import rollups
+from hermes_trove.operators import families
+from hermes_trove.operators.progress import Progress
+from hermes_trove.recall import semantic
+from hermes_trove.recall.meter import RateMeter
+from hermes_trove.storage import database
+from test_cli import run, snapshot
+
+FACT = "The BlueHeron relay answers on port 7311 behind the Oslo gateway."
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    for key in [k for k in os.environ if k.startswith("TROVE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    yield
+    semantic.forget_shared()
+    for key in list(database._registry):
+        database.forget_database(key)
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def two_sessions(home):
+    """Two sessions of one owner, the fact in the second; connections closed after."""
+    first = make_engine(home, session="first")
+    first.ingest([{"role": "user", "content": "where is the relay?"},
+                  {"role": "assistant", "content": "I do not know yet."}])
+    second = make_engine(home, session="second")
+    second.ingest([{"role": "user", "content": "note this down"},
+                   {"role": "assistant", "content": FACT}])
+    for key in list(database._registry):
+        database.forget_database(key)
+
+
+def cli_env(home, **extra):
+    return {"HERMES_HOME": str(home), **extra}
+
+
+# ---------------------------------------------------------------- item 12: /trove grep
+def test_slash_grep_prints_what_the_cli_prints_and_writes_nothing(tmp_path):
+    two_sessions(tmp_path)
+    conn = sqlite3.connect(tmp_path / "trove.db")  # rollback mode: any write shows
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    before = snapshot(tmp_path)
+    chat = command.handle("grep BlueHeron relay")
+    shell = run(tmp_path, "grep", "BlueHeron relay", "--color", "never").stdout.rstrip("\n")
+    assert chat == shell
+    assert "second" in chat and "BlueHeron relay answers on port 7311" in chat
+    assert snapshot(tmp_path) == before                              # read-only
+    one = command.handle("grep --session first BlueHeron")
+    assert one == run(tmp_path, "grep", "BlueHeron", "--session", "first",
+                      "--color", "never").stdout.rstrip("\n")
+    assert "no matches" in one                                       # the fact is in second
+
+
+def test_slash_grep_errors_and_echo_keep_the_users_case(tmp_path):
+    two_sessions(tmp_path)
+    assert "unknown subcommand 'Grp BlueHeron'" in command.handle("Grp BlueHeron")
+    assert "no query" in command.handle("grep")
+    assert "whole numbers" in command.handle("grep --limit ten BlueHeron")
+    assert "session 'nope' not found" in command.handle("grep --session nope BlueHeron")
+    assert "mode must be one of" in command.handle("grep --mode vectors BlueHeron")
+    assert "/trove grep QUERY" in command.handle("help")
+
+
+# ---------------------------------------------------------------- item 4: grep --mode
+def test_cli_grep_mode_semantic_runs_on_the_index(tmp_path, fake):
+    two_sessions(tmp_path)
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+           "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url}
+    off = json.loads(run(tmp_path, "grep", "relay port", "--mode", "semantic", "--json").stdout)
+    assert off["mode"] == "full_text"
+    assert any("semantic search is unavailable" in n for n in off["notes"])
+    cold = run(tmp_path, "grep", "relay port", "--mode", "semantic", env=env).stdout
+    assert "search mode: full_text" in cold and "no vectors cover this scope yet" in cold
+    assert run(tmp_path, "embed", "backfill", "--apply", env=env).returncode == 0
+    for mode in ("semantic", "hybrid"):
+        done = json.loads(run(tmp_path, "grep", "relay port", "--mode", mode, "--json",
+                              env=env).stdout)
+        assert done["mode"] == mode and not done.get("notes")
+        assert any("BlueHeron" in r["snippet"] for r in done["results"])
+    assert "search mode: semantic" in run(tmp_path, "grep", "relay", "--mode", "semantic",
+                                           env=env).stdout
+    bad = run(tmp_path, "grep", "relay", "--mode", "vectors")
+    assert bad.returncode == 2 and "invalid choice: 'vectors'" in bad.stderr
+
+
+# ---------------------------------------------------------------- item 2: the families
+def test_status_shows_each_optional_family(tmp_path, fake, monkeypatch):
+    two_sessions(tmp_path)
+    off = run(tmp_path, "status").stdout
+    assert "embeddings: off (TROVE_EMBEDDINGS_ENABLED is false)" in off
+    assert "rollups: off (TROVE_ROLLUPS_ENABLED is false)" in off
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+           "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url,
+           "TROVE_ROLLUPS_ENABLED": "true"}
+    before = run(tmp_path, "status", env=env).stdout
+    assert "embeddings: on (openai fake-embed): 0 indexed, 4 pending" in before
+    assert "rollups: on: ready 0, pending 0, stale 0, open " in before
+    assert "last pass: none recorded" in before
+    run(tmp_path, "embed", "backfill", "--apply", env=env)
+    after = run(tmp_path, "status", env=env).stdout
+    assert "4 indexed, 0 pending" in after and "caught up" in after
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    chat = command.handle("status")                 # the slash command, no live engine
+    assert "embeddings: on (openai fake-embed): 4 indexed, 0 pending" in chat
+    assert "rollups: on: ready 0" in chat
+    report = json.loads(run(tmp_path, "status", "--json", env=env).stdout)
+    assert report["embeddings"]["indexed"] == 4 and report["rollups"]["enabled"] is True
+
+
+def test_rollup_status_names_the_last_pass_and_what_it_built(tmp_path):
+    line = families.rollups_line({"enabled": True, "counts": {"ready": 2, "open": 1},
+                                  "last_pass": {"at": 0.0, "built": ["day 2026-11-30"],
+                                                "waiting": 1, "errors": ["week x: boom"]}},
+                                 command.when)
+    assert line.startswith("rollups: on: ready 2, pending 0, stale 0, open 1; last pass ")
+    assert "built day 2026-11-30, 1 waiting, error: week x: boom" in line
+    engine = make_engine(tmp_path, session="s", rollups_enabled="true")
+    engine.ingest([{"role": "user", "content": "old day", "timestamp": 1_700_000_000.0}])
+    report = rollups.PassReport(built=[{"kind": "day", "key": "2023-11-14"}])
+    rollups.record_pass(engine.store, report, 1_700_100_000.0)
+    assert rollups.last_pass(engine.store) == {"at": 1_700_100_000.0, "built": ["day 2023-11-14"],
+                                               "waiting": 0, "errors": []}
+
+
+def test_embedding_line_shows_rate_time_left_and_the_last_error():
+    line = families.embeddings_line({"enabled": True, "available": True, "provider": "local",
+                                     "model": "m", "indexed": 64, "pending": 62,
+                                     "texts_per_second": 2.5, "eta_seconds": 24.8,
+                                     "worker_error": "TimeoutError: slow"})
+    assert line == ("embeddings: on (local m): 64 indexed, 62 pending, 2.5 texts/s, "
+                    "about 25 s left, last error: TimeoutError: slow")
+    loading = families.embeddings_line({"enabled": True, "available": False,
+                                        "provider": "local", "reason": "the model is loading"})
+    assert loading == "embeddings: on (local) but not available: the model is loading"
+
+
+def test_rate_meter_counts_work_time_not_pauses():
+    now = [100.0]
+    meter = RateMeter(clock=lambda: now[0])
+    assert meter.report(10) == {"texts_per_second": None, "eta_seconds": None,
+                                "texts_this_process": 0}
+    meter.record(32, 4.0)
+    now[0] += 60                      # a long idle pause between batches is not work
+    meter.record(32, 4.0)
+    assert meter.report(80) == {"texts_per_second": 8.0, "eta_seconds": 10.0,
+                                "texts_this_process": 64}
+    assert meter.report(0)["eta_seconds"] == 0.0
+    now[0] += 1000                    # old batches leave the window
+    assert meter.rate() is None
+
+
+# ---------------------------------------------------------------- item 3: progress
+def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise():
+    now = [0.0]
+    piped, tty = io.StringIO(), io.StringIO()
+    lines = Progress("embed backfill", piped, clock=lambda: now[0], tty=False)
+    bar = Progress("embed backfill", tty, clock=lambda: now[0], tty=True)
+    for done in (10, 20):
+        now[0] += 1.0
+        lines(done, 40)
+        bar(done, 40)
+    lines.finish("done")
+    bar.finish("done")
+    assert piped.getvalue().splitlines() == [
+        "embed backfill: 10/40 (25%), 10.0/s, about 3 s left",
+        "embed backfill: 20/40 (50%), 10.0/s, about 2 s left",
+        "embed backfill: done after 2.0 s"]
+    assert tty.getvalue().count("\r[") == 2 and "[###############---------------]" in \
+        tty.getvalue() and tty.getvalue().endswith("\nembed backfill: done after 2.0 s\n")
+
+
+def test_cli_backfill_prints_a_line_per_batch_and_says_done(tmp_path, fake):
+    two_sessions(tmp_path)
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+           "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url,
+           "TROVE_EMBEDDING_BATCH_SIZE": "1"}
+    done = run(tmp_path, "embed", "backfill", "--apply", env=env)
+    batches = [l for l in done.stderr.splitlines() if l.startswith("embed backfill: ")]
+    assert [b.split(" (")[0] for b in batches[:4]] == [
+        f"embed backfill: {i}/4" for i in (1, 2, 3, 4)]
+    assert batches[-1].startswith("embed backfill: done, the index is caught up after")
+    assert "done: the index is caught up" in done.stdout and "/trove" not in done.stdout
+
+
+# ---------------------------------------------------------------- item 17: CLI hints
+def test_cli_hints_name_cli_commands(tmp_path, fake, monkeypatch):
+    two_sessions(tmp_path)
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+           "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url,
+           "TROVE_ROLLUPS_ENABLED": "true"}
+    preview = run(tmp_path, "embed", "backfill", env=env).stdout
+    assert "apply: trove.py embed backfill --apply" in preview and "/trove" not in preview
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert "apply: /trove embed backfill apply" in command.handle("embed backfill")
