@@ -75,7 +75,7 @@ def database_exists() -> bool:
     session = calling_session()
     if session and find_engine(session) is not None:
         return True
-    return Path(load_config().resolved_database_path).exists()
+    return Path(load_config().resolved_database_path).is_file()
 
 
 def handle(raw_args: str = "") -> str:
@@ -91,6 +91,13 @@ def handle(raw_args: str = "") -> str:
     if words == ("help",):
         return help_text()
     try:
+        if words == ("status",):
+            engine = find_engine(calling_session()) if calling_session() else None
+            config = engine.config if engine is not None else load_config()
+            fault = ops.database_unusable(config, engine)
+            if fault:
+                return format_status(ops.status_unusable(config, fault, engine,
+                                                         calling_session()))
         if words in (("doctor",), ("doctor", "full"), ("status",)) and not database_exists():
             config = load_config()
             if words == ("status",):
@@ -176,9 +183,17 @@ def _count(number) -> str:
 def format_status(report: dict) -> str:
     """Database, session, engine, last rotate and last backup, a line each."""
     db = report["database"]
-    if db is None:
+    fault = report.get("database_fault")
+    if fault:
+        lines = ["trove status",
+                 f"DATABASE UNUSABLE, nothing is stored: {fault.get('problem')}",
+                 f"repair: {fault.get('repair')}"]
+        lines += _session_lines(report.get("session"))
+        lines.append(_engine_line(report.get("engine")))
+    elif db is None:
         lines = ["trove status", f"database: none yet at {report['database_path']} (the engine "
                  "creates it on the first message)"]
+        lines += [f"database note: {n}" for n in report.get("database_notes", [])]
         session = report.get("session")
         lines.append(f"session: {session['session_id']} (nothing stored yet)" if session else
                      "session: none (HERMES_SESSION_ID is not set)")
@@ -189,6 +204,7 @@ def format_status(report: dict) -> str:
                  f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
                  f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
                  f"{_count(report['session_rows'])} session rows"]
+        lines += [f"database note: {n}" for n in report.get("database_notes", [])]
         lines += _session_lines(report.get("session"))
         lines.append(_engine_line(report.get("engine")))
         lines += _summary_work_lines(report.get("engine"))

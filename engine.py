@@ -28,6 +28,7 @@ from .storage.database import get_database
 from .compaction.host_llm import make_llm_call
 from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .recall import semantic
+from .diagnostics import startup
 from .compaction.message_memo import MessageMemo
 from .store import KnownTail, Store
 from .compaction.summarize import CircuitBreaker, Summarizer
@@ -242,6 +243,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             if not isinstance(exc, faults.Unavailable):
                 self._note_fault(exc)
             self._bind(session_id, session_id, "host")  # tools still know the session
+        if not boundary:
+            startup.announce(self.config, self.platform, self.database_fault)
 
     def _start_session(self, session_id: str, old: str | None, boundary: str | None) -> None:
         """Record the session (and the one it continues) and bind it."""

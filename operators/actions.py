@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..storage import codec, faults, integrity, prepared
-from ..diagnostics import health, host
+from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
 from ..schemas import COUNT_LIMITS
@@ -223,7 +223,18 @@ def status(target: Target, session_id: str | None = None) -> dict:
             "engine": json_safe(engine.get_status()) if engine is not None else None,
             "session": session_summary(target, session_id) if session_id else None,
             "last_backup": last_backup(target), "plugin": host.plugin_identity(),
-            "config_warnings": list(target.config.warnings)}
+            "config_warnings": list(target.config.warnings),
+            "database_notes": database_notes(target.config)}
+
+
+def database_notes(config: TroveConfig) -> list[str]:
+    """What status and doctor say about where the database is (an unused default one)."""
+    note = startup.unused_default_database(config)
+    return [note] if note else []
+
+
+def _location_checks(config: TroveConfig) -> list[dict]:
+    return [health.check("database_location", "warn", note) for note in database_notes(config)]
 
 
 def doctor(target: Target, full: bool = False) -> dict:
@@ -233,6 +244,8 @@ def doctor(target: Target, full: bool = False) -> dict:
     report = health.run_doctor(target.store, target.dag, target.config, status_snapshot,
                                session_id=target.session_id, full=full,
                                offline=target.engine is None)
+    if database_notes(target.config):
+        report = health.verdict(report["checks"] + _location_checks(target.config))
     return {"database_path": str(target.db_path), **report}
 
 
@@ -243,14 +256,47 @@ def status_without_database(config: TroveConfig, session_id: str | None) -> dict
             "session_rows": 0, "live_engine": False, "engine": None,
             "session": {"session_id": session_id, "stored": False} if session_id else None,
             "last_backup": None, "plugin": host.plugin_identity(),
-            "config_warnings": list(config.warnings)}
+            "config_warnings": list(config.warnings), "database_notes": database_notes(config)}
+
+
+def database_unusable(config: TroveConfig, engine: Any = None) -> dict | None:
+    """Why the database cannot be used at all (``path``, ``problem``, ``repair``), or None:
+    the live engine's fault, else a path that is a directory or lies under a file.
+    A missing file is not a fault (the engine creates it on the first message)."""
+    if engine is not None:
+        return engine.database_fault
+    path = Path(config.resolved_database_path)
+    blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if path.is_dir() or blocked is not None:
+        problem = (f"{blocked} is a file, so {path} cannot be created" if blocked is not None
+                   else None)
+        fault = faults.describe(path, NotADirectoryError(problem or "is a directory"))
+        if blocked is not None:
+            fault.update(problem=problem, repair="set TROVE_DATABASE_PATH to a path whose "
+                         f"folders can exist (or move {blocked} away)")
+        return fault
+    return None
+
+
+def status_unusable(config: TroveConfig, fault: dict, engine: Any = None,
+                    session_id: str | None = None) -> dict:
+    """Status when the database cannot be used: the fault and its repair first, then
+    what the engine knows without its database."""
+    snapshot = json_safe(engine.get_status()) if engine is not None else None
+    return {**status_without_database(config, session_id), "database_fault": fault,
+            "engine": snapshot, "live_engine": engine is not None}
 
 
 def doctor_without_database(config: TroveConfig, problem: str) -> dict:
     """Doctor when there is no trove database to open: the host-side checks still run,
     since "nothing stored" is most often a host setting (plugin not enabled)."""
-    checks = [health.check("database", "warn", f"{problem}: the engine creates it on the first "
-                           "message once Hermes loads the plugin (see the host checks below)")]
+    fault = database_unusable(config)
+    checks = ([health.check("database", "fail", f"{fault['problem']}. Repair: {fault['repair']}",
+                            repair=fault["repair"])]
+              if fault else
+              [health.check("database", "warn", f"{problem}: the engine creates it on the first "
+                            "message once Hermes loads the plugin (see the host checks below)")])
+    checks += _location_checks(config)
     checks += health.check_config(config, {}) + host.check_host(config.hermes_home)
     return {"database_path": str(config.resolved_database_path), **health.verdict(checks)}
 

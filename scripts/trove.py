@@ -187,7 +187,7 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
         raise ops.OperatorError("--full applies to plain 'doctor' only")
     words = ("doctor",) + ((args.what,) if args.what else ()) + (("apply",) if args.apply else ())
     config = ops.config_for(args.db)
-    if not args.what and not Path(config.resolved_database_path).exists():
+    if not args.what and not Path(config.resolved_database_path).is_file():
         report = ops.doctor_without_database(config, f"no trove database at "
                                              f"{config.resolved_database_path}")
         return report, command.format_doctor(report), int(report["overall"] == "fail")
@@ -335,8 +335,19 @@ def cmd_embed(args) -> tuple[dict, str, int]:
     return report, cli_hints(embed.format_report(report)), 0
 
 
+def cmd_status(args) -> tuple[dict, str, int]:
+    """``/trove status``'s report; an unusable database path is said first, with its
+    repair (exit 1), instead of stopping at "no trove database"."""
+    config = ops.config_for(args.db)
+    fault = ops.database_unusable(config)
+    if fault:
+        report = ops.status_unusable(config, fault)
+        return report, cli_hints(command.format_status(report)), 1
+    return run_words(("status",), args)
+
+
 COMMANDS = {
-    "status": lambda a: run_words(("status",), a),
+    "status": cmd_status,
     "backup": lambda a: run_words(("backup",), a),
     "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
     "load-session": cmd_load_session, "describe": cmd_describe, "export": cmd_export,

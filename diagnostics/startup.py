@@ -1,0 +1,83 @@
+"""What the user must hear when the agent starts: setting typos and a misplaced database.
+
+A typo in a setting, or a ``database_path`` that makes a new empty database
+while ``$HERMES_HOME/trove.db`` holds the history, used to show only in doctor,
+``/trove status`` and the log. Hermes 0.19 has no channel for plugin warnings
+in its banner (it logs them to agent.log and clears the screen before the
+banner), so the engine writes them once per process, when an interactive
+(``cli``) session starts, to the terminal's stderr, and logs them on every
+platform. Each problem is said once per process, with its fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from ..config import DEFAULT_DATABASE_FILE, TroveConfig
+from ..storage.payloads import human_size
+
+log = logging.getLogger(__name__)
+
+INTERACTIVE_PLATFORMS = ("cli",)
+_said: set[str] = set()
+
+
+def unused_default_database(config: TroveConfig) -> str | None:
+    """When the configured database is not ``$HERMES_HOME/trove.db`` but that file exists:
+    the sentence that says so and how to use it; else None."""
+    default = config.hermes_home / DEFAULT_DATABASE_FILE
+    chosen = Path(config.resolved_database_path)
+    try:
+        if chosen.resolve() == default.resolve() or not default.is_file():
+            return None
+        size = human_size(default.stat().st_size)
+    except OSError:
+        return None
+    state = ("a new empty database is created there" if not chosen.exists() else
+             "that database is used")
+    return (f"TROVE_DATABASE_PATH points at {chosen} ({state}), while {default} ({size}) "
+            f"exists and is not used; if it holds your history, remove the setting "
+            f"(or point it at {default})")
+
+
+def startup_problems(config: TroveConfig, fault: dict | None = None) -> list[str]:
+    """Everything the user should know at start: an unusable database first (with its
+    repair), then a default database left unused, then the setting warnings."""
+    problems = []
+    if fault:
+        problems.append(f"the trove database cannot be used, so nothing is stored: "
+                        f"{fault.get('problem')}. Repair: {fault.get('repair')}")
+    beside = unused_default_database(config)
+    if beside:
+        problems.append(beside)
+    return problems + list(config.warnings)
+
+
+def announce(config: TroveConfig, platform: str | None, fault: dict | None = None,
+             stream: TextIO | None = None) -> list[str]:
+    """Say each new start-up problem once per process: logged always, and on an
+    interactive platform written to the terminal too. Returns what was said now."""
+    new = [p for p in startup_problems(config, fault) if p not in _said]
+    if not new:
+        return []
+    _said.update(new)
+    for problem in new:
+        if problem not in config.warnings:   # register() logged the setting warnings
+            log.warning("hermes-trove: %s", problem)
+    if platform in INTERACTIVE_PLATFORMS:
+        out = stream if stream is not None else sys.stderr
+        try:
+            out.write("⚠ hermes-trove at start:\n" + "".join(f"  - {p}\n" for p in new)
+                      + "  (details: /trove status, scripts/trove.py doctor)\n")
+            out.flush()
+        except Exception:  # a closed terminal must not stop the session
+            pass
+    return new
+
+
+def forget() -> None:
+    """Forget what was said (tests; a new process starts empty anyway)."""
+    _said.clear()
