@@ -3,6 +3,7 @@
 ``scripts/trove.py grep`` prints. Hermes 0.19.0's ``cli.HermesCLI`` dispatches the
 slash commands (its own ``process_command`` path, headless) against the fake server,
 which also answers ``/v1/embeddings``."""
+import json
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ def shell(home, env, *args) -> str:
 
 
 @pytest.mark.host
-def test_status_grep_and_backfill_through_the_cli(tmp_path, fake_llm, monkeypatch):
+def test_status_grep_and_backfill_through_the_cli(tmp_path, fake_llm, monkeypatch, caplog):
     env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
            "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake_llm.base_url,
            "TROVE_ROLLUPS_ENABLED": "true", "TROVE_ENABLE_SLASH_COMMAND": "true"}
@@ -64,11 +65,57 @@ def test_status_grep_and_backfill_through_the_cli(tmp_path, fake_llm, monkeypatc
         assert "unknown subcommand 'Grep2 BlueHeron'" in cli_command(
             monkeypatch, cli_module, hermes_cli, "/trove Grep2 BlueHeron")
 
+        semantic.forget_shared()            # no worker from here on: the backfill does it
+        monkeypatch.setattr(semantic.EmbeddingWorker, "run", lambda self: None)
         hk.run_turns(agent, ["one more about the Oslo gateway"])
-        semantic.forget_shared()            # stop the worker: the backfill does the rest
+        caplog.set_level("INFO")
         done = cli_command(monkeypatch, cli_module, hermes_cli, "/trove embed backfill apply")
         assert "0 pending" in done and "done: the index is caught up" in done
-        assert "rows/s" in done
+        batches = [r.getMessage() for r in caplog.records
+                   if r.getMessage().startswith("hermes-trove: embed backfill: ")]
+        assert batches and batches[-1].startswith("hermes-trove: embed backfill: 2/2 (100%)")
         assert "embeddings: on (openai fake-embed): " in shell(home, env, "status")
         semantic.forget_shared()
+    assert not host.blocked
+
+
+@pytest.mark.host
+def test_a_setting_typo_is_said_once_when_the_cli_agent_starts(tmp_path, fake_llm, capfd):
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"fresh_tail_cuont": 8}})
+    with hk.host_env(home, extra_env={"TROVE_ENABLE_SLASH_COMMAND": "true"}) as host:
+        startup = sys.modules[hk.plugin_module_name() + ".diagnostics.startup"] \
+            if hk.plugin_module_name() + ".diagnostics.startup" in sys.modules else None
+        if startup is not None:
+            startup.forget()
+        capfd.readouterr()
+        agent = hk.make_agent()
+        hk.run_turns(agent, ["hello"])
+        err = capfd.readouterr().err
+        assert "⚠ hermes-trove at start:" in err
+        assert "unknown setting 'trove.fresh_tail_cuont' is ignored (did you mean " \
+               "trove.fresh_tail_count?)" in err
+        hk.run_turns(hk.make_agent(), ["again"])
+        assert "fresh_tail_cuont" not in capfd.readouterr().err          # once per process
+        assert "did you mean trove.fresh_tail_count?" in hk.run_slash_command("trove", "status")
+    assert not host.blocked
+
+
+@pytest.mark.host
+def test_an_unusable_database_is_the_first_thing_status_says(tmp_path, fake_llm):
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    (home / "trove.db").mkdir()
+    with hk.host_env(home, extra_env={"TROVE_ENABLE_SLASH_COMMAND": "true"}) as host:
+        fake_llm.responder = lambda body: (
+            hk.Reply(text="ok") if body["messages"][-1].get("role") == "tool"
+            else hk.ToolCall("trove_status", {}))
+        agent = hk.make_agent()
+        result = hk.run_turns(agent, ["how is trove?"])[0]
+        status = hk.run_slash_command("trove", "status").splitlines()
+        assert status[1].startswith("DATABASE UNUSABLE, nothing is stored: ")
+        assert "is a directory" in status[1] and status[2].startswith("repair: ")
+        tool = [m for m in result["messages"] if m.get("role") == "tool"][-1]
+        answer = json.loads(tool["content"])
+        assert list(answer)[0] == "database" and "is a directory" in answer["database"]["problem"]
+        assert answer["database"]["repair"]
     assert not host.blocked
