@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,6 +26,7 @@ from .operators.progress import LogProgress
 from .config import load_config
 from .binding import forks
 from .engine import find_engine
+from .diagnostics import compaction_text
 from .diagnostics.host import describe_identity
 from .storage.payloads import human_size
 from .tools import iso
@@ -56,8 +58,22 @@ def register_command(ctx) -> None:
 
 def calling_session() -> str | None:
     """The session the command was typed in: the gateway's per-conversation value
-    when it set one, else ``HERMES_SESSION_ID`` from the environment (CLI)."""
-    return forks.host_session_hint() or None
+    when it set one, else ``HERMES_SESSION_ID`` from the environment (CLI), else the
+    interactive CLI's own session (before the first message of a resumed session no
+    agent has started, so nothing has set the variable yet)."""
+    return forks.host_session_hint() or cli_session() or None
+
+
+def cli_session() -> str | None:
+    """The session id of the running ``hermes`` CLI, which the host's plugin manager
+    holds (``_cli_ref``; None outside an interactive CLI)."""
+    plugins = sys.modules.get("hermes_cli.plugins")   # loaded only inside the host
+    try:
+        cli = plugins.get_plugin_manager()._cli_ref if plugins is not None else None
+        value = getattr(cli, "session_id", None)
+    except Exception:  # an older or different host: no CLI session to name
+        return None
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def resolve_target(writable: bool = False) -> ops.Target:
@@ -232,10 +248,7 @@ def _session_lines(session: dict | None) -> list[str]:
     rotate = (f"last rotate: {when(session['last_rotate_at'])}, backup "
               f"{session['last_rotate_backup']}" if session.get("last_rotate_at")
               else "last rotate: never")
-    compaction = session.get("last_compaction") or {}
-    compacted = (f"last compaction: {compaction['outcome']} at {when(compaction.get('at'))}"
-                 + (f" ({compaction['reason']})" if compaction.get("reason") else "")
-                 if compaction.get("outcome") else "last compaction: none recorded")
+    compacted = compaction_text.compaction_line(session.get("last_compaction"), when)
     return [f"session: {session['session_id']}{alias} (source {session['source']}): "
             f"{_count(session['messages'])} messages, {session['nodes']} summary nodes, "
             f"{session['frontier_nodes']} in the frontier, {session['carried_nodes']} carried; "
@@ -280,7 +293,8 @@ def _engine_line(engine: dict | None) -> str:
             + (f" ({engine['trigger_rule']})" if engine.get("trigger_rule") else "") + "; "
             f"{engine.get('compression_count', 0)} compactions this session"
             + (f"; owner {engine['owner']}" if engine.get("owner") else "")
-            + _switch_text(engine.get("last_switch")))
+            + _switch_text(engine.get("last_switch"))
+            + "\n" + compaction_text.counters_text(engine))
 
 
 def _switch_text(switch: dict | None) -> str:

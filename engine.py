@@ -29,6 +29,7 @@ from .compaction.host_llm import make_llm_call
 from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .recall import semantic
 from .diagnostics import startup
+from .diagnostics.compaction_text import noop_reason
 from .compaction.message_memo import MessageMemo
 from .store import KnownTail, Store
 from .compaction.summarize import CircuitBreaker, Summarizer
@@ -362,6 +363,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             return True  # an operator rotated the session: let the host pick it up now
         current = tokens.as_count(self.last_prompt_tokens if prompt_tokens is None
                                   else prompt_tokens)
+        self.last_checked_tokens = current  # the number the host's trigger saw (status)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
         self._maybe_prepare(current)
@@ -675,8 +677,13 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
             "prepared_used": report.prepared_used, "sweep": report.sweep,
             "tail_gave_way": gave_way, "omitted_nodes": len(omitted),
+            "tail_messages": len(tail_ids),
             "seconds": round(time.perf_counter() - started, 4),
         }
+        if not changed and final < trigger:
+            outcome["reason"] = noop_reason(len(tail_ids), self.config.fresh_tail_count,
+                                            final, trigger)
+            log.info("hermes-trove: compaction changed nothing: %s", outcome["reason"])
         if final >= trigger:
             outcome["reason"] = (
                 f"prompt still {final} tokens >= trigger {trigger}: the newest user message "

@@ -119,3 +119,30 @@ def test_an_unusable_database_is_the_first_thing_status_says(tmp_path, fake_llm)
         assert list(answer)[0] == "database" and "is a directory" in answer["database"]["problem"]
         assert answer["database"]["repair"]
     assert not host.blocked
+
+
+@pytest.mark.host
+def test_status_names_the_cli_session_before_the_first_message(tmp_path, fake_llm,
+                                                               monkeypatch):
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    with hk.host_env(home, extra_env={"TROVE_ENABLE_SLASH_COMMAND": "true"}) as host:
+        import cli as cli_module
+        from hermes_cli.plugins import get_plugin_manager
+        agent = hk.make_agent()
+        hk.run_turns(agent, ["first session, first words"])
+        earlier = agent.session_id
+        for key in list(sys.modules[hk.plugin_module_name() + ".storage.database"]._registry):
+            sys.modules[hk.plugin_module_name() + ".storage.database"].forget_database(key)
+        # a fresh `hermes --resume ID` process: no agent yet, so nothing set the session
+        from gateway import session_context
+        monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+        token = session_context._SESSION_ID.set(session_context._UNSET)
+        try:
+            resumed = cli_module.HermesCLI(resume=earlier)
+            monkeypatch.setattr(get_plugin_manager(), "_cli_ref", resumed)  # what run() sets
+            status = cli_command(monkeypatch, cli_module, resumed, "/trove status")
+        finally:
+            session_context._SESSION_ID.reset(token)
+        assert f"session: {earlier} " in status and "2 messages" in status
+        assert "HERMES_SESSION_ID is not set" not in status
+    assert not host.blocked
