@@ -146,3 +146,24 @@ def test_status_names_the_cli_session_before_the_first_message(tmp_path, fake_ll
         assert f"session: {earlier} " in status and "2 messages" in status
         assert "HERMES_SESSION_ID is not set" not in status
     assert not host.blocked
+
+
+@pytest.mark.host
+def test_compress_with_nothing_to_do_says_why(tmp_path, fake_llm, monkeypatch, caplog):
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    with hk.host_env(home, extra_env={"TROVE_ENABLE_SLASH_COMMAND": "true"}) as host:
+        import cli as cli_module
+        hermes_cli = cli_module.HermesCLI()
+        monkeypatch.setattr(cli_module, "_cprint", lambda text: None)
+        hermes_cli.chat("a first short question")
+        hermes_cli.chat("a second short question")
+        caplog.set_level("INFO")
+        hermes_cli.process_command("/compress")
+        said = [r.getMessage() for r in caplog.records]
+        ours = [m for m in said if m.startswith("hermes-trove: compaction changed nothing: ")]
+        assert ours and "every unsummarized message shown (4) is in the fresh tail" in ours[-1]
+        assert any(m.startswith("Compression made no progress") for m in said)  # the host's
+        status = cli_command(monkeypatch, cli_module, hermes_cli, "/trove status")
+        assert "last compaction: noop at " in status
+        assert "every unsummarized message shown (4) is in the fresh tail" in status
+    assert not host.blocked
