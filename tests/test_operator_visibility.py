@@ -216,3 +216,23 @@ def test_cli_hints_name_cli_commands(tmp_path, fake, monkeypatch):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert "apply: /trove embed backfill apply" in command.handle("embed backfill")
+
+
+# ---------------------------------------------------------------- item 16: carried
+def test_describe_says_carried_only_for_a_carried_node(tmp_path):
+    from enginekit import drive
+    engine = make_engine(tmp_path, window=16_000, session="alpha")
+    drive(engine, 30)
+    node = engine.dag.frontier("alpha")[0]["node_id"]
+    other = make_engine(tmp_path, session="beta")
+    other.ingest([{"role": "user", "content": "hello"}])
+    for key in list(database._registry):
+        database.forget_database(key)
+    shell = json.loads(run(tmp_path, "describe", f"n{node}", "--json").stdout)
+    assert shell["carried"] is False                      # the operator reads; nothing carried
+    assert "carried: False" in run(tmp_path, "describe", f"n{node}").stdout
+    mine = json.loads(engine.handle_tool_call("trove_describe", {"node_id": node}))
+    assert mine["carried"] is False
+    engine.dag.carry_nodes("beta", [node])
+    carried = json.loads(other.handle_tool_call("trove_describe", {"node_id": node}))
+    assert carried["carried"] is True and carried["session_id"] == "alpha"
