@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, faults, integrity, prepared
+from ..storage import codec, faults, host_sessions, integrity, prepared
 from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
@@ -548,12 +548,24 @@ def call_tool(target: Target, name: str, args: dict, session_id: str,
 
 
 def require_session(target: Target, session_id: str) -> str:
-    """The canonical id of a stored session, or an ``OperatorError`` naming it."""
+    """The canonical id of a stored session, named by its id or by the title Hermes's
+    ``/title`` gave it (``state.db``), or an ``OperatorError`` naming it."""
     store = target.store
-    canonical = store.canonical_session(session_id)
-    if store.get_session(canonical) is None and not store.session_messages(canonical, 0, 1):
-        raise OperatorError(f"session {session_id!r} not found (see the 'sessions' command)")
-    return canonical
+
+    def stored(name: str) -> str | None:
+        canonical = store.canonical_session(name)
+        if store.get_session(canonical) is None and not store.session_messages(canonical, 0, 1):
+            return None
+        return canonical
+
+    found = stored(session_id)
+    if found is None:
+        titled = host_sessions.session_for_title(target.config.hermes_home, session_id)
+        found = stored(titled) if titled else None
+    if found is None:
+        raise OperatorError(f"session {session_id!r} not found, neither as an id nor as a "
+                            "session title (see the 'sessions' command)")
+    return found
 
 
 def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
@@ -697,8 +709,10 @@ def load_session(target: Target, session_id: str, after: int = 0, limit: int = 5
 def sessions(target: Target, limit: int = 100) -> dict:
     """Session rows, newest activity first, with message counts and time ranges."""
     rows = target.store.list_sessions(limit=limit)
+    named = host_sessions.titles(target.config.hermes_home, (r["session_id"] for r in rows))
     for row in rows:
         row["nodes"] = target.dag.stats(row["session_id"])["nodes"]
+        row["title"] = named.get(row["session_id"])
     return {"total": target.store.count_sessions(), "sessions": rows}
 
 

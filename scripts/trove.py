@@ -204,10 +204,12 @@ def cmd_rollups(args) -> tuple[dict, str, int]:
 def cmd_sessions(args) -> tuple[dict, str, int]:
     """Sessions newest first, with counts and time ranges."""
     report = ops.sessions(ops.open_target(ops.config_for(args.db)), limit=args.limit)
-    rows = [[s["session_id"], "" if s["canonical_id"] == s["session_id"] else s["canonical_id"],
+    rows = [[s["session_id"], s.get("title") or "",
+             "" if s["canonical_id"] == s["session_id"] else s["canonical_id"],
              s["source"], s["messages"], s["nodes"], iso(s["first_at"]) or "-",
              iso(s["last_at"]) or "-"] for s in report["sessions"]]
-    text = table(["session", "alias of", "source", "messages", "nodes", "first", "last"], rows)
+    text = table(["session", "title", "alias of", "source", "messages", "nodes", "first",
+                  "last"], rows)
     return report, f"{text}\n{len(rows)} of {report['total']} session rows", 0
 
 

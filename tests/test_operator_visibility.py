@@ -236,3 +236,25 @@ def test_describe_says_carried_only_for_a_carried_node(tmp_path):
     engine.dag.carry_nodes("beta", [node])
     carried = json.loads(other.handle_tool_call("trove_describe", {"node_id": node}))
     assert carried["carried"] is True and carried["session_id"] == "alpha"
+
+
+# ---------------------------------------------------------------- item 18: titles
+def test_session_titles_from_the_host_work_where_an_id_does(tmp_path):
+    from hermes_state import SessionDB
+    two_sessions(tmp_path)
+    host = SessionDB(db_path=tmp_path / "state.db")
+    host.create_session("second", source="cli")
+    host.set_session_title("second", "first-session")
+    host.close()
+    listing = run(tmp_path, "sessions").stdout
+    header, *lines = listing.splitlines()
+    assert header.split()[:2] == ["session", "title"]
+    assert any(l.split()[:2] == ["second", "first-session"] for l in lines)
+    by_title = json.loads(run(tmp_path, "load-session", "first-session", "--json").stdout)
+    assert [m["content"] for m in by_title["messages"]][-1] == FACT
+    grep = run(tmp_path, "grep", "BlueHeron", "--session", "First-Session").stdout
+    assert "BlueHeron relay" in grep
+    assert "BlueHeron relay" in command.handle("grep --session first-session BlueHeron")
+    missing = run(tmp_path, "export", "no-such-title")
+    assert missing.returncode == 2 and "neither as an id nor as a session title" in \
+        missing.stderr
