@@ -619,13 +619,36 @@ def grep(target: Target, query: str, session_id: str | None = None,
     caller, scope = _scope(target, session_id)
     args = {"query": query, **scope, "limit": offset + limit, **({"mode": mode} if mode else {})}
     report = call_tool(target, "trove_grep", args, caller, semantic_side(target, mode))
-    hits = report.get("results", [])
+    hits = merge_copies(target, report.get("results", []))
     more = len(hits) > offset + limit or bool(report.get("has_more"))
     report["results"] = hits[offset:offset + limit]
     report["offset"] = offset
     report["next_offset"] = (offset + limit) if more and offset + limit < GREP_MAX_HITS else None
     report["terms"] = query_terms(query)
     return report
+
+
+def merge_copies(target: Target, hits: list[dict]) -> list[dict]:
+    """One hit per message text: after ``/branch`` the branch holds its own copy of the
+    parent's history, so a search of every session would list each old message twice.
+    The best-ranked copy stays; ``also_in`` names the other sessions with the same one."""
+    ids = [h["store_id"] for h in hits if h.get("kind") == "message" and h.get("store_id")]
+    rows = target.store.get_messages(ids) if len(ids) > 1 else {}
+    first: dict[tuple, dict] = {}
+    kept = []
+    for hit in hits:
+        row = rows.get(hit.get("store_id")) if hit.get("kind") == "message" else None
+        key = (row["role"], row["content_hash"], row["tool_calls"]) if row else None
+        if key is not None and key in first:
+            other = first[key].setdefault("also_in", [])
+            if hit.get("session_id") and hit["session_id"] not in other + [
+                    first[key].get("session_id")]:
+                other.append(hit["session_id"])
+            continue
+        if key is not None:
+            first[key] = hit
+        kept.append(hit)
+    return kept
 
 
 def query_terms(query: str) -> list[str]:

@@ -56,7 +56,8 @@ def format_grep(report: dict, session: str | None = None, color: str = "never",
     rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",
              r.get("session_id") or session or "", r.get("role") or f"d{r.get('depth')}",
              r.get("time") or r.get("time_to") or "",
-             highlight(one_line(r.get("snippet"), terms=terms), terms, color)]
+             highlight(one_line(r.get("snippet"), terms=terms), terms, color)
+             + (f" (same copy in {', '.join(r['also_in'])})" if r.get("also_in") else "")]
             for r in report["results"]]
     text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
     mode = [f"search mode: {report['mode']}"] if report.get("mode") else []

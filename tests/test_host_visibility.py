@@ -167,3 +167,23 @@ def test_compress_with_nothing_to_do_says_why(tmp_path, fake_llm, monkeypatch, c
         assert "last compaction: noop at " in status
         assert "every unsummarized message shown (4) is in the fresh tail" in status
     assert not host.blocked
+
+
+@pytest.mark.host
+def test_grep_after_branch_shows_a_message_once(tmp_path, fake_llm):
+    from test_host_sessions import cli_branch
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    with hk.host_env(home, extra_env={"TROVE_ENABLE_SLASH_COMMAND": "true"}) as host:
+        agent = hk.make_agent()
+        history = hk.run_turns(agent, ["note: " + FACT, "and a second turn"])[-1]["messages"]
+        parent = agent.session_id
+        branch = cli_branch(agent, history)
+        hk.run_turns(agent, ["only in the branch"], history=history)
+        rows = [l for l in shell(home, {}, "grep", "BlueHeron relay").splitlines()
+                if "BlueHeron" in l]
+        assert len(rows) == 1, rows
+        assert (f"(same copy in {branch})" in rows[0]) or (f"(same copy in {parent})" in rows[0])
+        chat = [l for l in hk.run_slash_command("trove", "grep BlueHeron relay").splitlines()
+                if "BlueHeron" in l]
+        assert chat == rows
+    assert not host.blocked
