@@ -17,6 +17,9 @@ from hermes_trove.recall import semantic
 from hermes_trove.recall.meter import RateMeter
 from hermes_trove.storage import database
 from test_cli import run, snapshot
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FACT = "The BlueHeron relay answers on port 7311 behind the Oslo gateway."
 
@@ -258,3 +261,36 @@ def test_session_titles_from_the_host_work_where_an_id_does(tmp_path):
     missing = run(tmp_path, "export", "no-such-title")
     assert missing.returncode == 2 and "neither as an id nor as a session title" in \
         missing.stderr
+
+
+# ---------------------------------------------------------------- item 20: the DAG page
+def test_dag_labels_count_in_the_session_and_the_page_is_readable(tmp_path):
+    from enginekit import coding_turn
+    from hermes_trove.operators.dagview import dag_data
+    alpha = make_engine(tmp_path, window=16_000, session="alpha")
+    beta = make_engine(tmp_path, session="beta")
+    history = []
+    for turn in range(30):            # two sessions written turn by turn: ids interleave
+        history += coding_turn(turn)
+        alpha.ingest(history)
+        beta.ingest([{"role": "user", "content": f"beta turn {turn}"}])
+    alpha.compress(history, current_tokens=60_000)
+    data = dag_data(alpha.store, alpha.dag, "alpha")
+    leaf = next(n for n in data["nodes"] if n["depth"] == 0)
+    assert leaf["last"] - leaf["first"] + 1 > leaf["messages"]     # store ids span beta's
+    own = [r[0] for r in sqlite3.connect(tmp_path / "trove.db").execute(
+        "SELECT store_id FROM messages WHERE session_id = 'alpha' ORDER BY store_id")]
+    assert leaf["span"] == [own.index(leaf["first"]) + 1, own.index(leaf["last"]) + 1]
+    assert leaf["span"][1] - leaf["span"][0] + 1 < leaf["last"] - leaf["first"] + 1
+    assert "' msgs' +" in (ROOT / "operators" / "dagview.py").read_text()
+    for key in list(database._registry):
+        database.forget_database(key)
+    out = tmp_path / "dag.html"
+    done = run(tmp_path, "dag", "alpha", "--out", out)
+    assert done.returncode == 0, done.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (out.stat().st_mode & 0o777) == 0o666 & ~umask
+    out.chmod(0o640)
+    run(tmp_path, "dag", "alpha", "--out", out, "--force")
+    assert out.stat().st_mode & 0o777 == 0o640                    # a replaced file keeps its
