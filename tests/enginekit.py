@@ -56,3 +56,23 @@ def drive(engine: TroveEngine, turns: int, *, overhead: int = DEFAULT_OVERHEAD, 
             messages = engine.compress(messages, current_tokens=current)
             outputs.append(list(messages))
     return messages, originals, outputs
+
+
+def operator_home(monkeypatch, home, session: str | None = None) -> None:
+    """A test as an operator in ``home``: no TROVE_* settings inherited, HERMES_HOME set,
+    ``HERMES_SESSION_ID`` set to ``session`` or removed."""
+    import os
+    for key in [k for k in os.environ if k.startswith("TROVE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    if session:
+        monkeypatch.setenv("HERMES_SESSION_ID", session)
+    else:
+        monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+
+
+def close_databases() -> None:
+    """Close every shared connection (the next open reads the files afresh)."""
+    from hermes_trove.storage import database
+    for key in list(database._registry):
+        database.forget_database(key)

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from enginekit import make_engine
+from enginekit import close_databases, make_engine, operator_home
 from fake_openai import FakeOpenAIServer
 from hermes_trove import command
 from hermes_trove.compaction import rollups
@@ -15,7 +15,6 @@ from hermes_trove.operators import families
 from hermes_trove.operators.progress import Progress
 from hermes_trove.recall import semantic
 from hermes_trove.recall.meter import RateMeter
-from hermes_trove.storage import database
 from test_cli import run, snapshot
 from pathlib import Path
 
@@ -26,14 +25,10 @@ FACT = "The BlueHeron relay answers on port 7311 behind the Oslo gateway."
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
-    for key in [k for k in os.environ if k.startswith("TROVE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    operator_home(monkeypatch, tmp_path)
     yield
     semantic.forget_shared()
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
 
 
 @pytest.fixture
@@ -50,8 +45,7 @@ def two_sessions(home):
     second = make_engine(home, session="second")
     second.ingest([{"role": "user", "content": "note this down"},
                    {"role": "assistant", "content": FACT}])
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
 
 
 def cli_env(home, **extra):
@@ -229,8 +223,7 @@ def test_describe_says_carried_only_for_a_carried_node(tmp_path):
     node = engine.dag.frontier("alpha")[0]["node_id"]
     other = make_engine(tmp_path, session="beta")
     other.ingest([{"role": "user", "content": "hello"}])
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
     shell = json.loads(run(tmp_path, "describe", f"n{node}", "--json").stdout)
     assert shell["carried"] is False                      # the operator reads; nothing carried
     assert "carried: False" in run(tmp_path, "describe", f"n{node}").stdout
@@ -283,8 +276,7 @@ def test_dag_labels_count_in_the_session_and_the_page_is_readable(tmp_path):
     assert leaf["span"] == [own.index(leaf["first"]) + 1, own.index(leaf["last"]) + 1]
     assert leaf["span"][1] - leaf["span"][0] + 1 < leaf["last"] - leaf["first"] + 1
     assert "' msgs' +" in (ROOT / "operators" / "dagview.py").read_text()
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
     out = tmp_path / "dag.html"
     done = run(tmp_path, "dag", "alpha", "--out", out)
     assert done.returncode == 0, done.stderr

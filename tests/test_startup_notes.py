@@ -3,29 +3,23 @@ database beside an unused ``$HERMES_HOME/trove.db``, an unusable database path s
 first with its repair, doctor on a directory path."""
 import io
 import json
-import os
 
 import pytest
 
-from enginekit import make_engine
+from enginekit import close_databases, make_engine, operator_home
 from hermes_trove import command
 from hermes_trove.config import load_config
 from hermes_trove.diagnostics import startup
-from hermes_trove.storage import database
 from test_cli import run
 
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
-    for key in [k for k in os.environ if k.startswith("TROVE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    operator_home(monkeypatch, tmp_path)
     startup.forget()
     yield
     startup.forget()
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
 
 
 # ---------------------------------------------------------------- item 5: typos
@@ -68,8 +62,7 @@ def test_the_engine_announces_when_a_cli_session_starts(tmp_path, capsys):
 # ---------------------------------------------------------------- item 6: beside
 def test_a_new_database_beside_the_default_one_is_named(tmp_path, monkeypatch):
     make_engine(tmp_path, session="old").ingest([{"role": "user", "content": "history"}])
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
     elsewhere = tmp_path / "typo" / "trove.db"
     config = load_config({"TROVE_DATABASE_PATH": str(elsewhere)}, hermes_home=tmp_path)
     note = startup.unused_default_database(config)
@@ -81,8 +74,7 @@ def test_a_new_database_beside_the_default_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("TROVE_DATABASE_PATH", str(elsewhere))
     make_engine(tmp_path, session="new", database_path=str(elsewhere)).ingest(
         [{"role": "user", "content": "hi"}])
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
     status = run(tmp_path, "status", env={"TROVE_DATABASE_PATH": str(elsewhere)}).stdout
     assert f"database note: TROVE_DATABASE_PATH points at {elsewhere} (that database is used)" \
         in status

@@ -1,25 +1,19 @@
 """Status that explains itself (issue 26): the last compaction's tokens, tail and
 reasons; a no-op's reason in status and the log; which counter each number is."""
 import logging
-import os
 
 import pytest
 
-from enginekit import coding_turn, drive, make_engine
+from enginekit import close_databases, coding_turn, drive, make_engine, operator_home
 from hermes_trove import command
 from hermes_trove.diagnostics import compaction_text
-from hermes_trove.storage import database
 
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
-    for key in [k for k in os.environ if k.startswith("TROVE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    monkeypatch.setenv("HERMES_SESSION_ID", "sess")
+    operator_home(monkeypatch, tmp_path, session="sess")
     yield
-    for key in list(database._registry):
-        database.forget_database(key)
+    close_databases()
 
 
 def line_of(text: str, start: str) -> str:
