@@ -4,9 +4,9 @@ A typo in a setting, or a ``database_path`` that makes a new empty database
 while ``$HERMES_HOME/trove.db`` holds the history, used to show only in doctor,
 ``/trove status`` and the log. Hermes 0.19 has no channel for plugin warnings
 in its banner (it logs them to agent.log and clears the screen before the
-banner), so the engine writes them once per process, when an interactive
-(``cli``) session starts, to the terminal's stderr, and logs them on every
-platform. Each problem is said once per process, with its fix.
+banner), so the engine shows them once per process, when an interactive
+(``cli``) session starts, through the CLI's own printer (stderr outside it), and
+logs them on every platform. Each problem is said once per process, with its fix.
 """
 
 from __future__ import annotations
@@ -68,14 +68,27 @@ def announce(config: TroveConfig, platform: str | None, fault: dict | None = Non
         if problem not in config.warnings:   # register() logged the setting warnings
             log.warning("hermes-trove: %s", problem)
     if platform in INTERACTIVE_PLATFORMS:
-        out = stream if stream is not None else sys.stderr
+        text = ("⚠ hermes-trove at start:\n" + "".join(f"  - {p}\n" for p in new)
+                + "  (details: /trove status, scripts/trove.py doctor)")
         try:
-            out.write("⚠ hermes-trove at start:\n" + "".join(f"  - {p}\n" for p in new)
-                      + "  (details: /trove status, scripts/trove.py doctor)\n")
-            out.flush()
+            show(text, stream)
         except Exception:  # a closed terminal must not stop the session
             pass
     return new
+
+
+def show(text: str, stream: TextIO | None = None) -> None:
+    """Put ``text`` in front of the CLI user: through the host CLI's own printer when it
+    runs (prompt_toolkit swallows a bare write while its input line is live; the agent
+    starts at the first message, inside it), else on ``stream`` (stderr by default)."""
+    host_cli = sys.modules.get("cli") if stream is None else None
+    printer = getattr(host_cli, "_cli_visible_print", None)
+    if callable(printer) and hasattr(host_cli, "HermesCLI"):
+        printer(text)
+        return
+    out = stream if stream is not None else sys.stderr
+    out.write(text + "\n")
+    out.flush()
 
 
 def forget() -> None:

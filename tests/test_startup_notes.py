@@ -53,10 +53,12 @@ def test_problems_are_said_once_at_start_on_the_terminal(tmp_path):
 
 def test_the_engine_announces_when_a_cli_session_starts(tmp_path, capsys):
     make_engine(tmp_path, session="s1", fresh_tail_cuont=8)
-    err = capsys.readouterr().err
-    assert "⚠ hermes-trove at start:" in err and "did you mean TROVE_FRESH_TAIL_COUNT?" in err
+    seen = capsys.readouterr()          # stderr; stdout when the host CLI module is loaded
+    said = seen.err + seen.out
+    assert "⚠ hermes-trove at start:" in said and "did you mean TROVE_FRESH_TAIL_COUNT?" in said
     make_engine(tmp_path, session="s2", fresh_tail_cuont=8)      # a second agent: silent
-    assert "TROVE_FRESH_TAIL_CUONT" not in capsys.readouterr().err
+    seen = capsys.readouterr()
+    assert "TROVE_FRESH_TAIL_CUONT" not in seen.err + seen.out
 
 
 # ---------------------------------------------------------------- item 6: beside
