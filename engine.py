@@ -14,6 +14,7 @@ import copy
 import logging
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 from .binding import forks, switches
@@ -234,6 +235,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         boundary = kwargs.get("boundary_reason")
         if self.session_id and session_id != self.session_id and boundary != "compression":
             self._forget_session_memory()  # the gateway's /new and /reset
+        created = not boundary and not Path(self.config.resolved_database_path).exists()
         try:
             if not self._usable_database():
                 raise faults.Unavailable(self.database_fault)
@@ -245,7 +247,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
                 self._note_fault(exc)
             self._bind(session_id, session_id, "host")  # tools still know the session
         if not boundary:
-            startup.announce(self.config, self.platform, self.database_fault)
+            startup.announce(self.config, self.platform, self.database_fault, created=created)
 
     def _start_session(self, session_id: str, old: str | None, boundary: str | None) -> None:
         """Record the session (and the one it continues) and bind it."""

@@ -25,9 +25,10 @@ INTERACTIVE_PLATFORMS = ("cli",)
 _said: set[str] = set()
 
 
-def unused_default_database(config: TroveConfig) -> str | None:
+def unused_default_database(config: TroveConfig, created: bool = False) -> str | None:
     """When the configured database is not ``$HERMES_HOME/trove.db`` but that file exists:
-    the sentence that says so and how to use it; else None."""
+    the sentence that says so and how to use it; else None. ``created``: the engine
+    has just created the configured file (it did not exist at the session's start)."""
     default = config.hermes_home / DEFAULT_DATABASE_FILE
     chosen = Path(config.resolved_database_path)
     try:
@@ -36,31 +37,33 @@ def unused_default_database(config: TroveConfig) -> str | None:
         size = human_size(default.stat().st_size)
     except OSError:
         return None
-    state = ("a new empty database is created there" if not chosen.exists() else
+    state = ("a new empty database was just created there" if created else
+             "a new empty database is created there" if not chosen.exists() else
              "that database is used")
     return (f"TROVE_DATABASE_PATH points at {chosen} ({state}), while {default} ({size}) "
             f"exists and is not used; if it holds your history, remove the setting "
             f"(or point it at {default})")
 
 
-def startup_problems(config: TroveConfig, fault: dict | None = None) -> list[str]:
+def startup_problems(config: TroveConfig, fault: dict | None = None,
+                     created: bool = False) -> list[str]:
     """Everything the user should know at start: an unusable database first (with its
     repair), then a default database left unused, then the setting warnings."""
     problems = []
     if fault:
         problems.append(f"the trove database cannot be used, so nothing is stored: "
                         f"{fault.get('problem')}. Repair: {fault.get('repair')}")
-    beside = unused_default_database(config)
+    beside = unused_default_database(config, created)
     if beside:
         problems.append(beside)
     return problems + list(config.warnings)
 
 
 def announce(config: TroveConfig, platform: str | None, fault: dict | None = None,
-             stream: TextIO | None = None) -> list[str]:
+             stream: TextIO | None = None, created: bool = False) -> list[str]:
     """Say each new start-up problem once per process: logged always, and on an
     interactive platform written to the terminal too. Returns what was said now."""
-    new = [p for p in startup_problems(config, fault) if p not in _said]
+    new = [p for p in startup_problems(config, fault, created) if p not in _said]
     if not new:
         return []
     _said.update(new)

@@ -62,7 +62,7 @@ def test_the_engine_announces_when_a_cli_session_starts(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- item 6: beside
-def test_a_new_database_beside_the_default_one_is_named(tmp_path, monkeypatch):
+def test_a_new_database_beside_the_default_one_is_named(tmp_path, monkeypatch, capsys):
     make_engine(tmp_path, session="old").ingest([{"role": "user", "content": "history"}])
     close_databases()
     elsewhere = tmp_path / "typo" / "trove.db"
@@ -74,8 +74,12 @@ def test_a_new_database_beside_the_default_one_is_named(tmp_path, monkeypatch):
     out = io.StringIO()
     assert note in startup.announce(config, "cli", stream=out)
     monkeypatch.setenv("TROVE_DATABASE_PATH", str(elsewhere))
+    startup.forget()
     make_engine(tmp_path, session="new", database_path=str(elsewhere)).ingest(
         [{"role": "user", "content": "hi"}])
+    seen = capsys.readouterr()
+    assert (f"TROVE_DATABASE_PATH points at {elsewhere} (a new empty database was just "
+            "created there)") in seen.err + seen.out          # said when the engine starts
     close_databases()
     status = run(tmp_path, "status", env={"TROVE_DATABASE_PATH": str(elsewhere)}).stdout
     assert f"database note: TROVE_DATABASE_PATH points at {elsewhere} (that database is used)" \
