@@ -21,7 +21,7 @@ from typing import Callable
 from .operators import actions as ops
 from .operators import rollup_actions
 from .operators import embed, families
-from .operators import textview
+from .operators import search, textview
 from .operators.progress import LogProgress
 from .config import load_config
 from .binding import forks
@@ -146,7 +146,7 @@ def grep_command(text: str) -> str:
     except ValueError:
         return f"/trove grep: --limit and --offset take whole numbers\n{GREP_USAGE}"
     try:
-        report = ops.grep(resolve_target(), query, session_id=options.get("session"),
+        report = search.grep(resolve_target(), query, session_id=options.get("session"),
                           limit=numbers.get("limit"), offset=numbers.get("offset", 0),
                           mode=options.get("mode"))
     except ops.OperatorError as exc:

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..compaction import rollups
 from ..recall import semantic
-from .actions import Target, open_semantic
+from .actions import Target
+from .search import open_semantic
 from . import rollup_actions
 
 

@@ -50,7 +50,7 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 def format_grep(report: dict, session: str | None = None, color: str = "never",
                 next_page: str = "--offset {}") -> str:
-    """The hits of ``operators.actions.grep`` as a table, its notes, and how to get the
+    """The hits of ``operators.search.grep`` as a table, its notes, and how to get the
     next page (``next_page`` names the front end's own option)."""
     terms = report.get("terms", [])
     rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",

@@ -29,7 +29,7 @@ _bootstrap.load_package()
 from hermes_trove import command  # noqa: E402
 from hermes_trove.operators import actions as ops  # noqa: E402
 from hermes_trove.operators.textview import format_grep, table  # noqa: E402
-from hermes_trove.operators import embed  # noqa: E402
+from hermes_trove.operators import embed, search  # noqa: E402
 from hermes_trove.operators.progress import Progress  # noqa: E402
 from hermes_trove.operators.replay import TranscriptError  # noqa: E402
 from hermes_trove.tools import iso  # noqa: E402
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="highlight matches (auto: on a terminal, unless NO_COLOR is set)")
     grep.add_argument("--offset", type=bounded(0, GREP_MAX - 1), default=0,
                       help="skip this many hits (next page: the offset the output names)")
-    grep.add_argument("--mode", choices=ops.GREP_MODES,
+    grep.add_argument("--mode", choices=search.GREP_MODES,
                       help="full_text, semantic or hybrid, as trove_grep takes it (default: "
                       "full text; semantic and hybrid load the embedding model; a mode the "
                       "index cannot serve runs full text with a note)")
@@ -216,7 +216,7 @@ def cmd_sessions(args) -> tuple[dict, str, int]:
 def cmd_grep(args) -> tuple[dict, str, int]:
     """Search one session or all of them."""
     target = ops.open_target(ops.config_for(args.db))
-    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit,
+    report = search.grep(target, args.query, session_id=args.session, limit=args.limit,
                       offset=args.offset, mode=args.mode)
     return report, format_grep(report, args.session, args.color), 0
 
