@@ -12,16 +12,21 @@ entries for status, doctor and backup, so both front ends say the same thing.
 from __future__ import annotations
 
 import logging
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .operators import actions as ops
 from .operators import rollup_actions
-from .operators import embed
+from .operators import embed, families
+from .operators import search, textview
+from .operators.progress import LogProgress
 from .config import load_config
 from .binding import forks
 from .engine import find_engine
+from .diagnostics import compaction_text
 from .diagnostics.host import describe_identity
 from .storage.payloads import human_size
 from .tools import iso
@@ -30,7 +35,7 @@ log = logging.getLogger(__name__)
 
 COMMAND_NAME = "trove"
 DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
-ARGS_HINT = ("[status|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
+ARGS_HINT = ("[status|grep QUERY|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
              "rollups [status|build [apply]]|"
              "embed warmup|embed backfill [apply]|help]")
 MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
@@ -53,8 +58,22 @@ def register_command(ctx) -> None:
 
 def calling_session() -> str | None:
     """The session the command was typed in: the gateway's per-conversation value
-    when it set one, else ``HERMES_SESSION_ID`` from the environment (CLI)."""
-    return forks.host_session_hint() or None
+    when it set one, else ``HERMES_SESSION_ID`` from the environment (CLI), else the
+    interactive CLI's own session (before the first message of a resumed session no
+    agent has started, so nothing has set the variable yet)."""
+    return forks.host_session_hint() or cli_session() or None
+
+
+def cli_session() -> str | None:
+    """The session id of the running ``hermes`` CLI, which the host's plugin manager
+    holds (``_cli_ref``; None outside an interactive CLI)."""
+    plugins = sys.modules.get("hermes_cli.plugins")   # loaded only inside the host
+    try:
+        cli = plugins.get_plugin_manager()._cli_ref if plugins is not None else None
+        value = getattr(cli, "session_id", None)
+    except Exception:  # an older or different host: no CLI session to name
+        return None
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def resolve_target(writable: bool = False) -> ops.Target:
@@ -72,22 +91,34 @@ def database_exists() -> bool:
     session = calling_session()
     if session and find_engine(session) is not None:
         return True
-    return Path(load_config().resolved_database_path).exists()
+    return Path(load_config().resolved_database_path).is_file()
 
 
 def handle(raw_args: str = "") -> str:
-    """The host's entry point: parse the words, run the action, answer text (never raise)."""
-    words = tuple(str(raw_args or "").lower().split()) or ("status",)
+    """The host's entry point: parse the words, run the action, answer text (never raise).
+    Subcommand words match in any case; the user's text is echoed as typed."""
+    typed = " ".join(str(raw_args or "").split())
+    words = tuple(typed.lower().split()) or ("status",)
+    if words[0] == "grep":
+        return grep_command(typed.split(None, 1)[1] if len(words) > 1 else "")
     action = ACTIONS.get(words)
     if action is None:
-        return f"/trove: unknown subcommand {' '.join(words)!r}\n\n{help_text()}"
+        return f"/trove: unknown subcommand {typed!r}\n\n{help_text()}"
     if words == ("help",):
         return help_text()
     try:
+        if words == ("status",):
+            engine = find_engine(calling_session()) if calling_session() else None
+            config = engine.config if engine is not None else load_config()
+            fault = ops.database_unusable(config, engine)
+            if fault:
+                return format_status(ops.status_unusable(config, fault, engine,
+                                                         calling_session()))
         if words in (("doctor",), ("doctor", "full"), ("status",)) and not database_exists():
             config = load_config()
             if words == ("status",):
-                return format_status(ops.status_without_database(config, calling_session()))
+                return format_status({**ops.status_without_database(config, calling_session()),
+                                      **families.without_database(config)})
             return action.render(ops.doctor_without_database(
                 config, f"no trove database at {config.resolved_database_path}"))
         return action.render(action.run(resolve_target(ops.writes(words))))
@@ -98,10 +129,40 @@ def handle(raw_args: str = "") -> str:
         return f"/trove {' '.join(words)} failed: {type(exc).__name__}: {exc}"
 
 
+GREP_OPTION = re.compile(r"(?:^|\s)--(session|mode|limit|offset)(?:=|\s+)(\S+)")
+GREP_USAGE = ("usage: /trove grep [--session ID] [--mode full_text|semantic|hybrid] "
+              "[--limit N] [--offset N] QUERY")
+
+
+def grep_command(text: str) -> str:
+    """``/trove grep QUERY``: the operator's read-only search, every session unless
+    ``--session`` names one; the same report and table as ``trove.py grep``."""
+    options = {name: value for name, value in GREP_OPTION.findall(text)}
+    query = GREP_OPTION.sub(" ", text).strip()
+    if not query:
+        return f"/trove grep: no query\n{GREP_USAGE}"
+    try:
+        numbers = {k: int(options[k]) for k in ("limit", "offset") if k in options}
+    except ValueError:
+        return f"/trove grep: --limit and --offset take whole numbers\n{GREP_USAGE}"
+    try:
+        report = search.grep(resolve_target(), query, session_id=options.get("session"),
+                          limit=numbers.get("limit"), offset=numbers.get("offset", 0),
+                          mode=options.get("mode"))
+    except ops.OperatorError as exc:
+        return f"/trove grep: {exc}"
+    except Exception as exc:  # a command must answer, never break the chat
+        log.exception("hermes-trove: /trove grep failed")
+        return f"/trove grep failed: {type(exc).__name__}: {exc}"
+    return textview.format_grep(report, options.get("session"))
+
+
 def help_text() -> str:
     """Every subcommand with one line each, and which ones write (after a backup)."""
     lines = ["/trove commands (apply paths write a backup first, then say what changed):"]
     lines += [f"  /trove {' '.join(a.words):<24} {a.summary}" for a in ACTIONS.values()]
+    lines.append(f"  /trove {'grep QUERY':<24} search every session (read-only; --session ID, "
+                 "--mode full_text|semantic|hybrid, --limit N, --offset N)")
     lines.append("doctor clean apply also needs TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true. "
                  "Operator CLI without Hermes: scripts/trove.py --help")
     return "\n".join(lines)
@@ -138,9 +199,17 @@ def _count(number) -> str:
 def format_status(report: dict) -> str:
     """Database, session, engine, last rotate and last backup, a line each."""
     db = report["database"]
-    if db is None:
+    fault = report.get("database_fault")
+    if fault:
+        lines = ["trove status",
+                 f"DATABASE UNUSABLE, nothing is stored: {fault.get('problem')}",
+                 f"repair: {fault.get('repair')}"]
+        lines += _session_lines(report.get("session"))
+        lines.append(_engine_line(report.get("engine")))
+    elif db is None:
         lines = ["trove status", f"database: none yet at {report['database_path']} (the engine "
                  "creates it on the first message)"]
+        lines += [f"database note: {n}" for n in report.get("database_notes", [])]
         session = report.get("session")
         lines.append(f"session: {session['session_id']} (nothing stored yet)" if session else
                      "session: none (HERMES_SESSION_ID is not set)")
@@ -151,9 +220,14 @@ def format_status(report: dict) -> str:
                  f"{db['schema_version']}/{db['schema_supported']}): {_count(db['messages'])} "
                  f"messages, {_count(db['nodes'])} summary nodes ({depths}), "
                  f"{_count(report['session_rows'])} session rows"]
+        lines += [f"database note: {n}" for n in report.get("database_notes", [])]
         lines += _session_lines(report.get("session"))
         lines.append(_engine_line(report.get("engine")))
         lines += _summary_work_lines(report.get("engine"))
+    if report.get("embeddings"):
+        lines.append(families.embeddings_line(report["embeddings"]))
+    if report.get("rollups"):
+        lines.append(families.rollups_line(report["rollups"], when))
     last = report["last_backup"] or {"path": None}
     lines.append(f"last backup: {last['path']} at {when(last['at'])} ({last['label']})"
                  + ("" if last["exists"] else " [file missing]") if last["path"]
@@ -174,10 +248,7 @@ def _session_lines(session: dict | None) -> list[str]:
     rotate = (f"last rotate: {when(session['last_rotate_at'])}, backup "
               f"{session['last_rotate_backup']}" if session.get("last_rotate_at")
               else "last rotate: never")
-    compaction = session.get("last_compaction") or {}
-    compacted = (f"last compaction: {compaction['outcome']} at {when(compaction.get('at'))}"
-                 + (f" ({compaction['reason']})" if compaction.get("reason") else "")
-                 if compaction.get("outcome") else "last compaction: none recorded")
+    compacted = compaction_text.compaction_line(session.get("last_compaction"), when)
     return [f"session: {session['session_id']}{alias} (source {session['source']}): "
             f"{_count(session['messages'])} messages, {session['nodes']} summary nodes, "
             f"{session['frontier_nodes']} in the frontier, {session['carried_nodes']} carried; "
@@ -222,7 +293,8 @@ def _engine_line(engine: dict | None) -> str:
             + (f" ({engine['trigger_rule']})" if engine.get("trigger_rule") else "") + "; "
             f"{engine.get('compression_count', 0)} compactions this session"
             + (f"; owner {engine['owner']}" if engine.get("owner") else "")
-            + _switch_text(engine.get("last_switch")))
+            + _switch_text(engine.get("last_switch"))
+            + "\n" + compaction_text.counters_text(engine))
 
 
 def _switch_text(switch: dict | None) -> str:
@@ -393,7 +465,7 @@ def format_rollups(report: dict) -> str:
 
 
 def _status(target: ops.Target) -> dict:
-    return ops.status(target, calling_session())
+    return {**ops.status(target, calling_session()), **families.optional_status(target)}
 
 
 ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
@@ -430,6 +502,8 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("embed", "backfill"), "count what the embedding index lacks",
            embed.backfill, embed.format_report),
     Action(("embed", "backfill", "apply"), "embed what the index lacks (resumable)",
-           lambda t: embed.backfill(t, apply=True), embed.format_report),
+           lambda t: embed.backfill(t, apply=True,
+                                    progress=LogProgress("embed backfill", log)),
+           embed.format_report),
     Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
 )}

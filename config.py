@@ -470,7 +470,8 @@ def _read_yaml_section(home: Path, warnings: list[str]) -> dict[str, Any]:
         name = str(key).strip().lower()
         name = name[len(ENV_PREFIX):] if name.startswith(ENV_PREFIX.lower()) else name
         if name not in known:
-            warnings.append(f"{path}: unknown setting '{CONFIG_SECTION}.{key}' is ignored")
+            warnings.append(f"{path}: unknown setting '{CONFIG_SECTION}.{key}' is ignored"
+                            + did_you_mean(name, known, f"{CONFIG_SECTION}."))
         elif name in values:
             warnings.append(f"{path}: {env_name(name)} is given twice in "
                             f"'{CONFIG_SECTION}:'; the later one ({key}) is used")
@@ -517,7 +518,8 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
     if values["embedding_provider"] not in EMBEDDING_PROVIDERS:
         warnings.append(
             f"TROVE_EMBEDDING_PROVIDER={values['embedding_provider']!r} is not one of "
-            f"{', '.join(EMBEDDING_PROVIDERS)}; using 'local'")
+            f"{', '.join(EMBEDDING_PROVIDERS)}; using 'local'"
+            + did_you_mean(str(values["embedding_provider"]).lower(), EMBEDDING_PROVIDERS))
         values["embedding_provider"] = "local"
     values["exposed_tools"] = _exposed_tools(values["exposed_tools"], warnings)
     for name, family in TOOL_FAMILIES.items():
@@ -555,6 +557,13 @@ def _exposed_tools(listed: tuple[str, ...], warnings: list[str]) -> tuple[str, .
                         f"(known: {', '.join(KNOWN_TOOLS)}, or {ALL_TOOLS} / {NO_TOOLS})")
     return known if known else (ALL_TOOLS,)
 
+def did_you_mean(word: str, known, prefix: str = "") -> str:
+    """`` (did you mean X?)`` naming the closest known name or value, or "" when none is
+    close: a typo is reported with its fix, not only as "unknown"."""
+    import difflib
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
 
 def _known_zone(name: str) -> bool:
     """Whether ``zoneinfo`` knows a zone name (UTC always works)."""
@@ -583,7 +592,8 @@ def load_config(environ: Mapping[str, str] | None = None,
     known_envs = {env_name(f.name) for f in setting_fields()}
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX) and name not in known_envs:
-            warnings.append(f"unknown environment variable {name} is ignored")
+            warnings.append(f"unknown environment variable {name} is ignored"
+                            + did_you_mean(name, known_envs))
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

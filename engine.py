@@ -14,6 +14,7 @@ import copy
 import logging
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 from .binding import forks, switches
@@ -30,6 +31,8 @@ from .storage.database import get_database
 from .compaction.host_llm import make_llm_call
 from .ingest.policy import NEVER_STUBBED, IngestPolicy, policy_for
 from .recall import semantic
+from .diagnostics import startup
+from .diagnostics.compaction_text import noop_reason
 from .compaction.message_memo import MessageMemo
 from .store import KnownTail, Store
 from .compaction.summarize import CircuitBreaker, Summarizer
@@ -239,6 +242,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         boundary = kwargs.get("boundary_reason")
         if self.session_id and session_id != self.session_id and boundary != "compression":
             self._forget_session_memory()  # the gateway's /new and /reset
+        created = not boundary and not Path(self.config.resolved_database_path).exists()
         try:
             if not self._usable_database():
                 raise faults.Unavailable(self.database_fault)
@@ -249,6 +253,8 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             if not isinstance(exc, faults.Unavailable):
                 self._note_fault(exc)
             self._bind(session_id, session_id, "host")  # tools still know the session
+        if not boundary:
+            startup.announce(self.config, self.platform, self.database_fault, created=created)
 
     def _start_session(self, session_id: str, old: str | None, boundary: str | None) -> None:
         """Record the session (and the one it continues) and bind it."""
@@ -367,6 +373,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             return True  # an operator rotated the session: let the host pick it up now
         current = tokens.as_count(self.last_prompt_tokens if prompt_tokens is None
                                   else prompt_tokens)
+        self.last_checked_tokens = current  # the number the host's trigger saw (status)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
         self._maybe_prepare(current)
@@ -820,10 +827,14 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
             "prepared_used": report.prepared_used, "sweep": report.sweep,
             "tail_gave_way": gave_way, "tail_cut_by_tokens": tail_cut,
-            "tail_kept": len(tail), "tail_tokens": tail_tokens,
+            "tail_kept": len(tail), "tail_messages": len(tail), "tail_tokens": tail_tokens,
             "omitted_nodes": len(omitted),
             "seconds": round(time.perf_counter() - started, 4),
         }
+        if not changed and final < trigger and host_final < trigger:
+            outcome["reason"] = noop_reason(len(tail), self.config.fresh_tail_count,
+                                            max(final, host_final), trigger)
+            log.info("hermes-trove: compaction changed nothing: %s", outcome["reason"])
         if final >= trigger or host_final >= trigger:
             worst = max(final, host_final)
             outcome["reason"] = (

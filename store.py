@@ -647,6 +647,15 @@ class Store:
             return conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
                                 (self._canonical(conn, session_id),)).fetchone()[0]
 
+    def position_in_session(self, session_id: str, store_id: int) -> int:
+        """How many of the session's own rows are at or before ``store_id``: its place
+        in the session (1 = first). Store ids are global, so another session's rows
+        lie between two of this session's: a label must count in the session."""
+        with self.db.reading() as conn:
+            return conn.execute("SELECT count(*) FROM messages WHERE session_id = ? AND "
+                                "store_id <= ?", (self._canonical(conn, session_id),
+                                                  int(store_id))).fetchone()[0]
+
     def last_store_id(self, session_id: str | None = None) -> int:
         """The highest store_id in one session or the database (0 when empty)."""
         with self.db.reading() as conn:

@@ -25,6 +25,7 @@ or at session end, at most one per database at a time, and build at most
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -138,7 +139,32 @@ def build_pass(store: Store, dag: Dag, timeline: Timeline, summarizer: Summarize
                 report.built.append(entry)
             except Exception as exc:  # one bad period never stops the others
                 report.errors.append(f"{kind} {row['key']}: {type(exc).__name__}: {exc}"[:300])
+    if apply:
+        record_pass(store, report, now)
     return report
+
+
+LAST_PASS_KEY = "rollups_last_pass"
+
+
+def record_pass(store: Store, report: PassReport, now: float) -> None:
+    """Remember what the newest pass built (status shows it); a failure to record
+    never fails the pass."""
+    summary = {"at": now, "built": [f"{b['kind']} {b['key']}" for b in report.built],
+               "waiting": len(report.waiting), "errors": report.errors[-3:]}
+    try:
+        store.set_meta(LAST_PASS_KEY, codec.dump_json(summary))
+    except Exception:  # bookkeeping only
+        log.warning("hermes-trove: could not record the rollup pass", exc_info=True)
+
+
+def last_pass(store: Store) -> dict | None:
+    """The newest recorded pass (``at``, ``built``, ``waiting``, ``errors``), or None."""
+    try:
+        text = store.get_meta(LAST_PASS_KEY)
+        return json.loads(text) if text else None
+    except (ValueError, TypeError):
+        return None
 
 
 class _Builder:

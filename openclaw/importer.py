@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-import time
 from collections import defaultdict
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..storage import migrations
+from ..storage.backup import backup_dir, timestamped_name
 from ..compaction import tokens
 from ..dag import Dag, NewNode
 from ..storage.database import Database, DatabaseError, structural_check
@@ -178,12 +178,13 @@ def _check_target(conn: sqlite3.Connection, path: Path) -> int:
 
 def backup_database(path: Path, timeout: float) -> str:
     """A timestamped copy of the target made with SQLite's online backup API (a file copy
-    could catch a half-written WAL), taken before an import writes anything."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    dest = path.with_name(f"{path.stem}.pre-import-{stamp}{path.suffix}")
-    counter = 1
+    could catch a half-written WAL), taken before an import writes anything; it goes to
+    ``backups/`` next to the database with every other backup (``storage.backup``)."""
+    first = backup_dir(path) / timestamped_name(path, "pre-import")
+    first.parent.mkdir(parents=True, exist_ok=True)
+    dest, counter = first, 1
     while dest.exists():
-        dest = path.with_name(f"{path.stem}.pre-import-{stamp}-{counter}{path.suffix}")
+        dest = first.with_name(f"{first.stem}-{counter}{first.suffix}")
         counter += 1
     try:
         with closing(open_readonly(path, timeout)) as src, closing(sqlite3.connect(dest)) as dst:

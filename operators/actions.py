@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, faults, integrity, prepared
-from ..diagnostics import health, host
+from ..storage import codec, faults, host_sessions, integrity, prepared
+from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
 from ..schemas import COUNT_LIMITS
@@ -223,7 +223,18 @@ def status(target: Target, session_id: str | None = None) -> dict:
             "engine": json_safe(engine.get_status()) if engine is not None else None,
             "session": session_summary(target, session_id) if session_id else None,
             "last_backup": last_backup(target), "plugin": host.plugin_identity(),
-            "config_warnings": list(target.config.warnings)}
+            "config_warnings": list(target.config.warnings),
+            "database_notes": database_notes(target.config)}
+
+
+def database_notes(config: TroveConfig) -> list[str]:
+    """What status and doctor say about where the database is (an unused default one)."""
+    note = startup.unused_default_database(config)
+    return [note] if note else []
+
+
+def _location_checks(config: TroveConfig) -> list[dict]:
+    return [health.check("database_location", "warn", note) for note in database_notes(config)]
 
 
 def doctor(target: Target, full: bool = False) -> dict:
@@ -233,6 +244,8 @@ def doctor(target: Target, full: bool = False) -> dict:
     report = health.run_doctor(target.store, target.dag, target.config, status_snapshot,
                                session_id=target.session_id, full=full,
                                offline=target.engine is None)
+    if database_notes(target.config):
+        report = health.verdict(report["checks"] + _location_checks(target.config))
     return {"database_path": str(target.db_path), **report}
 
 
@@ -243,14 +256,47 @@ def status_without_database(config: TroveConfig, session_id: str | None) -> dict
             "session_rows": 0, "live_engine": False, "engine": None,
             "session": {"session_id": session_id, "stored": False} if session_id else None,
             "last_backup": None, "plugin": host.plugin_identity(),
-            "config_warnings": list(config.warnings)}
+            "config_warnings": list(config.warnings), "database_notes": database_notes(config)}
+
+
+def database_unusable(config: TroveConfig, engine: Any = None) -> dict | None:
+    """Why the database cannot be used at all (``path``, ``problem``, ``repair``), or None:
+    the live engine's fault, else a path that is a directory or lies under a file.
+    A missing file is not a fault (the engine creates it on the first message)."""
+    if engine is not None:
+        return engine.database_fault
+    path = Path(config.resolved_database_path)
+    blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if path.is_dir() or blocked is not None:
+        problem = (f"{blocked} is a file, so {path} cannot be created" if blocked is not None
+                   else None)
+        fault = faults.describe(path, NotADirectoryError(problem or "is a directory"))
+        if blocked is not None:
+            fault.update(problem=problem, repair="set TROVE_DATABASE_PATH to a path whose "
+                         f"folders can exist (or move {blocked} away)")
+        return fault
+    return None
+
+
+def status_unusable(config: TroveConfig, fault: dict, engine: Any = None,
+                    session_id: str | None = None) -> dict:
+    """Status when the database cannot be used: the fault and its repair first, then
+    what the engine knows without its database."""
+    snapshot = json_safe(engine.get_status()) if engine is not None else None
+    return {**status_without_database(config, session_id), "database_fault": fault,
+            "engine": snapshot, "live_engine": engine is not None}
 
 
 def doctor_without_database(config: TroveConfig, problem: str) -> dict:
     """Doctor when there is no trove database to open: the host-side checks still run,
     since "nothing stored" is most often a host setting (plugin not enabled)."""
-    checks = [health.check("database", "warn", f"{problem}: the engine creates it on the first "
-                           "message once Hermes loads the plugin (see the host checks below)")]
+    fault = database_unusable(config)
+    checks = ([health.check("database", "fail", f"{fault['problem']}. Repair: {fault['repair']}",
+                            repair=fault["repair"])]
+              if fault else
+              [health.check("database", "warn", f"{problem}: the engine creates it on the first "
+                            "message once Hermes loads the plugin (see the host checks below)")])
+    checks += _location_checks(config)
     checks += health.check_config(config, {}) + host.check_host(config.hermes_home)
     return {"database_path": str(config.resolved_database_path), **health.verdict(checks)}
 
@@ -479,8 +525,9 @@ def rotate(target: Target, apply: bool = False) -> dict:
 
 
 # ---------------------------------------------------------------- reads through the tools
-def tool_context(target: Target, session_id: str) -> tools.ToolContext:
-    """A ToolContext whose calling session is ``session_id`` (an operator scope)."""
+def tool_context(target: Target, session_id: str, semantic: Any = None) -> tools.ToolContext:
+    """A ToolContext whose calling session is ``session_id`` (an operator scope);
+    ``semantic`` lets a search use the embedding index (``semantic_side``)."""
     counter = tokens.get_counter(target.config.token_encoding,
                                  target.config.token_count_accelerator)
     return tools.ToolContext(
@@ -488,24 +535,37 @@ def tool_context(target: Target, session_id: str) -> tools.ToolContext:
         count_tokens=counter.count_text, session_id=session_id, conversation_id=None,
         current_turn_store_id=None, status=lambda: {}, llm_call=None,
         data_dir=target.db_path.parent, payloads=policy_for(target.config).payloads,
-        operator=True)
+        operator=True, semantic=semantic)
 
 
-def call_tool(target: Target, name: str, args: dict, session_id: str) -> dict:
+def call_tool(target: Target, name: str, args: dict, session_id: str,
+              semantic: Any = None) -> dict:
     """``tools.dispatch`` as the operator; a tool error becomes an ``OperatorError``."""
-    data = json.loads(tools.dispatch(name, args, tool_context(target, session_id)))
+    data = json.loads(tools.dispatch(name, args, tool_context(target, session_id, semantic)))
     if "error" in data:
         raise OperatorError(data["error"])
     return data
 
 
 def require_session(target: Target, session_id: str) -> str:
-    """The canonical id of a stored session, or an ``OperatorError`` naming it."""
+    """The canonical id of a stored session, named by its id or by the title Hermes's
+    ``/title`` gave it (``state.db``), or an ``OperatorError`` naming it."""
     store = target.store
-    canonical = store.canonical_session(session_id)
-    if store.get_session(canonical) is None and not store.session_messages(canonical, 0, 1):
-        raise OperatorError(f"session {session_id!r} not found (see the 'sessions' command)")
-    return canonical
+
+    def stored(name: str) -> str | None:
+        canonical = store.canonical_session(name)
+        if store.get_session(canonical) is None and not store.session_messages(canonical, 0, 1):
+            return None
+        return canonical
+
+    found = stored(session_id)
+    if found is None:
+        titled = host_sessions.session_for_title(target.config.hermes_home, session_id)
+        found = stored(titled) if titled else None
+    if found is None:
+        raise OperatorError(f"session {session_id!r} not found, neither as an id nor as a "
+                            "session title (see the 'sessions' command)")
+    return found
 
 
 def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
@@ -513,33 +573,6 @@ def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
     if session_id:
         return require_session(target, session_id), {}
     return OPERATOR_SESSION, {"session_scope": "all"}
-
-
-def grep(target: Target, query: str, session_id: str | None = None,
-         limit: int | None = None, offset: int = 0) -> dict:
-    """``trove_grep`` in one session (with its summaries) or, by default, all sessions;
-    ``offset`` pages through the tool's best ``GREP_MAX_HITS`` hits (``next_offset``)."""
-    limit = limit or GREP_DEFAULT_HITS
-    if limit < 1 or offset < 0 or offset + limit > GREP_MAX_HITS:
-        raise OperatorError(f"offset + limit must stay within the {GREP_MAX_HITS} best hits "
-                            f"(got offset {offset}, limit {limit}); narrow the query instead")
-    caller, scope = _scope(target, session_id)
-    report = call_tool(target, "trove_grep", {"query": query, **scope,
-                                              "limit": offset + limit}, caller)
-    hits = report.get("results", [])
-    more = len(hits) > offset + limit or bool(report.get("has_more"))
-    report["results"] = hits[offset:offset + limit]
-    report["offset"] = offset
-    report["next_offset"] = (offset + limit) if more and offset + limit < GREP_MAX_HITS else None
-    report["terms"] = query_terms(query)
-    return report
-
-
-def query_terms(query: str) -> list[str]:
-    """The words a grep looks for (quoted phrases split, ``-excluded`` words left out),
-    for highlighting."""
-    words = re.findall(r"(?<![\w-])-?[\w.]+", query)
-    return list(dict.fromkeys(w for w in words if not w.startswith("-") and len(w) > 1))
 
 
 def parse_ref(text: str) -> tuple[str, Any]:
@@ -616,8 +649,10 @@ def load_session(target: Target, session_id: str, after: int = 0, limit: int = 5
 def sessions(target: Target, limit: int = 100) -> dict:
     """Session rows, newest activity first, with message counts and time ranges."""
     rows = target.store.list_sessions(limit=limit)
+    named = host_sessions.titles(target.config.hermes_home, (r["session_id"] for r in rows))
     for row in rows:
         row["nodes"] = target.dag.stats(row["session_id"])["nodes"]
+        row["title"] = named.get(row["session_id"])
     return {"total": target.store.count_sessions(), "sessions": rows}
 
 

@@ -56,6 +56,15 @@ def _fresh_tail(store: Store, after_store_id: int, session_id: str) -> dict:
     return {"messages": items, "cut": len(rows) > TAIL_SHOWN}
 
 
+def _span(store: Store, session_id: str, node: dict) -> list[int] | None:
+    """The node's first and last message as places in this session (#1 = its first
+    message), since store ids are shared by every session of the database."""
+    if node["first_store_id"] is None or node["last_store_id"] is None:
+        return None
+    return [store.position_in_session(session_id, node["first_store_id"]),
+            store.position_in_session(session_id, node["last_store_id"])]
+
+
 def dag_data(store: Store, dag: Dag, session_id: str) -> dict:
     """Nodes of a session with their sources, the parent-to-child edges among them, and
     the raw fresh tail, ready for the page."""
@@ -70,6 +79,7 @@ def dag_data(store: Store, dag: Dag, session_id: str) -> dict:
         items.append({"id": node["node_id"], "depth": node["depth"], "text": node["text"],
                       "tokens": node["token_count"], "messages": node["message_count"],
                       "first": node["first_store_id"], "last": node["last_store_id"],
+                      "span": _span(store, session_id, node),
                       "from": _iso(node["time_from"]), "to": _iso(node["time_to"]),
                       "level": node["level"], "model": node["model"],
                       "live": node["node_id"] in frontier, "children": len(children),
@@ -142,8 +152,9 @@ for (const d of depths) {
     const el = document.createElement('span');
     el.className = 'node' + (n.live ? ' live' : ''); el.dataset.nodeId = n.id;
     el.style.background = colour(n.depth);
-    el.title = (n.from || '') + ' – ' + (n.to || '');
-    el.textContent = 'n' + n.id + ' · ' + n.tokens + ' tok · m' + n.first + '–m' + n.last;
+    el.title = (n.from || '') + ' – ' + (n.to || '') + ' · store ids m' + n.first + '–m' + n.last;
+    el.textContent = 'n' + n.id + ' · ' + n.tokens + ' tok · ' + n.messages + ' msgs' +
+      (n.span ? ' · #' + n.span[0] + '–#' + n.span[1] : '');
     el.onclick = () => show(n.id); row.appendChild(el); elements.set(n.id, el);
   }
   rows.appendChild(row);

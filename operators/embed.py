@@ -33,11 +33,12 @@ def warmup(target: Target) -> dict:
 
 
 def backfill(target: Target, apply: bool = False,
-             max_seconds: float = BACKFILL_SECONDS) -> dict:
-    """Dry run: what is pending; ``apply``: embed it (bounded, resumable, idempotent)."""
+             max_seconds: float = BACKFILL_SECONDS, progress=None) -> dict:
+    """Dry run: what is pending; ``apply``: embed it (bounded, resumable, idempotent);
+    ``progress(done, total)`` hears of every batch (``operators.progress``)."""
     provider = _provider(target)
     return semantic.backfill(get_database(target.db_path), provider, target.config,
-                             apply=apply, max_seconds=max_seconds)
+                             apply=apply, max_seconds=max_seconds, progress=progress)
 
 
 def format_report(report: dict) -> str:
@@ -49,6 +50,9 @@ def format_report(report: dict) -> str:
             f"{report['indexed']:,} indexed, {report['pending']:,} pending")
     if report["status"] == "preview":
         return head + "\napply: /trove embed backfill apply (resumable; run again to continue)"
+    rate = report["rows"] / report["seconds"] if report.get("seconds") else 0.0
+    state = ("done: the index is caught up" if report["status"] == "done" else
+             "stopped at the time limit: run it again to continue")
     return (head + f"\nthis run: {report['rows']:,} rows, {report['texts_embedded']:,} texts "
-            f"embedded, {report['texts_reused']:,} reused, {report['seconds']} s "
-            f"({report['status']})")
+            f"embedded, {report['texts_reused']:,} reused, {report['seconds']} s"
+            + (f" ({rate:.1f} rows/s)" if rate else "") + f"; {state}")

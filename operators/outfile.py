@@ -12,6 +12,7 @@ in one step.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,18 @@ def check_output(path: str | os.PathLike, db_path: str | os.PathLike,
     return resolved
 
 
+def _mode_for(target: Path) -> int:
+    """The mode the output gets: a replaced file keeps its own, a new one what the user's
+    umask gives any new file (mkstemp's temporary file is 0600, which made a page the
+    user wants to open or share unreadable to anyone else)."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike, db_path: str | os.PathLike,
                   force: bool = False) -> Iterator[IO[str]]:
@@ -74,6 +87,7 @@ def atomic_output(path: str | os.PathLike, db_path: str | os.PathLike,
         if target.exists() and not force:  # created by someone else while we wrote
             raise OutputRefused(f"refusing to overwrite {target}: the file appeared while "
                                 "writing (pass --force to replace it)")
+        os.chmod(temp, _mode_for(target))
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

@@ -101,6 +101,7 @@ class ToolSide:
             "threshold_tokens": self.threshold_tokens,
             "trigger_rule": self.trigger_rule,
             "last_prompt_tokens": self.last_prompt_tokens,
+            "last_checked_tokens": getattr(self, "last_checked_tokens", None),
             "usage_percent": round(100 * max(self.last_prompt_tokens, 0)
                                    / self.context_length, 1) if self.context_length else 0,
             "compression_count": self.compression_count,

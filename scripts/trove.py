@@ -28,10 +28,12 @@ import _bootstrap
 _bootstrap.load_package()
 from hermes_trove import command  # noqa: E402
 from hermes_trove.operators import actions as ops  # noqa: E402
+from hermes_trove.operators.textview import format_grep, table  # noqa: E402
+from hermes_trove.operators import embed, search  # noqa: E402
+from hermes_trove.operators.progress import Progress  # noqa: E402
 from hermes_trove.operators.replay import TranscriptError  # noqa: E402
 from hermes_trove.tools import iso  # noqa: E402
 
-SNIPPET_CHARS = 100
 DOCTOR_CHOICES = ("repair", "clean", "source", "retention")
 
 
@@ -95,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="highlight matches (auto: on a terminal, unless NO_COLOR is set)")
     grep.add_argument("--offset", type=bounded(0, GREP_MAX - 1), default=0,
                       help="skip this many hits (next page: the offset the output names)")
+    grep.add_argument("--mode", choices=search.GREP_MODES,
+                      help="full_text, semantic or hybrid, as trove_grep takes it (default: "
+                      "full text; semantic and hybrid load the embedding model; a mode the "
+                      "index cannot serve runs full text with a note)")
     expand = add("expand", "exact text of m<store_id>, sources of n<node_id>, or a payload ref")
     expand.add_argument("id")
     expand.add_argument("--session", help="read as this session (default: any session)")
@@ -144,41 +150,6 @@ def dump_json(value) -> str:
     return text
 
 
-def highlight(text: str, terms: list[str], color: str = "auto") -> str:
-    """``text`` with each query term in bold red (ANSI) with ``--color always``, or with
-    ``auto`` when stdout is a terminal and ``NO_COLOR`` is unset; plain otherwise, so
-    pipes get the exact snippet."""
-    if color == "auto":
-        color = "always" if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else "never"
-    if not terms or color == "never":
-        return text
-    pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)),
-                         re.IGNORECASE)
-    return pattern.sub(lambda m: f"\033[1;31m{m.group(0)}\033[0m", text)
-
-
-def one_line(text, limit: int = SNIPPET_CHARS, terms: list[str] = ()) -> str:
-    """A text squeezed onto one table cell; when cut, the window holds the first match
-    of ``terms`` (a summary's snippet must show why it matched)."""
-    flat = " ".join(str(text or "").split())
-    if len(flat) <= limit:
-        return flat
-    lowered = flat.lower()
-    found = [at for at in (lowered.find(t.lower()) for t in terms) if at >= 0]
-    start = max(0, min(min(found) - limit // 3, len(flat) - limit + 2)) if found else 0
-    piece = flat[start:start + limit - 2]
-    return ("…" if start else "") + piece + ("…" if start + len(piece) < len(flat) else "")
-
-
-def table(headers: list[str], rows: list[list]) -> str:
-    """Left-aligned columns sized to their content."""
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------- commands
 def run_words(words: tuple[str, ...], args) -> tuple[dict, str, int]:
     """Status, doctor and backup run the ``/trove`` actions: same function, same text."""
@@ -194,8 +165,10 @@ def run_words(words: tuple[str, ...], args) -> tuple[dict, str, int]:
     return report, cli_hints(action.render(report)), code
 
 
-CLI_HINTS = ((re.compile(r"/trove (doctor(?: \w+)?) apply\b"), r"trove.py \1 --apply"),
-             (re.compile(r"/trove (backup|doctor(?: \w+)?|status)\b"), r"trove.py \1"))
+CLI_HINTS = ((re.compile(r"/trove ((?:doctor|embed|rollups)(?: \w+)?) apply\b"),
+              r"trove.py \1 --apply"),
+             (re.compile(r"/trove (backup|(?:doctor|embed|rollups)(?: \w+)?|status)\b"),
+              r"trove.py \1"))
 
 
 def cli_hints(text: str) -> str:
@@ -214,7 +187,7 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
         raise ops.OperatorError("--full applies to plain 'doctor' only")
     words = ("doctor",) + ((args.what,) if args.what else ()) + (("apply",) if args.apply else ())
     config = ops.config_for(args.db)
-    if not args.what and not Path(config.resolved_database_path).exists():
+    if not args.what and not Path(config.resolved_database_path).is_file():
         report = ops.doctor_without_database(config, f"no trove database at "
                                              f"{config.resolved_database_path}")
         return report, command.format_doctor(report), int(report["overall"] == "fail")
@@ -231,29 +204,21 @@ def cmd_rollups(args) -> tuple[dict, str, int]:
 def cmd_sessions(args) -> tuple[dict, str, int]:
     """Sessions newest first, with counts and time ranges."""
     report = ops.sessions(ops.open_target(ops.config_for(args.db)), limit=args.limit)
-    rows = [[s["session_id"], "" if s["canonical_id"] == s["session_id"] else s["canonical_id"],
+    rows = [[s["session_id"], s.get("title") or "",
+             "" if s["canonical_id"] == s["session_id"] else s["canonical_id"],
              s["source"], s["messages"], s["nodes"], iso(s["first_at"]) or "-",
              iso(s["last_at"]) or "-"] for s in report["sessions"]]
-    text = table(["session", "alias of", "source", "messages", "nodes", "first", "last"], rows)
+    text = table(["session", "title", "alias of", "source", "messages", "nodes", "first",
+                  "last"], rows)
     return report, f"{text}\n{len(rows)} of {report['total']} session rows", 0
 
 
 def cmd_grep(args) -> tuple[dict, str, int]:
     """Search one session or all of them."""
     target = ops.open_target(ops.config_for(args.db))
-    report = ops.grep(target, args.query, session_id=args.session, limit=args.limit,
-                      offset=args.offset)
-    rows = [[f"m{r['store_id']}" if r["kind"] == "message" else f"n{r['node_id']}",
-             r.get("session_id") or args.session or "", r.get("role") or f"d{r.get('depth')}",
-             r.get("time") or r.get("time_to") or "",
-             highlight(one_line(r.get("snippet"), terms=report.get("terms", [])),
-                       report.get("terms", []), args.color)]
-            for r in report["results"]]
-    text = table(["id", "session", "role", "time", "snippet"], rows) if rows else "no matches"
-    notes = [f"note: {n}" for n in report.get("notes", [])]
-    more = [f"more results: --offset {report['next_offset']}"] if report.get("next_offset") \
-        else []
-    return report, "\n".join([text] + notes + more), 0
+    report = search.grep(target, args.query, session_id=args.session, limit=args.limit,
+                      offset=args.offset, mode=args.mode)
+    return report, format_grep(report, args.session, args.color), 0
 
 
 def render_message(item: dict) -> str:
@@ -356,14 +321,41 @@ def cmd_replay(args) -> tuple[dict, str, int]:
     return report, "\n".join(lines), 0
 
 
+def cmd_embed(args) -> tuple[dict, str, int]:
+    """``embed warmup`` and ``embed backfill [--apply]``; an apply shows its progress on
+    stderr (a bar on a terminal, a line per batch otherwise) and says when it is done."""
+    if args.apply and args.what != "backfill":
+        raise ops.OperatorError("--apply needs 'embed backfill'")
+    if not (args.what == "backfill" and args.apply):
+        return run_words(("embed", args.what), args)
+    target = ops.open_target(ops.config_for(args.db), writable=True)
+    bar = Progress("embed backfill")
+    report = embed.backfill(target, apply=True, progress=None if args.json else bar)
+    if not args.json:
+        bar.finish("done, the index is caught up" if report["status"] == "done" else
+                   f"stopped with {report['pending']:,} pending (run it again to continue)")
+    return report, cli_hints(embed.format_report(report)), 0
+
+
+def cmd_status(args) -> tuple[dict, str, int]:
+    """``/trove status``'s report; an unusable database path is said first, with its
+    repair (exit 1), instead of stopping at "no trove database"."""
+    config = ops.config_for(args.db)
+    fault = ops.database_unusable(config)
+    if fault:
+        report = ops.status_unusable(config, fault)
+        return report, cli_hints(command.format_status(report)), 1
+    return run_words(("status",), args)
+
+
 COMMANDS = {
-    "status": lambda a: run_words(("status",), a),
+    "status": cmd_status,
     "backup": lambda a: run_words(("backup",), a),
     "doctor": cmd_doctor, "sessions": cmd_sessions, "grep": cmd_grep, "expand": cmd_expand,
     "load-session": cmd_load_session, "describe": cmd_describe, "export": cmd_export,
     "dag": cmd_dag, "replay": cmd_replay,
     "rollups": cmd_rollups,
-    "embed": lambda a: run_words(("embed", a.what) + (("apply",) if a.apply else ()), a),
+    "embed": lambda a: cmd_embed(a),
 }
 
 

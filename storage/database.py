@@ -154,6 +154,8 @@ def trove_file_problem(path: str | os.PathLike, allow_older: bool = False) -> st
     never converted. A trove schema newer or older than this code is reported
     too: a read must not migrate (``allow_older`` for a writing command, which may)."""
     file = Path(path).expanduser()
+    if file.is_dir():
+        return f"{file} is a directory, not a trove database file"
     if not file.is_file():
         return f"no trove database at {file}"
     with open(file, "rb") as handle:

@@ -60,6 +60,16 @@ class VectorStore:
                          "created_at) VALUES (?, ?, ?, ?, ?)", (*key, time.time()))
             return conn.execute(query, key).fetchone()[0]
 
+    def latest_space(self, provider: str, model: str, revision: str) -> int | None:
+        """The newest space of a provider/model/revision whatever its dimension: an
+        endpoint's dimension is known only from its first answer, and a status read
+        must not call the endpoint to learn it."""
+        with self.db.reading() as conn:
+            row = conn.execute("SELECT MAX(space_id) FROM embedding_spaces WHERE provider = ? "
+                               "AND model = ? AND revision = ?",
+                               (provider, model, revision)).fetchone()
+        return row[0] if row else None
+
     def pending_messages(self, space_id: int, limit: int, after: int = 0) -> list[dict]:
         """Oldest raw messages above ``after`` with no row in this space yet (any role:
         others are recorded as having nothing to embed). ``after`` is the caller's

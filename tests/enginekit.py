@@ -63,3 +63,22 @@ def host_tokens(messages: list, overhead: int = DEFAULT_OVERHEAD) -> int:
     messages (chars/4 of each dict, agent.model_metadata) plus its fixed overhead."""
     from hermes_trove.compaction.budget import host_estimator
     return overhead + host_estimator()(list(messages))
+
+def operator_home(monkeypatch, home, session: str | None = None) -> None:
+    """A test as an operator in ``home``: no TROVE_* settings inherited, HERMES_HOME set,
+    ``HERMES_SESSION_ID`` set to ``session`` or removed."""
+    import os
+    for key in [k for k in os.environ if k.startswith("TROVE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    if session:
+        monkeypatch.setenv("HERMES_SESSION_ID", session)
+    else:
+        monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+
+
+def close_databases() -> None:
+    """Close every shared connection (the next open reads the files afresh)."""
+    from hermes_trove.storage import database
+    for key in list(database._registry):
+        database.forget_database(key)

@@ -120,8 +120,8 @@ def test_sessions_lists_counts_and_time_ranges(home):
     assert by_id["beta"]["messages"] == len(stored_rows(home, "beta"))
     assert by_id["alpha"]["nodes"] > 0 and by_id["alpha"]["first_at"] <= by_id["alpha"]["last_at"]
     table = run(home, "sessions").stdout.splitlines()
-    assert table[0].split() == ["session", "alias", "of", "source", "messages", "nodes",
-                                "first", "last"]
+    assert table[0].split() == ["session", "title", "alias", "of", "source", "messages",
+                                "nodes", "first", "last"]
     assert any(line.startswith("beta ") for line in table)
 
 

@@ -136,3 +136,21 @@ def test_dag_view_says_when_a_source_list_is_cut(tmp_path):
     assert f"showing the first 60 of 70 sources; the rest: trove.py expand n{node} --offset 60" \
         in dom
     assert '<span class="msg" data-ref="m71"' in dom  # the raw fresh tail
+
+
+def test_the_readme_demo_line_is_what_the_demo_prints(demo_run):
+    """The README's figures for the demo are checked against a run, not remembered."""
+    result, db = demo_run
+    stored = re.search(r"Stored (\d+) of (\d+) messages .*\((\d+) compactions", result.stdout)
+    conn = sqlite3.connect(db)
+    leaves = conn.execute("SELECT count(*) FROM nodes WHERE depth = 0").fetchone()[0]
+    condensed = conn.execute("SELECT count(*) FROM nodes WHERE depth > 0").fetchone()[0]
+    conn.close()
+    listed = re.search(r"Summary DAG \((\d+) nodes", result.stdout).group(1)
+    assert int(listed) == leaves + condensed
+    line = next(l for l in (ROOT / "README.md").read_text().splitlines()
+                if l.startswith("| demo: "))
+    assert f"{stored.group(2)}-message coding session" in line
+    expected = (f"stored {stored.group(1)} of {stored.group(2)}, {stored.group(3)} compactions "
+                f"({leaves} lea{'f' if leaves == 1 else 'ves'}, {condensed} condensed)")
+    assert expected in line, f"README says {line!r}; the demo printed {expected!r}"

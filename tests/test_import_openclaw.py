@@ -561,7 +561,7 @@ def test_apply_backs_up_an_existing_target_first(sample):
     before = snapshot(target)
     report = run(source, target, apply=True, import_id="again")
     backup = Path(report.backup_path)
-    assert backup.parent == target.parent and "pre-import-" in backup.name
+    assert backup.parent == target.parent / "backups" and "-pre-import-" in backup.name
     assert snapshot(backup) == before
     assert snapshot(target) != before
 

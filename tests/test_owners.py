@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove.binding.owners import owner_key
 from hermes_trove.operators import actions as ops
+from hermes_trove.operators import search
 from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from hermes_trove.tools import TOOL_NAMES
 from enginekit import coding_turn, make_engine
@@ -172,7 +173,7 @@ def test_cross_owner_recall_setting_opens_every_session(tmp_path):
 def test_operators_see_every_owner(two_users):
     a, _ = two_users
     target = ops.open_target(a.config, a)
-    found = ops.grep(target, SECRET["222"])
+    found = search.grep(target, SECRET["222"])
     assert found["results"]
     assert f"remember {SECRET['222']}" in json.dumps(found)
 

@@ -164,7 +164,8 @@ def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     node = _load_node(ctx, access, params["node_id"])
     first = ctx.dag.children(node["node_id"], 0, 1)
     return {"kind": "summary", "node_id": node["node_id"], "session_id": node["session_id"],
-            "carried": node["session_id"] != current, "depth": node["depth"],
+            "carried": node["session_id"] != current and node["node_id"] in access.carried(),
+            "depth": node["depth"],
             "level": node["level"], "model": node["model"],
             "time_from": iso(node["time_from"]), "time_to": iso(node["time_to"]),
             "child_count": ctx.dag.child_count(node["node_id"]),
