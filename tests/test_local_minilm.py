@@ -1,5 +1,7 @@
 """The default local model: all-MiniLM-L6-v2 int8 on onnxruntime, from shipped files."""
 import json
+import os
+import threading
 
 import pytest
 
@@ -71,3 +73,36 @@ def test_hybrid_search_with_minilm_finds_a_paraphrase(tmp_path):
         assert out["results"][0]["store_id"] == ids[0]
     finally:
         db.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread nice is Linux's")
+def test_the_models_threads_keep_the_workers_lowered_priority():
+    """The worker nices its thread, then loads the model there: onnxruntime's and the
+    tokenizer's threads are created by it and must not run at the turns' priority."""
+    def nices():
+        found = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                stat = open(f"/proc/self/task/{tid}/stat").read()
+            except OSError:
+                continue
+            found[int(tid)] = int(stat.rsplit(")", 1)[1].split()[16])
+        return found
+
+    before = set(nices())
+    failures = []
+
+    def worker():
+        try:
+            semantic._lower_priority()
+            provider = embeddings.OnnxProvider(threads=2)
+            provider.passages(["some text to embed"] * 40, 10.0)
+        except Exception as exc:  # reported below
+            failures.append(exc)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert not failures
+    fresh = {tid: nice for tid, nice in nices().items() if tid not in before}
+    assert fresh and min(fresh.values()) >= semantic.WORKER_NICE
+    assert nices()[os.getpid()] < semantic.WORKER_NICE
