@@ -243,7 +243,9 @@ class TroveConfig:
     embedding_provider: str = _str(
         "local", "Embedding provider: local (bundled model, offline), openai (any "
         "OpenAI-compatible /v1/embeddings) or fastembed.", nonempty=True)
-    embedding_model: str = _str("", "Embedding model name (empty = the provider's default).")
+    embedding_model: str = _str(
+        "", "Embedding model name (empty = the provider's default; local: "
+        "all-MiniLM-L6-v2-int8, the default, or multilingual-e5-small-q4).")
     embedding_base_url: str = _str(
         "", "Base URL of the openai provider, e.g. http://127.0.0.1:11434/v1.")
     embedding_api_key_env: str = _str(
@@ -254,6 +256,9 @@ class TroveConfig:
         30000, "Timeout of embedding one background batch.", low=1000)
     embedding_batch_size: int = _int(
         32, "Texts embedded per background batch.", low=1, high=512)
+    embedding_threads: int = _int(
+        2, "CPU threads the local MiniLM model uses (its worker runs at low priority).",
+        low=1, high=64)
 
     hermes_home: Path = field(default_factory=lambda: Path.home() / ".hermes")
     sources: Mapping[str, str] = field(

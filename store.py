@@ -625,6 +625,27 @@ class Store:
                     found[row["store_id"]] = row_to_dict(row)
         return found
 
+    def neighbour_ids(self, store_ids: Iterable[int],
+                      roles: Sequence[str] = ("user", "assistant")) -> dict[int, tuple]:
+        """Per store_id, the previous and next row of its session with one of ``roles``
+        (``None`` at either end): the turns around a hit, for search's context arm."""
+        ids = list(dict.fromkeys(int(i) for i in store_ids))
+        marks = ",".join("?" * len(roles))
+        found: dict[int, tuple] = {}
+        with self.db.reading() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                rows = conn.execute(
+                    f"SELECT m.store_id,"
+                    f" (SELECT max(p.store_id) FROM messages p WHERE p.session_id = m.session_id"
+                    f"  AND p.store_id < m.store_id AND p.role IN ({marks})),"
+                    f" (SELECT min(n.store_id) FROM messages n WHERE n.session_id = m.session_id"
+                    f"  AND n.store_id > m.store_id AND n.role IN ({marks}))"
+                    f" FROM messages m WHERE m.store_id IN ({','.join('?' * len(chunk))})",
+                    [*roles, *roles, *chunk]).fetchall()
+                found.update({r[0]: (r[1], r[2]) for r in rows})
+        return found
+
     def get_message(self, store_id: int) -> dict | None:
         """One stored row by store_id, or None."""
         return self.get_messages([store_id]).get(int(store_id))

@@ -31,6 +31,9 @@ Writes bench/results/recall_quality.json.
 from __future__ import annotations
 
 import argparse
+import atexit
+import ast
+import importlib
 import json
 import math
 import os
@@ -45,6 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import synth  # noqa: E402  (loads the package)
 import chats  # noqa: E402
+import realchats  # noqa: E402
 sys.path.insert(0, str(HERE.parent / "tests"))
 from test_recall_quality import summarize_session  # noqa: E402  (the same summary nodes)
 
@@ -89,18 +93,26 @@ class Bm25:
         return sorted(scores, key=lambda k: (-scores[k], -k))[:limit]
 
 
-def build(style: str, n_chats: int, folder: Path, environ: dict):
+def conversations(data: str, n_chats: int, max_sessions: int) -> list:
+    """``(chat, render, now)`` per conversation of a data set (see ``--data``)."""
+    if data == "generated":
+        made = [chats.make_chat(1000 + index) for index in range(n_chats)]
+        return [(chat, chats.render, chat.session_starts[-1] + 30 * 86400) for chat in made]
+    return [(h, realchats.render, h.turns[-1]["timestamp"] + 86400)
+            for h in realchats.histories(n_chats, max_sessions)]
+
+
+def build(style: str, convs: list, folder: Path, environ: dict):
     """One database with every chat as its own session; returns what the runs need."""
     db = Database(str(folder / f"{style}.db"))
     store, dag = Store(db), Dag(db)
     cases = []
-    for index in range(n_chats):
-        chat = chats.make_chat(1000 + index)
+    for index, (chat, render, now) in enumerate(convs):
         session = f"chat{index}"
         store.ensure_session(session, source="telegram")
-        ids = store.ingest(session, chats.render(chat, style)).store_ids
+        ids = store.ingest(session, render(chat, style)).store_ids
         summarize_session(store, dag, session, ids)
-        cases.append((session, chat, ids))
+        cases.append((session, chat, ids, now))
     config = load_config(environ=environ, hermes_home=folder / "home")
     found = semantic.Semantic.open(db, config)
     if found.provider is not None:
@@ -114,32 +126,43 @@ def build(style: str, n_chats: int, folder: Path, environ: dict):
     return db, store, dag, config, cases, found
 
 
-CACHE = Path(os.environ.get("TROVE_BENCH_CACHE", "/tmp/trove-bench")) / "recall-vectors.pkl"
+CACHE = Path(os.environ.get("TROVE_BENCH_CACHE", "/tmp/trove-bench"))
+SAVE_EVERY = 15.0             # seconds between two writes of the vector cache
 
 
 def cache_passages(provider) -> None:
     """Keep passage and query vectors on disk by (model, text) so reruns skip the model
-    (delete the file to time the embedding again: ``build`` prints texts/s)."""
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    known = pickle.loads(CACHE.read_bytes()) if CACHE.exists() else {}
-    embed = provider.passages
+    (delete ``recall-vectors-<model>.pkl`` to time the embedding again: ``build`` prints
+    texts/s). One file per model, replaced atomically, so two runs never corrupt it."""
     model = provider.identity.model
+    path = CACHE / f"recall-vectors-{model}.pkl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    known = pickle.loads(path.read_bytes()) if path.exists() else {}
+    embed, embed_query = provider.passages, provider.query
+    saved = [time.monotonic()]
+
+    def save(force: bool = False) -> None:
+        if force or time.monotonic() - saved[0] > SAVE_EVERY:
+            fresh = path.with_suffix(f".{os.getpid()}.tmp")
+            fresh.write_bytes(pickle.dumps(known))
+            fresh.replace(path)
+            saved[0] = time.monotonic()
 
     def passages(texts, timeout):
         todo = [t for t in texts if (model, t) not in known]
         if todo:
             for text, vector in zip(todo, embed(todo, timeout)):
                 known[(model, text)] = vector
-            CACHE.write_bytes(pickle.dumps(known))
+            save()
         return provider.np.stack([known[(model, t)] for t in texts])
 
     def query(text, timeout):
         if ("query", model, text) not in known:
             known[("query", model, text)] = embed_query(text, timeout)
-            CACHE.write_bytes(pickle.dumps(known))
+            save()
         return known[("query", model, text)]
 
-    embed_query = provider.query
+    atexit.register(save, True)
     provider.passages = passages
     provider.query = query
 
@@ -171,17 +194,16 @@ def score(results: list[dict], evidence: set[int], dag: Dag) -> tuple[float, boo
     return recall, bool(first and first <= 5), (1.0 / first if first else 0.0)
 
 
-def run_style(style: str, methods: list[str], n_chats: int, environ: dict,
+def run_style(style: str, methods: list[str], convs: list, environ: dict,
               show_misses: bool) -> dict:
     """Every method on every question of one rendering; figures overall and per group."""
     figures: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        db, store, dag, config, cases, found = build(style, n_chats, Path(tmp), environ)
+        db, store, dag, config, cases, found = build(style, convs, Path(tmp), environ)
         try:
             for method in methods:
                 groups: dict[str, list] = defaultdict(list)
-                for session, chat, ids in cases:
-                    now = chat.session_starts[-1] + 30 * 86400
+                for session, chat, ids, now in cases:
                     bm25 = Bm25({sid: codec.message_text(codec.decode_message(row))
                                  for sid, row in store.get_messages(ids).items()}) \
                         if method == "bm25" else None
@@ -199,7 +221,8 @@ def run_style(style: str, methods: list[str], n_chats: int, environ: dict,
                                          found)
                             results = answer.get("results", [])
                         figure = score(results, evidence, dag)
-                        for group in ("all", f"kind:{q.kind}", f"overlap:{q.overlap}"):
+                        for group in ("all", f"kind:{q.kind}", f"overlap:{q.overlap}")[
+                                :2 if q.overlap == "-" else 3]:
                             groups[group].append(figure)
                         if show_misses and figure[0] < 1.0:
                             print(f"  miss {style} {method} [{q.kind}/{q.overlap}] {q.text}")
@@ -219,27 +242,49 @@ def summary(rows: list[tuple[float, bool, float]]) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--chats", type=int, default=10)
+    parser.add_argument("--data", choices=["generated", "chitchat"], default="generated",
+                        help="generated: chats.py (smoke test); chitchat: real chats from the "
+                             "chitchat-dataset package, questions derived by realchats.py")
+    parser.add_argument("--chats", type=int, default=None,
+                        help="conversations (default 10 generated, 12 chitchat histories)")
+    parser.add_argument("--sessions", type=int, default=25,
+                        help="chitchat: sessions per history at most")
     parser.add_argument("--styles", nargs="+", default=["plain", "named", "field"])
     parser.add_argument("--embeddings", action="store_true",
                         help="turn the local embedding model on and add the mode runs")
+    parser.add_argument("--model", default="",
+                        help="with --embeddings: the local model (TROVE_EMBEDDING_MODEL)")
     parser.add_argument("--misses", action="store_true", help="print each question missed")
     parser.add_argument("--fusion", choices=["score", "rrf"], default="score",
                         help="how arms are fused (ranking.FUSION)")
     parser.add_argument("--weights", type=float, default=None,
                         help="hybrid: the full-text family's weight (vector = 1 - it)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="MODULE.NAME=VALUE",
+                        help="override a constant for an experiment, e.g. "
+                             "toolkit.search_tools.RECALL_RECENCY_BIAS=0")
     args = parser.parse_args(argv)
+    for item in args.set:
+        target, _, value = item.partition("=")
+        module, _, name = target.rpartition(".")
+        owner = importlib.import_module(f"hermes_trove.{module}")
+        setattr(owner, name, type(getattr(owner, name))(ast.literal_eval(value)))
     ranking.FUSION = args.fusion
     if args.weights is not None:
         semantic.WEIGHTS.update(full_text=args.weights, vector=1 - args.weights)
     environ: dict = {}
     methods = ["bm25", "grep", "recall"]
     if args.embeddings:
-        environ = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "local"}
+        environ = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "local",
+                   "TROVE_EMBEDDING_MODEL": args.model}
         methods += ["grep:full_text", "grep:semantic", "grep:hybrid"]
+    n_chats = args.chats or (10 if args.data == "generated" else 12)
+    convs = conversations(args.data, n_chats, args.sessions)
+    print(f"data {args.data}: {len(convs)} conversations, "
+          f"{sum(len(c.turns) for c, _, _ in convs)} turns, "
+          f"{sum(len(c.questions) for c, _, _ in convs)} questions")
     results = {}
     for style in args.styles:
-        results[style] = run_style(style, methods, args.chats, environ, args.misses)
+        results[style] = run_style(style, methods, convs, environ, args.misses)
         print(f"\n== {style}")
         groups = sorted({g for m in results[style].values() for g in m})
         print(f"{'group':<18}" + "".join(f"{m:>22}" for m in methods))
@@ -250,7 +295,13 @@ def main(argv: list[str]) -> int:
                 cells.append(f"{f['R@5']:.3f}/{f['hit@5']:.3f}/{f['MRR']:.3f}" if f else "-")
             print(f"{group:<18}" + "".join(f"{c:>22}" for c in cells))
     print("\ncells: R@5 / hit@5 / MRR")
-    synth.save_results("recall_quality", chats=args.chats, fusion=args.fusion,
+    if args.set:
+        print("overrides: " + ", ".join(args.set) + " (results not saved)")
+        return 0
+    name = "recall_quality" + ("" if args.data == "generated" else "_" + args.data) + (
+        "_" + args.model if args.model else "")
+    synth.save_results(name,
+                       data=args.data, chats=n_chats, sessions=args.sessions, fusion=args.fusion,
                        weights=dict(semantic.WEIGHTS), results=results)
     return 0
 

@@ -14,7 +14,15 @@ from typing import Any
 
 from ..dag import Dag
 from . import ranking, search, semantic
+from ..storage import timekeys
+from . import periods, query_plan
 from .query_plan import QueryPlan
+
+CONTEXT_TOP = 20              # hits whose neighbouring turns the context arm scores
+CONTEXT_WEIGHT = 0.5          # that arm's weight beside the full-text arms' (0 = off)
+VECTOR_CONTEXT = True         # the same for the vector arms' best hits
+DATE_BOOST = 1.0              # a hit inside a date the question names scores (1 + this) times
+DATE_SLACK = 86400.0          # ... a window widened by this much on each side
 
 
 def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
@@ -28,6 +36,10 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     ``choice`` (``semantic.choose_mode``) adds the vector arms when it carries
     a query vector; in ``semantic`` mode only they rank.
     """
+    vectors = choice is not None and choice.vector is not None
+    dated = _dated(ctx, plan) if DATE_BOOST > 0 else None
+    if dated is not None:
+        window, plan = dated
     messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, limit)
     arms = {"messages": [(("m", h.key), h.score) for h in messages.hits]}
     hits = {("m", h.key): h for h in messages.hits}
@@ -37,6 +49,16 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         arms["session"] = [(("m", h.key), h.score) for h in own.hits]
         hits.update({("m", h.key): h for h in own.hits if ("m", h.key) not in hits})
         stages["session"] = own.stages
+    if CONTEXT_WEIGHT > 0:
+        # the turns around the best hits (this session's best too, so recall sees
+        # what grep sees)
+        sources = messages.hits[:CONTEXT_TOP] + (own.hits[:CONTEXT_TOP] if session_scope else [])
+        around = search.context_hits(search.MessageCorpus(ctx.store, message_scope),
+                                     sorted(sources, key=lambda h: -h.score), 2 * CONTEXT_TOP)
+        if not vectors:     # full text lists only what matches: context re-ranks it
+            around = [h for h in around if ("m", h.key) in hits]
+        arms["context"] = [(("m", h.key), h.score) for h in around]
+        hits.update({("m", h.key): h for h in around if ("m", h.key) not in hits})
     if summaries is not None:
         found = search.ranked_search(summaries, plan, limit)
         # a summary and its own child both matching say much the same: list the better
@@ -50,7 +72,7 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         hits.update({("n", h.key): h for h in kept})
         notes += [n for n in found.notes if n not in notes]
         stages["summaries"] = found.stages
-    if choice is not None and choice.vector is not None:
+    if vectors:
         own = search.MessageCorpus(ctx.store, session_scope) if session_scope else None
         found_arms, found_hits = semantic.vector_arms(
             ctx.semantic, choice.vector, search.MessageCorpus(ctx.store, message_scope),
@@ -60,9 +82,49 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         if choice.mode == "semantic":
             arms = {}
         arms.update(found_arms)
+        if CONTEXT_WEIGHT > 0 and VECTOR_CONTEXT:
+            best = sorted((found_hits[k] for arm in ("vector_messages", "vector_session")
+                           for k, _ in found_arms.get(arm, [])), key=lambda h: -h.score)
+            around = search.context_hits(search.MessageCorpus(ctx.store, message_scope),
+                                         best, 2 * CONTEXT_TOP)
+            arms["vector_context"] = [(("m", h.key), h.score) for h in around]
+            hits.update({("m", h.key): h for h in around if ("m", h.key) not in hits})
+    weights = {arm: semantic.WEIGHTS[_method(arm)] for arm in arms}
+    for arm in ("context", "vector_context"):
+        if arm in arms:
+            weights[arm] *= CONTEXT_WEIGHT
     fused = ranking.fuse_arms(arms, families={arm: _family(arm) for arm in arms},
-                              weights={arm: semantic.WEIGHTS[_method(arm)] for arm in arms})
+                              weights=weights)
+    if dated is not None:
+        start, end = window.start - DATE_SLACK, window.end + DATE_SLACK
+        inside = {key for key, hit in hits.items() if _overlaps(hit.row, start, end)}
+        fused = sorted(((k, s * (1 + DATE_BOOST) if k in inside else s, r) for k, s, r in fused),
+                       key=lambda f: -f[1])
+        notes.append(f"read {window.label!r} in the query as a preference for that time "
+                     f"(pass period to filter by it)")
     return [ranking.Fused(*f) for f in fused], hits, notes, stages
+
+
+def _dated(ctx: Any, plan: QueryPlan):
+    """``(window, plan without the date phrase)`` when the query names a date."""
+    try:
+        found = periods.mentioned(plan.text, ctx.now(), timekeys.zone_or_utc(ctx.config.timezone))
+    except (OSError, OverflowError, ValueError):
+        return None
+    if found is None:
+        return None
+    rest = query_plan.parse_query(found[1])
+    return found[0], (rest if not rest.empty else plan)
+
+
+def _overlaps(row: dict, start: float, end: float) -> bool:
+    """A message's time, or a summary's span, meets ``[start, end)``."""
+    first = row.get("time_from") if "time_from" in row else None
+    last = row.get("time_to") if "time_to" in row else None
+    if first is None:
+        first = last = row.get("message_at") if row.get("message_at") is not None \
+            else row.get("created_at")
+    return first is not None and first < end and (last or first) >= start
 
 
 def placed(dag: Dag, fused: list, hits: dict, limit: int) -> list:
@@ -84,4 +146,6 @@ def _family(arm: str) -> str:
     scaled apart; otherwise the summaries' maximum squashes every turn's full-text
     score below the vector arm's (measured: bench/README.md)."""
     corpus = "summaries" if arm.endswith("summaries") else "messages"
+    if arm.endswith("context"):
+        corpus = "context"           # added to a turn's own score, not a rival for its maximum
     return f"{_method(arm)}:{corpus}"

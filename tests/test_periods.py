@@ -178,3 +178,29 @@ def test_an_instant_just_before_midnight_belongs_to_its_own_day():
     # fromtimestamp rounds 23:59:59.9999995 up to the next day; the day must not move
     found = periods.resolve("today", 1893455999.9999995, UTC)
     assert found.key == "2029-12-31" and found.start <= 1893455999.9999995 < found.end
+
+
+@pytest.mark.parametrize("text, key, rest", [
+    ("On May 5, 2018: where did we eat?", "2018-05-05", ": where did we eat?"),
+    ("what did I say on the 3rd of March 2019", "2019-03-03", "what did I say on the"),
+    ("notes from 2026-03-14 please", "2026-03-14", "notes from please"),
+    ("what did we decide last week", "last week", "what did we decide"),
+    ("the trip in march", "in march", "the trip"),
+])
+def test_date_phrases_inside_a_question(text, key, rest):
+    found = periods.mentioned(text, NOW, UTC)
+    assert found is not None
+    period, remaining = found
+    assert key in (period.key, period.label)
+    assert " ".join(remaining.split()) == rest
+
+
+@pytest.mark.parametrize("text", ["I may go tomorrow", "what did we decide", "on February 30, "
+                                  "2018: nothing", "march on"])
+def test_no_date_phrase_is_invented(text):
+    assert periods.mentioned(text, NOW, UTC) is None
+
+
+def test_a_day_without_a_year_is_the_latest_one_not_in_the_future():
+    period, _ = periods.mentioned("on December 31 we met", NOW, UTC)
+    assert period.end <= NOW + 86400 and period.start > NOW - 366 * 86400

@@ -69,7 +69,10 @@ def test_summaries_do_not_crowd_out_the_turns_under_them(tmp_path):
                                         _ctx(store, dag, tmp_path)))
         kinds = [r["kind"] for r in out["results"]]
         assert kinds[0] == "message" and out["results"][0]["store_id"] == ids[2]
-        assert kinds == ["message", "summary"]     # the summary adds nothing: after the raw hit
+        # the summary adds nothing: after the raw hit (and after the turns around it,
+        # which the context arm lists below the hit)
+        assert kinds.count("summary") == 1 and kinds[-1] == "summary"
+        assert {r["store_id"] for r in out["results"][1:-1]} <= {ids[1], ids[3]}
     finally:
         db.close()
 
@@ -141,5 +144,123 @@ def test_recall_finds_what_grep_finds_in_this_session(tmp_path):
         recall = json.loads(tools.dispatch("trove_recall", {"query": "harbour photo"}, ctx))
         assert grep["results"][0]["store_id"] == own.store_ids[0]
         assert recall["results"][0]["store_id"] == own.store_ids[0]
+    finally:
+        db.close()
+
+
+def _filler(n, start=0):
+    return [{"role": "user" if i % 2 else "assistant",
+             "content": f"small talk number {i} about the weather and classes"}
+            for i in range(start, start + n)]
+
+
+def test_full_text_lists_matches_only_and_context_lifts_a_match_beside_a_better_one(
+        tmp_path, monkeypatch):
+    """Two turns match the same two words; the one right after the question's best
+    match is the likelier answer, so it ranks first (without context the newer wins)."""
+    from hermes_trove.recall import arms
+    messages = _filler(10) + [
+        {"role": "user", "content": "Any hiking trail near Moab you would recommend?"},
+        {"role": "assistant", "content": "Moab trail Delicate Arch, at sunrise"},
+        {"role": "user", "content": "Delicate Arch it is."},
+    ] + _filler(10, 10) + [{"role": "assistant", "content": "Moab trail running race, at noon"}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        beside, far, reply_to_reply = ids[11], ids[-1], ids[12]
+        query = {"query": "Which hiking trail near Moab was recommended?"}
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        order = [r["store_id"] for r in out["results"]]
+        assert order[0] == ids[10] and order.index(beside) < order.index(far)
+        assert reply_to_reply not in order          # no query word: full text never lists it
+        monkeypatch.setattr(arms, "CONTEXT_WEIGHT", 0.0)
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        order = [r["store_id"] for r in out["results"]]
+        assert order.index(far) < order.index(beside)
+    finally:
+        db.close()
+
+
+def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
+                                                                      monkeypatch):
+    from fake_openai import FakeOpenAIServer
+    from hermes_trove.recall import arms, embeddings, semantic
+    # the filler shares a word with the query (so its vectors are not orthogonal to it);
+    # the reply shares none
+    filler = [{"role": "user" if i % 2 else "assistant", "content": f"talk {i}: which was it"}
+              for i in range(60)]
+    messages = filler[:30] + [
+        {"role": "user", "content": "Any hiking trail near Moab you would recommend?"},
+        {"role": "assistant", "content": "Delicate Arch at sunrise, no contest."},
+    ] + filler[30:]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        with FakeOpenAIServer() as fake:
+            config = load_config(environ={
+                "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+                "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
+                hermes_home=tmp_path)
+            state = embeddings.open_provider(config)
+            semantic.backfill(db, state.provider, config, apply=True)
+            found = semantic.Semantic(db, config, state)
+
+            def ranks():
+                ctx = tools.ToolContext(
+                    store=store, dag=dag, config=config, count_tokens=COUNTER.count_text,
+                    session_id="s", conversation_id=None,
+                    current_turn_store_id=store.last_store_id() + 1, status=dict,
+                    llm_call=None, data_dir=tmp_path, semantic=found)
+                out = json.loads(tools.dispatch("trove_grep", {
+                    "query": "Which hiking trail near Moab was recommended?", "limit": 20}, ctx))
+                assert out["mode"] == "hybrid"
+                return [r["store_id"] for r in out["results"]]
+            with_context = ranks()
+            monkeypatch.setattr(arms, "CONTEXT_WEIGHT", 0.0)
+            without = ranks()
+        reply = ids[31]
+        assert with_context[0] == ids[30] and reply in with_context[:5]
+        assert reply not in without[:10]
+    finally:
+        db.close()
+
+
+def test_neighbours_stay_in_their_session_and_skip_tool_rows(tmp_path):
+    db = Database(str(tmp_path / "t.db"))
+    try:
+        store = Store(db)
+        for session in ("a", "b"):
+            store.ensure_session(session)
+        first = store.ingest("a", [{"role": "user", "content": "one"},
+                                   {"role": "assistant", "content": "two"}]).store_ids
+        other = store.ingest("b", [{"role": "user", "content": "elsewhere"}]).store_ids
+        rest = store.ingest("a", [{"role": "user", "content": "one"},
+                                  {"role": "assistant", "content": "two"},
+                                  {"role": "user", "content": "three"},
+                                  {"role": "assistant", "content": "four"},
+                                  {"role": "tool", "content": "log", "tool_call_id": "c1"},
+                                  {"role": "user", "content": "five"}]).store_ids[2:]
+        assert len(set(first + other + rest)) == 7
+        found = store.neighbour_ids([first[1], other[0], rest[1]])
+        assert found[first[1]] == (first[0], rest[0])
+        assert found[other[0]] == (None, None)
+        assert found[rest[1]] == (rest[0], rest[3])
+    finally:
+        db.close()
+
+
+def test_a_date_in_the_question_prefers_that_days_turns(tmp_path):
+    day = 86400.0
+    old, new = 1_525_478_400.0 + 3600, 1_525_478_400.0 + 40 * day   # 2018-05-05, June
+    messages = [{"role": "user", "content": "we went camping by the lake", "timestamp": old},
+                {"role": "user", "content": "we went camping by the lake", "timestamp": new}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        ctx = _ctx(store, dag, tmp_path)
+        plain = json.loads(tools.dispatch("trove_grep", {"query": "camping by the lake"}, ctx))
+        assert plain["results"][0]["store_id"] == ids[1]          # newest first on a tie
+        dated = json.loads(tools.dispatch(
+            "trove_grep", {"query": "On May 5, 2018: camping by the lake?"}, ctx))
+        assert dated["results"][0]["store_id"] == ids[0]
+        assert any("2018-05-05" in note for note in dated.get("notes", []))
+        assert len(dated["results"]) == 2                           # a preference, not a filter
     finally:
         db.close()

@@ -13,7 +13,7 @@ from ..evidence import refs as evidence_refs
 from .render import _hit_item, _mark_more, _row_time
 from .scope import Access, _unbound, bound_session
 
-RECALL_SESSION_BIAS = 0.10      # recall: soft boost for hits of the calling session
+RECALL_SESSION_BIAS = 1.0       # recall: hits of the calling session count double (bench/README.md)
 RECALL_CONVERSATION_BIAS = 0.05
 RECALL_RECENCY_BIAS = 0.05      # decays with a 30-day time constant
 

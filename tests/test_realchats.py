@@ -1,0 +1,55 @@
+"""The real-chat bench's questions are derived by rule and never leak into the history."""
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("chitchat_dataset")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import realchats  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def histories():
+    return realchats.histories(3, 12)
+
+
+def test_every_kind_is_derived_and_is_deterministic(histories):
+    kinds = {q.kind for h in histories for q in h.questions}
+    assert kinds == set(realchats.KINDS)
+    again = realchats.histories(3, 12)
+    assert [[(q.text, q.evidence) for q in h.questions] for h in again] == \
+        [[(q.text, q.evidence) for q in h.questions] for h in histories]
+
+
+def test_an_asked_question_is_not_stored_and_its_evidence_is_the_other_persons_turn(
+        histories):
+    for history in histories:
+        stored = [t["text"] for t in history.turns]
+        for q in history.questions:
+            asked = q.text.split(": ", 1)[1] if q.kind == "temporal" else q.text
+            for part in asked.split(" Also, "):
+                assert not any(line == part for text in stored for line in text.split("\n"))
+            assert len(q.evidence) == (2 if q.kind == "multi-hop" else 1)
+            if q.kind == "multi-hop":
+                first, second = (history.turns[e] for e in q.evidence)
+                assert first["session"] != second["session"]
+                assert first["speaker"] == second["speaker"]
+
+
+def test_open_domain_replies_share_no_content_word_with_the_question(histories):
+    for history in histories:
+        for q in history.questions:
+            reply = realchats._terms(history.turns[q.evidence[0]]["text"])
+            if q.kind == "open-domain":
+                assert not reply & realchats._terms(q.text)
+            elif q.kind == "single-hop":
+                assert reply & realchats._terms(q.text)
+
+
+def test_renderings_keep_times_and_speakers(histories):
+    history = histories[0]
+    plain, named = (realchats.render(history, style) for style in ("plain", "named"))
+    assert [m["timestamp"] for m in plain] == [t["timestamp"] for t in history.turns]
+    assert {m["role"] for m in plain} == {"user", "assistant"}
+    assert all(m["role"] == "user" and m["content"].startswith("[") for m in named)
