@@ -54,8 +54,8 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
             fork_engine.become_review_fork(session_id)
         return None
     engine = find_engine(session_id)
-    if engine is not None and _kwargs.get("sender_id"):
-        engine.note_owner(_kwargs["sender_id"])
+    if engine is not None:   # also records an owner row removed since (one read if not)
+        engine.note_owner(_kwargs.get("sender_id"))
     if engine is None or not engine.config.recall_policy_enabled:
         return None
     text = recall_policy()
@@ -76,6 +76,7 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
         return None
     try:
         engine.ingest(list(conversation_history))
+        engine.note_owner(_kwargs.get("sender_id"))
     except Exception as exc:  # a hook must never break the turn
         log.warning("hermes-trove: could not persist the turn: %s", exc)
         engine.errors.append(f"post_llm_call ingest: {exc}")
