@@ -178,3 +178,28 @@ def test_an_instant_just_before_midnight_belongs_to_its_own_day():
     # fromtimestamp rounds 23:59:59.9999995 up to the next day; the day must not move
     found = periods.resolve("today", 1893455999.9999995, UTC)
     assert found.key == "2029-12-31" and found.start <= 1893455999.9999995 < found.end
+
+
+# ---------------------------------------------------------------- message timestamps (issue 25)
+TOKYO = timekeys.zone("Asia/Tokyo")
+NINE_UTC = datetime(2026, 12, 1, 9, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("value, tz, expected", [
+    ("2026-12-01T09:00:00Z", None, NINE_UTC),
+    ("2026-12-01T09:00:00+00:00", TOKYO, NINE_UTC),
+    ("2026-12-01T10:00:00+01:00", None, NINE_UTC),
+    ("2026-12-01T09:00:00", None, NINE_UTC),                 # naive: TROVE_TIMEZONE (UTC)
+    ("2026-12-01T18:00:00.250", TOKYO, NINE_UTC + 0.25),     # naive: Tokyo time
+    ("2026-12-01 18:00:00", TOKYO, NINE_UTC),
+    (NINE_UTC, TOKYO, NINE_UTC), (int(NINE_UTC * 1000), None, NINE_UTC),
+    (str(int(NINE_UTC)), None, NINE_UTC), (f"{NINE_UTC * 1000:.0f}", None, NINE_UTC),
+])
+def test_message_times_in_every_form_the_host_writes(value, tz, expected):
+    assert timekeys.message_time(value, tz) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00",
+                                   float("nan"), float("inf"), -5e12, "9" * 80, [], {}])
+def test_impossible_message_times_are_no_time(value):
+    assert timekeys.message_time(value) is None
