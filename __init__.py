@@ -77,9 +77,9 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
     try:
         engine.ingest(list(conversation_history))
         engine.note_owner(_kwargs.get("sender_id"))
-    except Exception as exc:  # a hook must never break the turn
-        log.warning("hermes-trove: could not persist the turn: %s", exc)
-        engine.errors.append(f"post_llm_call ingest: {exc}")
+    except Exception as exc:  # a hook must never break the turn (logged a bounded number of times)
+        from .storage import faults
+        faults.report(engine, "post_llm_call", f"could not persist the turn: {exc}"[:300])
     return None
 
 

@@ -27,9 +27,9 @@ import threading
 import time
 import weakref
 
-from ..storage import locks
+from ..storage import faults, locks
 from ..storage.owners import Owners
-from . import forks, owners, switches
+from . import forks, host_input, owners, switches
 
 _live_engines: "weakref.WeakValueDictionary[str, object]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
@@ -127,9 +127,11 @@ class SessionBinding:
         except Exception as exc:  # bookkeeping must never break a session
             self.errors.append(f"owner: {exc}")
 
+    @faults.host_entry()
     def bind_session_state(self, session_db, session_id: str) -> None:
         """The CLI's /new, /resume and /branch: the host set ``agent.session_id`` and
         reset, without ``on_session_start``. Follow it (see ``binding.switches``)."""
+        session_id = host_input.session_id(session_id)
         if not session_id or session_id == self.session_id:
             return
         self._switch_session(session_id, switches.host_session_row(session_db, session_id))
