@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove.evidence import compute, refs, values
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from test_tools import Env, call
 
 DAY = 86400.0
@@ -343,6 +344,7 @@ def test_generated_worlds_are_answered_exactly_through_the_dispatcher(tmp_path, 
     try:
         for message in world.messages:
             env.store.ensure_session(message.session, source="cli")
+            Owners(env.db).record(message.session, LOCAL_OWNER)   # the profile's CLI user
             env.ingest(message.session, [{"role": "user", "content": message.text}],
                        at=message.at)
 

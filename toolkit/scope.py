@@ -74,6 +74,20 @@ class Access:
             return self._owned
         return (self.named,) if self.named else (self.current,)
 
+    def rollup_owners(self) -> tuple[str, ...] | None:
+        """Whose rollups this call may list (None = every owner's): the caller's own
+        owner's, or every owner's for operators and ``TROVE_CROSS_OWNER_RECALL``; a
+        session with no owner has none."""
+        if self.every_owner:
+            return None
+        return (self.owner,) if self.owner is not None else ()
+
+    def owns_rollup(self, rollup: dict) -> bool:
+        """Whether a rollup is of an owner this call may read (another owner's is "not
+        found": its existence is not revealed)."""
+        owners = self.rollup_owners()
+        return owners is None or rollup.get("owner") in owners
+
     def carried(self) -> set[int]:
         """Nodes carried into this session and everything under them."""
         if self._closure is None:
