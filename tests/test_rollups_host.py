@@ -119,3 +119,60 @@ def test_a_new_session_recalls_yesterday_and_rolls_it_up(tmp_path, fake_llm, mon
         texts = [row["content"] for row in from_lineage.values()]
         assert DECISION in texts and all("Good morning" not in (t or "") for t in texts)
     assert not env.blocked
+
+
+def test_every_session_end_leads_to_a_pass_that_sees_it(tmp_path, fake_llm, monkeypatch):
+    """Issue 25: three sessions end one after another (eight days ago, yesterday
+    morning, yesterday evening) while the pass the first one started is still
+    summarizing. The later ends mark the database dirty, the running pass goes again,
+    and every day gets its rollup without any later compaction."""
+    import threading
+
+    now = datetime(2026, 3, 18, 10, tzinfo=timezone.utc).timestamp()
+    days = {"2026-03-10": (datetime(2026, 3, 10, 9, tzinfo=timezone.utc).timestamp(),
+                           "Eight days ago we chose the apricot vendor."),
+            "2026-03-17": (datetime(2026, 3, 17, 8, tzinfo=timezone.utc).timestamp(),
+                           "Yesterday morning: the blueberry budget is approved.")}
+    evening = (datetime(2026, 3, 17, 20, tzinfo=timezone.utc).timestamp(),
+               "Yesterday evening: the cherry launch moves to May.")
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"rollups_enabled": True}})
+    release, summarizing = threading.Event(), threading.Event()
+
+    def responder(body):
+        if not hk.is_main_request(body):
+            if "You are compressing" in json.dumps(body) and not release.is_set():
+                summarizing.set()
+                release.wait(45)          # the first pass stays busy until all ends are in
+            return hk.Reply(text="- rollup of the day's decisions.")
+        return hk.Reply(text="Noted.")
+
+    with hk.host_env(home) as env:
+        fake_llm.responder = responder
+        package = hk.plugin_module("hermes-trove")
+        clock = FakeClock(now)
+        monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+        for index, (when, text) in enumerate([*days.values(), evening]):
+            clock.now = when                       # the rows' own time
+            agent = hk.make_agent()
+            engine = hk.live_engine(agent)
+            engine.clock = lambda: now             # every pass runs "today"
+            result = hk.run_turns(agent, [text])[-1]
+            hk.end_session(agent, result["messages"])
+            if index == 0:
+                assert summarizing.wait(30), "the first pass never started summarizing"
+        release.set()
+        first = wait_for_rollup(home / "trove.db", "2026-03-10", seconds=30)
+        second = wait_for_rollup(home / "trove.db", "2026-03-17", seconds=30)
+    db = sqlite3.connect(home / "trove.db")
+    try:
+        def texts_under(rollup_id):
+            return [r[0] for r in db.execute(
+                "SELECT m.content FROM rollup_sources s JOIN messages m"
+                " ON m.store_id = s.child_store_id WHERE s.rollup_id = ?", (rollup_id,))]
+        assert days["2026-03-10"][1] in texts_under(first)
+        yesterday = texts_under(second)
+        assert days["2026-03-17"][1] in yesterday and evening[1] in yesterday
+    finally:
+        db.close()
+    assert not env.blocked
