@@ -176,3 +176,63 @@ def test_every_session_end_leads_to_a_pass_that_sees_it(tmp_path, fake_llm, monk
     finally:
         db.close()
     assert not env.blocked
+
+
+def test_gateway_users_get_rollups_of_their_own_sessions_only(tmp_path, fake_llm, monkeypatch):
+    """Issue 25: two people chat with one gateway on the same day. The background pass
+    builds one day rollup per person (no summary prompt holds both people's words);
+    the next day each person's "what did we do yesterday?" reads only their own."""
+    from test_host_sessions import gateway_agent, gateway_turn
+
+    words = {"111": "Alice's locker code is 2931.", "222": "Bob's bike lock is 8642."}
+    prompts = []
+
+    def responder(body):
+        if not hk.is_main_request(body):
+            prompts.append(json.dumps(body))
+            return hk.Reply(text="- rollup: " + ("2931" if "2931" in prompts[-1] else "")
+                            + ("8642" if "8642" in prompts[-1] else ""))
+        last = body["messages"][-1]
+        if last.get("role") == "tool":
+            return hk.Reply(text="Memory: " + last["content"][:3000])
+        text = last.get("content") if isinstance(last.get("content"), str) else ""
+        if "yesterday" in text:
+            return hk.ToolCall("trove_recent", {"period": "yesterday", "session_scope": "all"})
+        return hk.Reply(text="Noted.")
+
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"rollups_enabled": True}})
+    with hk.host_env(home) as env:
+        fake_llm.responder = responder
+        package = hk.plugin_module("hermes-trove")
+        clock = FakeClock(DAY_ONE)
+        monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+        agents = {}
+        for user, text in words.items():
+            agents[user] = agent = gateway_agent(user)
+            hk.live_engine(agent).clock = clock.time
+            history = gateway_turn(agent, user, text, None)
+            agents[user] = (agent, history)
+        clock.now = DAY_TWO
+        for user, (agent, history) in agents.items():
+            hk.end_session(agent, history)
+        wait_for_rollup(home / "trove.db", "2026-03-16")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            db = sqlite3.connect(home / "trove.db")
+            owners = {r[0] for r in db.execute("SELECT owner FROM rollups WHERE kind = 'day'")}
+            db.close()
+            if len(owners) == 2:
+                break
+            time.sleep(0.1)
+        assert len(owners) == 2, owners
+        assert not any("2931" in p and "8642" in p for p in prompts)
+        for user, other in (("111", "222"), ("222", "111")):
+            agent, history = agents[user]
+            answer = gateway_turn(agent, user, "What did we do yesterday?", history)
+            tool = [m for m in answer if m.get("role") == "tool"][-1]
+            result = json.loads(tool["content"])
+            assert result["used"] == ["rollups"], result
+            assert words[user].split()[-1].rstrip(".") in tool["content"]
+            assert words[other].split()[-1].rstrip(".") not in tool["content"]
+    assert not env.blocked
