@@ -130,9 +130,10 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_recent",
-        "description": ("What happened in a period: day/week/month rollups when ready, else "
-                        "summaries, else raw messages (newest first). This session by default; "
-                        "session_scope=all covers your other sessions too."),
+        "description": ("What happened in a period: day/week/month rollups when ready, then "
+                        "each session of the period once (its summaries or a digest), then raw "
+                        "messages. This session by default; session_scope=all covers your "
+                        "other sessions too."),
         "parameters": _params({
             "period": {**_PERIOD, "description": _PERIOD["description"] + " Default today."},
             "session_scope": {"type": "string", "enum": ["current", "all"],
