@@ -209,8 +209,8 @@ class TroveConfig:
         "UTC", "IANA time zone of the days, weeks and months of trove_recent, the time "
         "filters and rollups (e.g. Europe/Paris).", nonempty=True)
     rollups_enabled: bool = _bool(
-        False, "Build day, week and month rollups over every session of this profile, "
-        "off the turn's hot path.")
+        False, "Build day, week and month rollups of each owner's sessions (never mixing "
+        "owners), off the turn's hot path.")
     rollup_summary_tokens: int = _int(
         1500, "Token budget of one day, week or month rollup.", low=100, high=20000)
     rollups_max_builds_per_pass: int = _int(
