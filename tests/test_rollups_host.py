@@ -57,6 +57,20 @@ def responder(body):
     return hk.Reply(text="Noted.")
 
 
+def rollup_home(tmp_path, fake_llm):
+    """A HERMES_HOME with rollups on."""
+    return hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"rollups_enabled": True}})
+
+
+def store_clock(monkeypatch, now):
+    """Fake the plugin store's clock (the rows' stamp) inside a running host_env."""
+    clock = FakeClock(now)
+    package = hk.plugin_module("hermes-trove")
+    monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+    return clock, package
+
+
 def wait_for_rollup(db_path, key, seconds=60.0):
     """Poll until the background pass wrote the day rollup (a correctness wait, not a
     timing assertion: the pass runs on its own thread)."""
@@ -75,13 +89,10 @@ def wait_for_rollup(db_path, key, seconds=60.0):
 
 
 def test_a_new_session_recalls_yesterday_and_rolls_it_up(tmp_path, fake_llm, monkeypatch):
-    home = hk.make_hermes_home(tmp_path, fake_llm.port,
-                               extra_config={"trove": {"rollups_enabled": True}})
+    home = rollup_home(tmp_path, fake_llm)
     with hk.host_env(home) as env:
         fake_llm.responder = responder
-        package = hk.plugin_module("hermes-trove")
-        clock = FakeClock(DAY_ONE)
-        monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+        clock, package = store_clock(monkeypatch, DAY_ONE)
 
         monday = hk.make_agent()
         engine_one = hk.live_engine(monday)
@@ -135,8 +146,7 @@ def test_every_session_end_leads_to_a_pass_that_sees_it(tmp_path, fake_llm, monk
                            "Yesterday morning: the blueberry budget is approved.")}
     evening = (datetime(2026, 3, 17, 20, tzinfo=timezone.utc).timestamp(),
                "Yesterday evening: the cherry launch moves to May.")
-    home = hk.make_hermes_home(tmp_path, fake_llm.port,
-                               extra_config={"trove": {"rollups_enabled": True}})
+    home = rollup_home(tmp_path, fake_llm)
     release, summarizing = threading.Event(), threading.Event()
 
     def responder(body):
@@ -149,9 +159,7 @@ def test_every_session_end_leads_to_a_pass_that_sees_it(tmp_path, fake_llm, monk
 
     with hk.host_env(home) as env:
         fake_llm.responder = responder
-        package = hk.plugin_module("hermes-trove")
-        clock = FakeClock(now)
-        monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+        clock, _ = store_clock(monkeypatch, now)
         for index, (when, text) in enumerate([*days.values(), evening]):
             clock.now = when                       # the rows' own time
             agent = hk.make_agent()
@@ -200,13 +208,10 @@ def test_gateway_users_get_rollups_of_their_own_sessions_only(tmp_path, fake_llm
             return hk.ToolCall("trove_recent", {"period": "yesterday", "session_scope": "all"})
         return hk.Reply(text="Noted.")
 
-    home = hk.make_hermes_home(tmp_path, fake_llm.port,
-                               extra_config={"trove": {"rollups_enabled": True}})
+    home = rollup_home(tmp_path, fake_llm)
     with hk.host_env(home) as env:
         fake_llm.responder = responder
-        package = hk.plugin_module("hermes-trove")
-        clock = FakeClock(DAY_ONE)
-        monkeypatch.setattr(sys.modules[package.__name__ + ".store"], "time", clock)
+        clock, package = store_clock(monkeypatch, DAY_ONE)
         agents = {}
         for user, text in words.items():
             agents[user] = agent = gateway_agent(user)
