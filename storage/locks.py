@@ -46,14 +46,21 @@ def _thread_lock(db_path: str, session_id: str) -> threading.Lock:
         return _thread_locks.setdefault((db_path, session_id), threading.Lock())
 
 
-def _lock_file(db_path: str) -> int | None:
-    """The process's descriptor of ``<database>.locks`` (None for in-memory databases)."""
+def _lock_file(db_path: str, create: bool = True) -> int | None:
+    """The process's descriptor of ``<database>.locks`` (None for in-memory databases,
+    and without ``create`` when the file does not exist: then nobody holds a lock)."""
     if fcntl is None or db_path == ":memory:":
         return None
     with _guard:
         fd = _files.get(db_path)
         if fd is None:
-            fd = os.open(db_path + ".locks", os.O_RDWR | os.O_CREAT, 0o600)
+            flags = os.O_RDWR | (os.O_CREAT if create else 0)
+            try:
+                fd = os.open(db_path + ".locks", flags, 0o600)
+            except FileNotFoundError:
+                if create:
+                    raise
+                return None
             _files[db_path] = fd
         return fd
 
@@ -143,8 +150,13 @@ def in_use_elsewhere(db_path: str, session_id: str) -> bool:
     fail; a slot shared by two sessions (rare) errs on the safe side: "in use".
     Sessions this process holds are answered by ``held_here`` (testing them here
     would convert this process's own lock)."""
-    fd = _lock_file(db_path)
-    if fd is None or held_here(db_path, session_id):
+    if held_here(db_path, session_id):
+        return False
+    try:   # a read-only scan never creates the lock file: without it nothing is held
+        fd = _lock_file(db_path, create=False)
+    except OSError:
+        return True   # the locks cannot be tested: assume the session may be in use
+    if fd is None:
         return False
     offsets = [HOLD_BASE + _slot(session_id)]
     if not held_in_process(db_path, session_id):   # else its own lock, not another's
