@@ -55,8 +55,8 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
             fork_engine.become_review_fork(session_id)
         return None
     engine = find_engine(session_id)
-    if engine is not None and _kwargs.get("sender_id"):
-        engine.note_owner(_kwargs["sender_id"])
+    if engine is not None:   # also records an owner row removed since (one read if not)
+        engine.note_owner(_kwargs.get("sender_id"))
     if engine is not None and conversation_history:
         engine.note_user_turn(conversation_history[-1])
     if engine is None:
@@ -107,9 +107,10 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
         history = list(conversation_history)
         engine.ingest(history)
         engine.learn_overhead(history)
-    except Exception as exc:  # a hook must never break the turn
-        log.warning("hermes-trove: could not persist the turn: %s", exc)
-        engine.errors.append(f"post_llm_call ingest: {exc}")
+        engine.note_owner(_kwargs.get("sender_id"))
+    except Exception as exc:  # a hook must never break the turn (logged a bounded number of times)
+        from .storage import faults
+        faults.report(engine, "post_llm_call", f"could not persist the turn: {exc}"[:300])
     finally:
         engine.turn_done()
     return None

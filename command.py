@@ -445,7 +445,8 @@ def format_rollups(report: dict) -> str:
                  f"{report['time_zone']}, last {report['lookback_days']} days): "
                  f"{counts or 'no material'}"]
         lines += [f"  {r['kind']:<5} {r['key']:<10} {r['state']}"
-                  + (f" r{r['rollup_id']}" if r["rollup_id"] else "") for r in report["periods"]]
+                  + (f" r{r['rollup_id']}" if r["rollup_id"] else "") + f" ({r['owner']})"
+                  for r in report["periods"]]
         if report["lineage_problems"]:
             lines.append(f"lineage problems: {len(report['lineage_problems'])} (see doctor)")
         return "\n".join(lines)

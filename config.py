@@ -227,8 +227,8 @@ class TroveConfig:
         "UTC", "IANA time zone of the days, weeks and months of trove_recent, the time "
         "filters and rollups (e.g. Europe/Paris).", nonempty=True)
     rollups_enabled: bool = _bool(
-        False, "Build day, week and month rollups over every session of this profile, "
-        "off the turn's hot path.")
+        False, "Build day, week and month rollups of each owner's sessions (never mixing "
+        "owners), off the turn's hot path.")
     rollup_summary_tokens: int = _int(
         1500, "Token budget of one day, week or month rollup.", low=100, high=20000)
     rollups_max_builds_per_pass: int = _int(
@@ -516,6 +516,11 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
             "TROVE_LARGE_OUTPUT_ACTIVE_REPLAY_STUBBING_ENABLED is on but "
             "TROVE_LARGE_OUTPUT_EXTERNALIZATION_ENABLED is off; stubbing needs "
             "externalization, so it is effectively off")
+    path = values["database_path"]
+    if "\0" in path or path != path.encode("utf-8", "replace").decode("utf-8"):
+        warnings.append(f"TROVE_DATABASE_PATH={path[:200]!r} holds a NUL byte or an unpaired "
+                        "surrogate: no file can have that name, so trove keeps nothing until "
+                        "it is fixed (the agent runs on; status says why)")
     if not _known_zone(values["timezone"]):
         warnings.append(f"TROVE_TIMEZONE={values['timezone']!r} is not a known IANA time "
                         "zone; using 'UTC'")

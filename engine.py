@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from .binding import forks, switches
+from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, known_tails, prepare, spend, sweep, tokens
@@ -208,10 +208,12 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         return spend.shared_guard(cfg.summary_max_calls_per_hour, cfg.summary_max_tokens_per_hour)
 
     # ------------------------------------------------------------------ host hooks
+    @faults.host_entry()
     def update_model(self, model: str, context_length: int, base_url: str = "",
                      api_key: Any = "", provider: str = "", api_mode: str = "") -> None:
         """Record the window and runtime; recompute the trigger and check it is reachable."""
-        self.context_length = int(context_length or 0)
+        self.context_length = host_input.count(context_length, self.context_length, self,
+                                               "update_model")
         self.threshold_tokens, self.trigger_rule = trigger_and_rule(
             self.config, self.context_length, model or "")
         self.threshold_percent = (self.threshold_tokens / self.context_length
@@ -223,9 +225,11 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         for problem in self.reachability:
             log.warning("hermes-trove: %s", problem)
 
+    @faults.host_entry()
     def on_session_start(self, session_id: str, **kwargs) -> None:
         """Bind the session: a compaction boundary continues the old conversation's
         storage; /new and /reset start a new session carrying high-level summaries."""
+        session_id = host_input.session_id(session_id)
         if kwargs.get("hermes_home") and self._config is None:
             self._config = load_config(hermes_home=kwargs["hermes_home"])
         self.platform = kwargs.get("platform") or self.platform
@@ -322,9 +326,12 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         self._bind(session_id, canonical, "env" if env_id else "ephemeral")
         return canonical
 
+    @faults.host_entry()
     def on_session_end(self, session_id: str, messages: list) -> None:
         """Persist what the host shows; not proof the session is over (it runs before
         every host compaction too), so nothing is torn down."""
+        session_id = host_input.session_id(session_id)
+        messages = host_input.messages(messages, self, "on_session_end")
         if messages and self._usable_database():
             try:
                 self._ingest(messages, into=session_id or None, handover=True)
@@ -349,6 +356,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         """Whether to use the database now (see ``faults.Tracker.usable``)."""
         return self._faults.usable()
 
+    @faults.host_entry()
     def on_session_reset(self) -> None:
         """Per-session counters restart on /new and /reset."""
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
@@ -356,6 +364,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         self._noop_at_tokens = None
         self._known_tails = {}
 
+    @faults.host_entry()
     def update_from_response(self, usage: dict) -> None:
         """Track the provider's real usage (it beats any estimate)."""
         usage = usage if isinstance(usage, dict) else {}
@@ -366,6 +375,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
         self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
                                   or self.last_prompt_tokens + self.last_completion_tokens)
 
+    @faults.host_entry(False)
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """True at the trigger, unless the last pass proved nothing more can be done
         at this size (the host would otherwise retry pointlessly within the turn)."""
@@ -383,6 +393,7 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
             return False
         return True
 
+    @faults.host_entry(False)
     def has_content_to_compress(self, messages: list) -> bool:
         """More than the newest conversational message (the gateway's /compress
         preflight): with only that, there is nothing a compaction could take. Only a

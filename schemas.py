@@ -115,8 +115,9 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_recent",
-        "description": "What happened in a period (default today): rollups, else summaries, "
-                       "else raw messages. session_scope=all covers your other sessions.",
+        "description": "What happened in a period (default today): rollups, then each "
+                       "session once (summaries or a digest), then raw messages. "
+                       "session_scope=all covers your other sessions.",
         "parameters": _params({
             "period": _PERIOD,
             "session_scope": {"type": "string", "enum": ["current", "all"]},

@@ -891,6 +891,21 @@ class Store:
                 f"UPDATE {table} SET source = '{UNKNOWN_SOURCE}' WHERE {self.BLANK_SOURCE}"
             ).rowcount for table in ("messages", "sessions")}
 
+    @staticmethod
+    def activity_in(conn, canonical_ids: Sequence[str]) -> dict[str, tuple[int, float]]:
+        """Per canonical session, inside the caller's transaction: how many messages its
+        rows hold and when any of them was last touched, so a clean-up can see that a
+        session changed since it was judged (and leave it)."""
+        ids = list(dict.fromkeys(canonical_ids))
+        if not ids:
+            return {}
+        rows = conn.execute(
+            "SELECT s.canonical_id, sum((SELECT count(*) FROM messages m"
+            " WHERE m.session_id = s.session_id)), max(COALESCE(s.updated_at, 0.0))"
+            f" FROM sessions s WHERE s.canonical_id IN ({','.join('?' * len(ids))})"
+            " GROUP BY s.canonical_id", ids).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def delete_sessions_in(self, conn, session_ids: Sequence[str]) -> dict:
         """Delete these canonical sessions' messages and session rows (aliases included)
         inside the caller's transaction, so summary nodes (``Dag.delete_session_nodes_in``)

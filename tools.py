@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .storage import codec, faults
+from .storage import codec, faults, timekeys
 from .storage.timekeys import iso
 from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers
@@ -177,7 +177,8 @@ def _evidence_tool(name: str) -> Callable[[dict, ToolContext, int], tuple[dict, 
                                                        "include_exact_ref": True}, ctx))
             return [h["exact_ref"] for h in found.get("results", []) if h.get("exact_ref")]
 
-        scope = evidence_handlers.Scope(current, access.search_sessions(), load, grep)
+        scope = evidence_handlers.Scope(current, access.search_sessions(), load, grep,
+                                        timekeys.zone_or_utc(ctx.config.timezone))
         return evidence_handlers.HANDLERS[name](params, ctx, cap, scope)
     return handler
 

@@ -39,6 +39,7 @@ from hermes_trove.compaction import tokens  # noqa: E402
 from hermes_trove.config import load_config  # noqa: E402
 from hermes_trove.dag import Dag  # noqa: E402
 from hermes_trove.storage.database import Database  # noqa: E402
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 EVIDENCE_TOOLS = ("trove_evidence_pack", "trove_compute", "trove_compile_evidence",
@@ -62,6 +63,7 @@ def build(world: ek.World, folder: Path):
     store, dag = Store(db), Dag(db)
     for message in world.messages:
         store.ensure_session(message.session, source="cli")
+        Owners(store.db).record(message.session, LOCAL_OWNER)  # one owner: cross-session scope
         store.ingest(message.session, [{"role": "user", "content": message.text}],
                      now=message.at)
     ctx = tools.ToolContext(store=store, dag=dag, config=load_config(environ={},

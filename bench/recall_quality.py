@@ -59,6 +59,7 @@ from hermes_trove.dag import Dag  # noqa: E402
 from hermes_trove.recall import query_plan, ranking, semantic  # noqa: E402
 from hermes_trove.storage import codec  # noqa: E402
 from hermes_trove.storage.database import Database  # noqa: E402
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 COUNTER = tokens.get_counter()
@@ -110,6 +111,7 @@ def build(style: str, convs: list, folder: Path, environ: dict):
     for index, (chat, render, now) in enumerate(convs):
         session = f"chat{index}"
         store.ensure_session(session, source="telegram")
+        Owners(store.db).record(session, LOCAL_OWNER)  # one owner: cross-session scope
         ids = store.ingest(session, render(chat, style)).store_ids
         summarize_session(store, dag, session, ids)
         cases.append((session, chat, ids, now))

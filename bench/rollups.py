@@ -36,6 +36,7 @@ from hermes_trove.dag import Dag, NewNode  # noqa: E402
 from hermes_trove.ingest.policy import policy_for  # noqa: E402
 from hermes_trove.storage.database import Database  # noqa: E402
 from hermes_trove.storage.timeline import Timeline  # noqa: E402
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 NOW = 1_774_000_000.0     # 2026-03-20 09:46 UTC
@@ -60,6 +61,7 @@ def build_store(home: Path, days: int, sessions: int, messages: int):
         for s in range(sessions):
             sid = f"d{day}-s{s}"
             store.ensure_session(sid, source="telegram")
+            Owners(store.db).record(sid, LOCAL_OWNER)  # one owner: cross-session scope
             rows = [{"role": "user" if i % 2 == 0 else "assistant",
                      "content": f"day {day} session {s} turn {i}: we discussed module_{i % 17} "
                                 f"and decided retry_{i}_ms = {i * 7}. " * 3,

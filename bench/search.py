@@ -56,6 +56,7 @@ from hermes_trove.recall import query_plan
 from hermes_trove import tools  # noqa: E402
 from hermes_trove.dag import Dag, NewNode  # noqa: E402
 from hermes_trove.engine import TroveEngine  # noqa: E402
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 LIVE = synth.LIVE_SESSION
@@ -183,6 +184,7 @@ def build_search_db(n_messages: int, *, live_share: float = 0.9, tail: int = 60,
     leaves: list[tuple[int, str]] = []
     for session, count in sessions:
         store.ensure_session(session, source=rng.choice(["cli", "telegram", "discord"]))
+        Owners(store.db).record(session, LOCAL_OWNER)  # one owner: cross-session scope
         for start in range(0, count, batch):
             chunk = [corpus.message(rng, written + j) for j in range(min(batch, count - start))]
             result = store.ingest(session, chunk, count_tokens=lambda m: len(json.dumps(m)) // 4,

@@ -21,6 +21,7 @@ from _bootstrap import load_package  # noqa: E402
 load_package()
 from hermes_trove.storage import database  # noqa: E402
 from hermes_trove.dag import Dag, NewNode  # noqa: E402
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 CACHE = Path(os.environ.get("TROVE_BENCH_CACHE", "/tmp/trove-bench"))
@@ -77,6 +78,7 @@ def build(n_messages: int, *, live_share: float = 0.9, tail: int = 60, seed: int
         (f"bench-other-{k}", (n_messages - live_n) // 20) for k in range(20)]
     for session, count in sessions:
         store.ensure_session(session, source=rng.choice(["cli", "telegram", "discord"]))
+        Owners(store.db).record(session, LOCAL_OWNER)  # one owner: cross-session scope
         for start in range(0, count, batch):
             chunk = [make_message(rng, written + j) for j in range(min(batch, count - start))]
             store.ingest(session, chunk, count_tokens=lambda m: len(json.dumps(m)) // 4,

@@ -43,6 +43,7 @@ from hermes_trove.config import load_config  # noqa: E402
 from hermes_trove.recall import embeddings, semantic, vectorscan  # noqa: E402
 from hermes_trove.storage.database import Database  # noqa: E402
 from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore  # noqa: E402
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners  # noqa: E402
 from hermes_trove.store import Store  # noqa: E402
 
 CACHE = Path(os.environ.get("TROVE_BENCH_CACHE", "/tmp/trove-bench"))
@@ -90,6 +91,7 @@ def build(n: int) -> Path:
         ids = []
         for session, messages in by_session.items():
             store.ensure_session(session)
+            Owners(store.db).record(session, LOCAL_OWNER)  # one owner: cross-session scope
             ids += store.ingest(session, messages, known=None).store_ids
         matrix = vectors_for(rng, len(ids), centres, offset)
         vectors.write(space, [VectorRow("m", sid, 0, f"h{sid}", matrix[k].tobytes())

@@ -27,8 +27,9 @@ import threading
 import time
 import weakref
 
+from ..storage import faults, locks
 from ..storage.owners import Owners
-from . import forks, owners, switches
+from . import forks, host_input, owners, switches
 
 _live_engines: "weakref.WeakValueDictionary[str, object]" = weakref.WeakValueDictionary()
 _live_lock = threading.Lock()
@@ -46,6 +47,27 @@ def register(engine, session_id: str, *, previous: str | None, by_host: bool) ->
         _live_engines[session_id] = engine
         if by_host:
             _claimed_ids.add(session_id)
+    _hold_bound(engine)
+
+
+def _hold_bound(engine) -> None:
+    """Hold (``locks.hold_sessions``) every stored session an engine of this process is
+    bound to in ``engine``'s database, and let go of those none is bound to any more:
+    ``doctor clean`` in another process then never removes a session a running Hermes
+    may still write to. Never fails the bind."""
+    try:
+        if not getattr(engine, "stores", False) or not engine._usable_database():
+            return
+        path = str(engine.store.db.path)
+        with _live_lock:
+            engines = list(_live_engines.values())
+        bound = {e.canonical_id for e in engines
+                 if getattr(e, "canonical_id", None) and getattr(e, "stores", False)
+                 and getattr(e, "_config", None) is not None
+                 and str(e.store.db.path) == path}
+        locks.hold_sessions(path, bound | {engine.canonical_id} - {None})
+    except Exception as exc:  # bookkeeping must never break a session
+        getattr(engine, "errors", []).append(f"session hold: {exc}")
 
 
 def claimed(session_id: str) -> bool:
@@ -83,17 +105,21 @@ class SessionBinding:
 
     def note_owner(self, sender_id: str | None = None) -> None:
         """Record whose session this is (see ``binding.owners``); ``sender_id`` is the
-        user id ``pre_llm_call`` gives. Never fails the caller."""
+        user id ``pre_llm_call`` gives. Called at every bind and turn: when nothing is
+        new it costs one primary-key read, which also notices an owner row that went
+        away (a clean-up in another process) and records it again. Never fails the
+        caller."""
         if not self.canonical_id or not self.stores:
             return
         identity = owners.gateway_identity()
         user = str(sender_id) if sender_id else identity.get("user_id")
         noted = (self.canonical_id, self.platform, self.conversation_id, user)
-        if noted == getattr(self, "_owner_noted", None):
-            return  # nothing new since the last record: no write on the turn's path
         key = owners.owner_key(session_id=self.canonical_id, platform=self.platform,
                                conversation_id=self.conversation_id, user_id=user)
         try:
+            if noted == getattr(self, "_owner_noted", None) and \
+                    Owners(self.store.db).owner_of(self.canonical_id) is not None:
+                return  # nothing new and the row is there: no write on the turn's path
             self.owner = Owners(self.store.db).record(
                 self.canonical_id, key, platform=self.platform, user_id=user,
                 chat_id=identity.get("chat_id"), conversation_id=self.conversation_id)
@@ -101,9 +127,11 @@ class SessionBinding:
         except Exception as exc:  # bookkeeping must never break a session
             self.errors.append(f"owner: {exc}")
 
+    @faults.host_entry()
     def bind_session_state(self, session_db, session_id: str) -> None:
         """The CLI's /new, /resume and /branch: the host set ``agent.session_id`` and
         reset, without ``on_session_start``. Follow it (see ``binding.switches``)."""
+        session_id = host_input.session_id(session_id)
         if not session_id or session_id == self.session_id:
             return
         self._switch_session(session_id, switches.host_session_row(session_db, session_id))

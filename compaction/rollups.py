@@ -1,8 +1,15 @@
-"""Day / week / month rollups over every session, built off the turn's hot path.
+"""Day / week / month rollups per owner, over all of an owner's sessions, built off
+the turn's hot path.
 
-A day rollup summarizes, for every session that may feed rollups (no ignore
-or stateless pattern), the leaf summaries that start that local day and the
-raw messages of that day no summary has taken in yet. A week rollup
+Rollups are kept per owner (``storage.owners``: the CLI user, each gateway
+conversation): a summarizer prompt never holds two people's words, and each
+person's agent can read its own rollups. A session without a recorded owner
+feeds none. A day rollup summarizes, for every session of the owner that may
+feed rollups (no ignore or stateless pattern), the leaf summaries that start
+that local day and the raw messages of that day no summary has taken in yet; a
+day whose messages all sit in a leaf that began the day before has nothing of
+its own (that day's rollup holds them), and a rollup left over for such a day
+is removed with the weeks and months on it (rebuilt in turn). A week rollup
 summarizes its day rollups; a month rollup its whole ISO weeks and the days
 of the weeks it shares with the next or previous month (``timekeys.children_of``),
 so a month's lineage never leaves the month. Every rollup keeps its exact
@@ -18,7 +25,9 @@ pass rebuilds it in place (same id), which in turn makes its week and month
 stale. Only finished periods (ended before ``now``) are built.
 
 Passes run on a background thread (``start_background``) after a compaction
-or at session end, at most one per database at a time, and build at most
+or at session end, at most one per database at a time; a pass asked for while
+one runs marks the database dirty and the running thread passes again, so every
+session end leads to a pass that sees it. Each pass builds at most
 ``rollups_max_builds_per_pass`` rollups; operators run them by hand with
 ``/trove rollups build apply``.
 """
@@ -29,6 +38,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Callable
 
 from ..dag import Dag
@@ -44,6 +54,7 @@ ITEM_CHARS = 4000             # a source's text as the summarizer sees it (linea
 SOURCE_SCAN = 100_000         # raw messages of one day read at most
 EPOCH_FLOOR = 40 * 86400.0    # a lookback never reaches before February 1970 (any zone)
 _running: set[str] = set()
+_dirty: dict[str, tuple] = {}       # database -> the newest request made while a pass ran
 _running_lock = threading.Lock()
 
 
@@ -65,6 +76,7 @@ class PassReport:
     built: list[dict] = field(default_factory=list)
     waiting: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)     # rollups of emptied periods
 
 
 def settings_of(config) -> Settings:
@@ -76,66 +88,98 @@ def settings_of(config) -> Settings:
 
 
 # ---------------------------------------------------------------- what exists
-def periods_with_material(timeline: Timeline, settings: Settings, eligible: Eligible,
-                          now: float) -> list[tuple[str, str]]:
-    """Day, week and month periods holding material that may feed rollups, days first,
-    each kind oldest first.
-
-    The window reaches back ``lookback_days``, widened to the Monday on or before the
-    first day of that month, so every week and month listed has all its days scanned
-    (a week never waits forever for a day outside the window)."""
+def _window(settings: Settings, now: float) -> tuple[float, date]:
+    """Where a pass's lookback begins, and the first month it lists: ``lookback_days``
+    back, widened to the Monday on or before the first day of that month, so every
+    week and month listed has all its days scanned (a week never waits forever for a
+    day outside the window)."""
     tz = timekeys.zone(settings.time_zone)
     oldest = timekeys.local_date(max(now - settings.lookback_days * 86400.0, EPOCH_FLOOR), tz)
     month = timekeys.month_first(oldest.year, oldest.month)
-    since = timekeys.midnight(timekeys.week_monday(month), tz)
+    return timekeys.midnight(timekeys.week_monday(month), tz), month
+
+
+def periods_with_material(timeline: Timeline, settings: Settings, eligible: Eligible,
+                          now: float) -> list[tuple[str, str, str]]:
+    """``(kind, key, owner)`` of every day, week and month holding material of an
+    owner that may feed rollups, days first, each kind oldest first. Rollups are per
+    owner: one person's sessions never share a rollup (or a summarizer prompt) with
+    another's; a session with no recorded owner feeds none."""
+    tz = timekeys.zone(settings.time_zone)
+    since, month = _window(settings, now)
     buckets = timeline.active_buckets(since, now, BUCKET_SECONDS)
     days = sorted({timekeys.local_date(max(b, since), tz) for b in buckets}
                   | {timekeys.local_date(min(b + BUCKET_SECONDS, now) - 1, tz) for b in buckets})
-    fed = [d for d in days if timeline.feeding_sessions(
-        *timekeys.bounds("day", d.isoformat(), tz), eligible)]
-    out = [("day", d.isoformat()) for d in fed]
-    out += [("week", k) for k in sorted({timekeys.key_of("week", d) for d in fed})]
-    out += [("month", k) for k in sorted({timekeys.key_of("month", d) for d in fed
-                                          if d >= month})]
+    fed = []
+    for day in days:
+        start, end = timekeys.bounds("day", day.isoformat(), tz)
+        fed += [(day, owner) for owner in timeline.owners_between(start, end, eligible)
+                if timeline.current_mark("day", day.isoformat(), settings.time_zone,
+                                         eligible, owner)]
+    out = [("day", d.isoformat(), o) for d, o in fed]
+    out += [("week", k, o) for k, o in sorted({(timekeys.key_of("week", d), o)
+                                               for d, o in fed})]
+    out += [("month", k, o) for k, o in sorted({(timekeys.key_of("month", d), o)
+                                                for d, o in fed if d >= month})]
     return out
 
 
 def status(timeline: Timeline, settings: Settings, eligible: Eligible, now: float) -> list[dict]:
-    """Every period with material in the lookback window: ``ready``, ``stale``,
-    ``pending`` (finished, no rollup yet) or ``open`` (not finished yet)."""
+    """Every period with material in the lookback window, per owner: ``ready``,
+    ``stale``, ``pending`` (finished, no rollup yet) or ``open`` (not finished yet)."""
     tz = timekeys.zone(settings.time_zone)
     rows, memo = [], {}
-    for kind, key in periods_with_material(timeline, settings, eligible, now):
+    for kind, key, owner in periods_with_material(timeline, settings, eligible, now):
         start, end = timekeys.bounds(kind, key, tz)
-        rollup = timeline.get_rollup(kind, key, settings.time_zone)
+        rollup = timeline.get_rollup(kind, key, settings.time_zone, owner)
         if rollup is not None:
             state = timeline.freshness(rollup, eligible, memo)
         else:
             state = "open" if end > now else "pending"
-        rows.append({"kind": kind, "key": key, "state": state, "start": start, "end": end,
-                     "rollup_id": rollup["rollup_id"] if rollup else None})
+        rows.append({"kind": kind, "key": key, "owner": owner, "state": state, "start": start,
+                     "end": end, "rollup_id": rollup["rollup_id"] if rollup else None})
     return rows
+
+
+def emptied(timeline: Timeline, settings: Settings, eligible: Eligible, now: float) -> list[int]:
+    """Rollups of the lookback window whose period has nothing of its own to roll up
+    any more (every message of a day now sits in a summary that began the day
+    before, or its sessions were removed): kept, they would be stale forever and
+    block their week and month."""
+    since, _ = _window(settings, now)
+    found = []
+    for owner in timeline.rollup_owners(settings.time_zone, since):
+        found += [r["rollup_id"] for r in timeline.rollups_of(owner, settings.time_zone, since)
+                  if not timeline.current_mark(r["kind"], r["period_key"], r["time_zone"],
+                                               eligible, owner)]
+    return found
 
 
 # ---------------------------------------------------------------- building
 def build_pass(store: Store, dag: Dag, timeline: Timeline, summarizer: Summarizer,
                count_tokens: Callable[[str], int], settings: Settings, eligible: Eligible,
                now: float, *, apply: bool = True) -> PassReport:
-    """Build or rebuild the finished periods that need it, days before weeks before
-    months, at most ``settings.max_builds``; with ``apply=False`` only report them."""
+    """Build or rebuild the finished periods that need it, per owner, days before
+    weeks before months, at most ``settings.max_builds``; with ``apply=False`` only
+    report them. Rollups whose period has nothing left to roll up are removed first
+    (with the weeks and months built on them, rebuilt in turn)."""
     report = PassReport()
+    if apply:
+        gone = timeline.delete_with_ancestors(emptied(timeline, settings, eligible, now))
+        report.removed = gone
     builder = _Builder(store, dag, timeline, summarizer, count_tokens, settings, eligible)
     for kind in timekeys.KINDS:
         for row in status(timeline, settings, eligible, now):
             if row["kind"] != kind or row["state"] not in ("pending", "stale"):
                 continue
-            entry = {"kind": kind, "key": row["key"], "state": row["state"]}
-            blocked = builder.blocked(kind, row["key"])
+            entry = {"kind": kind, "key": row["key"], "owner": row["owner"],
+                     "state": row["state"]}
+            blocked = builder.blocked(kind, row["key"], row["owner"])
             if blocked or not apply or len(report.built) >= settings.max_builds:
                 report.waiting.append({**entry, **({"waiting_for": blocked} if blocked else {})})
                 continue
             try:
-                entry["rollup_id"] = builder.build(kind, row["key"], now)
+                entry["rollup_id"] = builder.build(kind, row["key"], row["owner"], now)
                 report.built.append(entry)
             except Exception as exc:  # one bad period never stops the others
                 report.errors.append(f"{kind} {row['key']}: {type(exc).__name__}: {exc}"[:300])
@@ -177,28 +221,31 @@ class _Builder:
         self.settings, self.eligible = settings, eligible
         self.tz = timekeys.zone(settings.time_zone)
 
-    def blocked(self, kind: str, key: str) -> list[str]:
-        """Child periods with material whose rollup is missing or stale."""
+    def blocked(self, kind: str, key: str, owner: str) -> list[str]:
+        """The owner's child periods with material whose rollup is missing or stale."""
         waiting = []
         for child_kind, child_key in timekeys.children_of(kind, key):
-            child = self.timeline.get_rollup(child_kind, child_key, self.settings.time_zone)
+            child = self.timeline.get_rollup(child_kind, child_key, self.settings.time_zone,
+                                             owner)
             if child is None:
-                if self.timeline.feeding_sessions(
-                        *timekeys.bounds(child_kind, child_key, self.tz), self.eligible):
+                if self.timeline.current_mark(child_kind, child_key, self.settings.time_zone,
+                                              self.eligible, owner):
                     waiting.append(f"{child_kind} {child_key}")
             elif self.timeline.freshness(child, self.eligible) != "ready":
                 waiting.append(f"{child_kind} {child_key}")
         return waiting
 
-    def build(self, kind: str, key: str, now: float) -> int:
-        """Summarize one period's sources and write the rollup with its lineage."""
-        mark = self.timeline.current_mark(kind, key, self.settings.time_zone, self.eligible)
+    def build(self, kind: str, key: str, owner: str, now: float) -> int:
+        """Summarize one owner's sources of a period and write the rollup with its
+        lineage (only that owner's sessions: never two people in one prompt)."""
+        mark = self.timeline.current_mark(kind, key, self.settings.time_zone, self.eligible,
+                                          owner)
         start, end = timekeys.bounds(kind, key, self.tz)
         if kind == "day":
-            sources, items, sessions, count, span = self._day_sources(start, end)
+            sources, items, sessions, count, span = self._day_sources(start, end, owner)
             depth = 1 if any(kind == "node" for kind, _ in sources) else 0
         else:
-            sources, items, sessions, count, span = self._child_rollups(kind, key)
+            sources, items, sessions, count, span = self._child_rollups(kind, key, owner)
             depth = 2
         if not sources:
             raise ValueError("no sources")
@@ -207,14 +254,14 @@ class _Builder:
         header = f"[{kind} {key}, {len(set(sessions))} session(s), {count} message(s)]\n"
         text = header + result.text
         return self.timeline.save_rollup(NewRollup(
-            kind=kind, period_key=key, time_zone=self.settings.time_zone, period_start=start,
-            period_end=end, text=text, token_count=self.count(text),
+            kind=kind, period_key=key, time_zone=self.settings.time_zone, owner=owner,
+            period_start=start, period_end=end, text=text, token_count=self.count(text),
             source_token_count=sum(sizes), level=result.level,
             model=result.model, message_count=count, time_from=span[0], time_to=span[1],
             watermark=mark, sources=sources, session_ids=sessions), now)
 
-    def _day_sources(self, start: float, end: float):
-        sessions = self.timeline.feeding_sessions(start, end, self.eligible)
+    def _day_sources(self, start: float, end: float, owner: str):
+        sessions = self.timeline.feeding_sessions(start, end, self.eligible, owner)
         nodes = self.dag.get_nodes(self.timeline.leaf_ids_starting_between(start, end, sessions))
         ids = self.timeline.message_ids_between(start, end, sessions, uncovered=True,
                                                 limit=SOURCE_SCAN, newest_first=False)
@@ -222,7 +269,7 @@ class _Builder:
         timed = [(n["time_from"], "node", n) for n in nodes.values()]
         timed += [(_when(rows[i]), "message", rows[i]) for i in ids if i in rows]
         timed.sort(key=lambda t: (t[0], t[1] == "message"))
-        sources, items, owners, count, times = [], [], [], 0, []
+        sources, items, under, count, times = [], [], [], 0, []
         for when, kind, row in timed:
             if kind == "node":
                 sources.append(("node", row["node_id"]))
@@ -238,23 +285,24 @@ class _Builder:
                                         text=text[:ITEM_CHARS], tool_name=row.get("tool_name")))
                 count += 1
                 times.append(when)
-            owners.append(row["session_id"])
-        return sources, items, owners, count, (min(times, default=None), max(times, default=None))
+            under.append(row["session_id"])
+        return sources, items, under, count, (min(times, default=None), max(times, default=None))
 
-    def _child_rollups(self, kind: str, key: str):
-        sources, items, owners, count, times = [], [], [], 0, []
+    def _child_rollups(self, kind: str, key: str, owner: str):
+        sources, items, under, count, times = [], [], [], 0, []
         for child_kind, child_key in timekeys.children_of(kind, key):
-            child = self.timeline.get_rollup(child_kind, child_key, self.settings.time_zone)
+            child = self.timeline.get_rollup(child_kind, child_key, self.settings.time_zone,
+                                             owner)
             if child is None:
                 continue
             sources.append(("rollup", child["rollup_id"]))
             items.append(SourceItem(ref=f"r{child['rollup_id']}", role="summary",
                                     text=child["text"][:ITEM_CHARS * 2],
                                     time=child["period_start"]))
-            owners += self.timeline.sessions_of(child["rollup_id"])
+            under += self.timeline.sessions_of(child["rollup_id"])
             count += child["message_count"]
             times += [t for t in (child["time_from"], child["time_to"]) if t is not None]
-        return sources, items, owners, count, (min(times, default=None), max(times, default=None))
+        return sources, items, under, count, (min(times, default=None), max(times, default=None))
 
     def _summarize(self, items: list[SourceItem], sizes: list[int], depth: int):
         """One summary of the items (``sizes``: their token counts); when they are too
@@ -284,26 +332,40 @@ def _when(row: dict) -> float:
 def start_background(store: Store, dag: Dag, summarizer: Summarizer,
                      count_tokens: Callable[[str], int], settings: Settings, eligible: Eligible,
                      now: Callable[[], float]) -> threading.Thread | None:
-    """Run one pass on a daemon thread, unless one already runs for this database."""
+    """Run a pass on a daemon thread; when one already runs for this database, mark it
+    dirty instead (returns None): the running thread passes again with the newest
+    request's arguments once it is done, so work asked for during a pass is never
+    dropped."""
     key = str(store.db.path)
+    request = (store, dag, summarizer, count_tokens, settings, eligible, now)
     with _running_lock:
         if key in _running:
+            _dirty[key] = request
             return None
         _running.add(key)
 
     def run() -> None:
-        try:
-            report = build_pass(store, dag, Timeline(store.db), summarizer, count_tokens,
-                                settings, eligible, now())
-            for error in report.errors:
-                log.warning("hermes-trove: rollup %s", error)
-        except Exception:  # a background pass must never take anything down
-            log.exception("hermes-trove: rollup pass failed")
-        finally:
+        job = request
+        while job is not None:
+            try:
+                j_store, j_dag, j_summarizer, j_count, j_settings, j_eligible, j_now = job
+                report = build_pass(j_store, j_dag, Timeline(j_store.db), j_summarizer,
+                                    j_count, j_settings, j_eligible, j_now())
+                for error in report.errors:
+                    log.warning("hermes-trove: rollup %s", error)
+            except Exception:  # a background pass must never take anything down
+                log.exception("hermes-trove: rollup pass failed")
             with _running_lock:
-                _running.discard(key)
+                job = _dirty.pop(key, None)
+                if job is None:
+                    _running.discard(key)
 
     thread = threading.Thread(target=run, name="trove-rollups", daemon=True)
     thread.start()
     return thread
 
+
+def running(db_path: str) -> bool:
+    """Whether a background pass runs (or is about to run again) for this database."""
+    with _running_lock:
+        return str(db_path) in _running

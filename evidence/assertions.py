@@ -21,7 +21,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Callable, Sequence
 
 from ..storage.database import Database
@@ -83,19 +83,20 @@ def subject_key(subject: str) -> str:
     return normalize_item(subject)
 
 
-def valid_from(ref: refs_mod.Ref) -> float | None:
-    """The one date the quote states (UTC midnight), else when the message was said."""
+def valid_from(ref: refs_mod.Ref, tz: tzinfo | None = None) -> float | None:
+    """The one date the quote states (its midnight in ``tz``, the user's zone), else
+    when the message was said."""
     try:
-        dates = {d.day for d in find_dates(ref.quote, ref.said_at)}
+        dates = {d.day for d in find_dates(ref.quote, ref.said_at, tz)}
     except ValueError:
         dates = set()
     if len(dates) == 1:
         day = dates.pop()
-        return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()
+        return datetime(day.year, day.month, day.day, tzinfo=tz or timezone.utc).timestamp()
     return ref.said_at
 
 
-def deterministic(row: dict) -> list[Assertion]:
+def deterministic(row: dict, tz: tzinfo | None = None) -> list[Assertion]:
     """Plain first-person patterns of one message (user; recommendations from the assistant)."""
     text = refs_mod.ref_text(row)
     found = []
@@ -106,12 +107,12 @@ def deterministic(row: dict) -> list[Assertion]:
             subject, value = (p.strip() for p in parts(match))
             ref = refs_mod.verify(refs_mod.make_ref(row, match.start(), match.end()),
                                   lambda _: row)
-            found.append(Assertion(kind, subject, value, ref, valid_from(ref), "deterministic"))
+            found.append(Assertion(kind, subject, value, ref, valid_from(ref, tz), "deterministic"))
     return found
 
 
 def from_model(rows: Sequence[dict], llm_call: Callable[[str, str | None, float], str],
-               model: str | None, timeout_s: float) -> list[Assertion]:
+               model: str | None, timeout_s: float, tz: tzinfo | None = None) -> list[Assertion]:
     """Assertions the model proposes; each kept only if its quote verifies in its message."""
     by_id = {r["store_id"]: r for r in rows}
     listing = "\n\n".join(f"[{r['store_id']} {r['role']}]\n"
@@ -132,14 +133,14 @@ def from_model(rows: Sequence[dict], llm_call: Callable[[str, str | None, float]
                                   lambda _: row)
         except refs_mod.RefError:
             continue   # a quote the message does not hold exactly once is never stored
-        out.append(Assertion(item["kind"], subject, value, ref, valid_from(ref), "model"))
+        out.append(Assertion(item["kind"], subject, value, ref, valid_from(ref, tz), "model"))
     return out
 
 
 # ---------------------------------------------------------------- extraction pass
 def extract_pending(store: Store, session_id: str, upto_store_id: int, *,
                     llm_call: Callable | None = None, model: str | None = None,
-                    timeout_s: float = 60.0) -> int:
+                    timeout_s: float = 60.0, tz: tzinfo | None = None) -> int:
     """Read the session's messages up to ``upto_store_id`` not read before; store assertions.
 
     The model is tried first (bounded calls); if it is absent or fails, the
@@ -160,15 +161,15 @@ def extract_pending(store: Store, session_id: str, upto_store_id: int, *,
     read_by_model = 0
     if llm_call is not None and readable:
         try:
-            found, read_by_model = _model_pass(readable, llm_call, model, timeout_s)
+            found, read_by_model = _model_pass(readable, llm_call, model, timeout_s, tz)
         except Exception:
             found, read_by_model = [], 0   # no model answer: the patterns read these rows
-    found += [a for r in readable if r["store_id"] > read_by_model for a in deterministic(r)]
+    found += [a for r in readable if r["store_id"] > read_by_model for a in deterministic(r, tz)]
     return save(db, session_id, found, done)
 
 
 def _model_pass(rows: list[dict], llm_call: Callable, model: str | None,
-                timeout_s: float) -> tuple[list[Assertion], int]:
+                timeout_s: float, tz: tzinfo | None = None) -> tuple[list[Assertion], int]:
     """Model extraction over at most MODEL_MAX_CALLS chunks; the last store_id it read.
 
     Each message is shown up to MODEL_MESSAGE_CHARS (a quote beyond that is
@@ -180,14 +181,14 @@ def _model_pass(rows: list[dict], llm_call: Callable, model: str | None,
     for row in rows:
         text = min(len(refs_mod.ref_text(row)), MODEL_MESSAGE_CHARS)
         if chunk and size + text > MODEL_CHUNK_CHARS:
-            found += from_model(chunk, llm_call, model, timeout_s)
+            found += from_model(chunk, llm_call, model, timeout_s, tz)
             calls, read, chunk, size = calls + 1, chunk[-1]["store_id"], [], 0
             if calls == MODEL_MAX_CALLS:
                 return found, read
         chunk.append(row)
         size += text
     if chunk:
-        found += from_model(chunk, llm_call, model, timeout_s)
+        found += from_model(chunk, llm_call, model, timeout_s, tz)
         read = chunk[-1]["store_id"]
     return found, read
 

@@ -15,11 +15,11 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, tzinfo
 from typing import Any, Callable
 
 from . import refs as refs_mod
-from .values import UNITS, Amount, EventDate, add_months, one_amount, one_date, utc_day
+from .values import UNITS, Amount, EventDate, add_months, one_amount, one_date, said_day
 
 OPERATIONS = ("date_diff", "count_distinct", "sum", "difference", "order", "latest")
 MAX_INPUTS = 50
@@ -55,8 +55,9 @@ def load_inputs(raw_inputs: Any, load: Callable[[int], dict]) -> list[Input]:
 
 
 def compute(operation: str, raw_inputs: Any, load: Callable[[int], dict], *,
-            unit: str | None = None, absolute: bool = False) -> dict:
-    """Run one operation over verified refs and return ``{result, trace, trace_hash}``.
+            unit: str | None = None, absolute: bool = False, tz: tzinfo | None = None) -> dict:
+    """Run one operation over verified refs and return ``{result, trace, trace_hash}``;
+    relative dates count from the day the message was said in ``tz`` (TROVE_TIMEZONE).
 
     Raises ComputeError (with the reason) instead of returning a doubtful number.
     """
@@ -65,7 +66,7 @@ def compute(operation: str, raw_inputs: Any, load: Callable[[int], dict], *,
     inputs = load_inputs(raw_inputs, load)
     steps: list[str] = []
     parsed: list[dict] = []
-    result = RUNNERS[operation](inputs, parsed, steps, unit=unit, absolute=absolute)
+    result = RUNNERS[operation](inputs, parsed, steps, unit=unit, absolute=absolute, tz=tz)
     trace = {"operation": operation,
              "options": {k: v for k, v in (("unit", unit), ("absolute", absolute)) if v},
              "inputs": [{**i.ref.as_dict(), "status": i.ref.status,
@@ -84,9 +85,9 @@ def _fail(index: int, exc: Exception) -> ComputeError:
     return ComputeError(f"input {index}: {exc}")
 
 
-def _date_of(index: int, item: Input) -> EventDate:
+def _date_of(index: int, item: Input, tz: tzinfo | None) -> EventDate:
     try:
-        return one_date(item.ref.quote, item.ref.said_at, item.value)
+        return one_date(item.ref.quote, item.ref.said_at, item.value, tz)
     except ValueError as exc:
         raise _fail(index, exc) from None
 
@@ -98,19 +99,20 @@ def _amount_of(index: int, item: Input) -> Amount:
         raise _fail(index, exc) from None
 
 
-def _event_time(index: int, item: Input, parsed: list, steps: list) -> date:
+def _event_time(index: int, item: Input, parsed: list, steps: list,
+                tz: tzinfo | None) -> date:
     """When the input's event happened: the date its quote states, else the day it was said.
 
     Here ``value`` is the event's label, not a date, so it never picks a date.
     """
     try:
-        event = one_date(item.ref.quote, item.ref.said_at)
+        event = one_date(item.ref.quote, item.ref.said_at, tz=tz)
         parsed.append({"input": index, **event.as_dict(), "time_source": "stated"})
         return event.day
     except ValueError as exc:
         if "no date" not in str(exc) or item.ref.said_at is None:
             raise _fail(index, exc) from None
-    day = utc_day(item.ref.said_at)
+    day = said_day(item.ref.said_at, tz)
     parsed.append({"input": index, "date": day.isoformat(), "time_source": "said",
                    "rule": "the quote states no date: the day the message was said"})
     steps.append(f"input {index}: no date in the quote, using the message day {day}")
@@ -119,13 +121,13 @@ def _event_time(index: int, item: Input, parsed: list, steps: list) -> date:
 
 # ---------------------------------------------------------------- operations
 def _date_diff(inputs: list[Input], parsed: list, steps: list, *, unit: str | None,
-               absolute: bool) -> dict:
+               absolute: bool, tz: tzinfo | None) -> dict:
     if len(inputs) != 2:
         raise ComputeError("date_diff needs exactly two inputs (from, to)")
     unit = unit or "days"
     if unit not in ("days", "weeks", "months"):
         raise ComputeError("date_diff unit must be days, weeks or months")
-    first, second = (_date_of(i, item) for i, item in enumerate(inputs))
+    first, second = (_date_of(i, item, tz) for i, item in enumerate(inputs))
     for index, event in enumerate((first, second)):
         parsed.append({"input": index, **event.as_dict()})
     days = (second.day - first.day).days
@@ -220,7 +222,7 @@ def _sum(inputs: list[Input], parsed: list, steps: list, *, unit: str | None, **
 
 
 def _difference(inputs: list[Input], parsed: list, steps: list, *, unit: str | None,
-                absolute: bool) -> dict:
+                absolute: bool, **_: Any) -> dict:
     if len(inputs) != 2:
         raise ComputeError("difference needs exactly two inputs (a, b): the result is b - a")
     amounts = _amounts(inputs, parsed, steps)
@@ -238,14 +240,16 @@ def _round(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 
 
-def _ordered(inputs: list[Input], parsed: list, steps: list) -> list[tuple[date, float, int]]:
-    keyed = [(_event_time(i, item, parsed, steps), item.ref.said_at or 0.0, i)
+def _ordered(inputs: list[Input], parsed: list, steps: list,
+             tz: tzinfo | None) -> list[tuple[date, float, int]]:
+    keyed = [(_event_time(i, item, parsed, steps, tz), item.ref.said_at or 0.0, i)
              for i, item in enumerate(inputs)]
     return sorted(keyed)
 
 
-def _order(inputs: list[Input], parsed: list, steps: list, **_: Any) -> dict:
-    keyed = _ordered(inputs, parsed, steps)
+def _order(inputs: list[Input], parsed: list, steps: list, *, tz: tzinfo | None = None,
+           **_: Any) -> dict:
+    keyed = _ordered(inputs, parsed, steps, tz)
     days = [k[0] for k in keyed]
     ties = sorted({d.isoformat() for d in days if days.count(d) > 1})
     if ties:
@@ -256,8 +260,9 @@ def _order(inputs: list[Input], parsed: list, steps: list, **_: Any) -> dict:
             "ties": ties}
 
 
-def _latest(inputs: list[Input], parsed: list, steps: list, **_: Any) -> dict:
-    keyed = _ordered(inputs, parsed, steps)
+def _latest(inputs: list[Input], parsed: list, steps: list, *, tz: tzinfo | None = None,
+            **_: Any) -> dict:
+    keyed = _ordered(inputs, parsed, steps, tz)
     day, said, index = keyed[-1]
     rivals = [i for d, s, i in keyed[:-1] if d == day]
     if rivals:

@@ -9,6 +9,7 @@ refs), so no handler here decides on its own what may be read.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import tzinfo
 from typing import Any, Callable
 
 from ..schemas import ArgumentError, Shape, clamp, offset_arg, parse_time
@@ -24,6 +25,7 @@ class Scope:
     sessions: tuple[str, ...] | None        # searched sessions (None = all)
     load: Callable[[int], dict]             # a message by store_id, within scope (raises)
     grep: Callable[[str], list[dict]]       # exact refs of trove_grep hits for a query
+    tz: tzinfo | None = None                # TROVE_TIMEZONE: the user's calendar days
 
 
 def _mark_more(payload: dict, kept: int) -> None:
@@ -38,7 +40,8 @@ def evidence_pack(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict,
     try:
         payload.update(pack.evidence_pack(params["refs"], scope.load, offset=offset,
                                           limit=min(limit, max(1, cap // 150)),
-                                          computation=params.get("computation")))
+                                          computation=params.get("computation"),
+                                          tz=scope.tz))
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None
 
@@ -54,7 +57,7 @@ def compute_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, 
     try:
         return compute.compute(params["operation"], params["inputs"], scope.load,
                                unit=params.get("unit"),
-                               absolute=bool(params.get("absolute"))), Shape()
+                               absolute=bool(params.get("absolute")), tz=scope.tz), Shape()
     except compute.ComputeError as exc:
         raise ArgumentError(f"{exc} (nothing was computed)") from None
 
@@ -62,7 +65,7 @@ def compute_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, 
 def compile_evidence(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
     """Check a proposal's claims and refs; report sufficiency (see ``evidence.pack``)."""
     try:
-        brief = pack.compile_evidence(params["proposal"], scope.load)
+        brief = pack.compile_evidence(params["proposal"], scope.load, scope.tz)
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None
     return brief, Shape(items="claims", on_trim=_mark_more, optional=("computation",))
@@ -95,7 +98,7 @@ def retrieve_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict,
                 Shape(items="slots", on_trim=_mark_more)
         return retrieve.retrieve(str(params.get("question", "")), params.get("slots"),
                                  scope.grep, scope.load, ctx.store.db, scope.current,
-                                 params.get("computation")), \
+                                 params.get("computation"), scope.tz), \
             Shape(items="slots", on_trim=_mark_more)
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None

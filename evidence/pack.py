@@ -12,6 +12,7 @@ and never lets a claim stand for something its refs do not show.
 from __future__ import annotations
 
 import re
+from datetime import tzinfo
 from typing import Any, Callable
 
 from ..recall.query_plan import fold
@@ -31,7 +32,7 @@ very were what when where which while will with would your yours mine ours""".sp
 Loader = Callable[[int], dict]
 
 
-def hydrate(raw: Any, index: int, load: Loader) -> dict:
+def hydrate(raw: Any, index: int, load: Loader, tz: tzinfo | None = None) -> dict:
     """One pack item: the verified ref with its two times, or a per-ref error."""
     try:
         ref = refs_mod.verify(raw, load)
@@ -44,7 +45,7 @@ def hydrate(raw: Any, index: int, load: Loader) -> dict:
             "role": ref.role, "session_id": ref.session_id, "said_at": iso(ref.said_at),
             "before": text[max(0, ref.start - CONTEXT_CHARS):ref.start],
             "after": text[ref.end:ref.end + CONTEXT_CHARS]}
-    item.update(happened_fields(ref))
+    item.update(happened_fields(ref, tz))
     try:
         amounts = find_amounts(ref.quote)
         if amounts:
@@ -54,10 +55,11 @@ def hydrate(raw: Any, index: int, load: Loader) -> dict:
     return item
 
 
-def happened_fields(ref: refs_mod.Ref) -> dict:
-    """When the quoted event happened, as far as the quote says (never guessed)."""
+def happened_fields(ref: refs_mod.Ref, tz: tzinfo | None = None) -> dict:
+    """When the quoted event happened, as far as the quote says (never guessed);
+    relative dates count from the local day (``tz``) it was said."""
     try:
-        dates = find_dates(ref.quote, ref.said_at)
+        dates = find_dates(ref.quote, ref.said_at, tz)
     except ValueError as exc:
         return {"happened": None, "happened_note": str(exc)}
     distinct = {d.day for d in dates}
@@ -71,14 +73,14 @@ def happened_fields(ref: refs_mod.Ref) -> dict:
 
 
 def evidence_pack(raw_refs: Any, load: Loader, *, offset: int, limit: int,
-                  computation: dict | None) -> dict:
+                  computation: dict | None, tz: tzinfo | None = None) -> dict:
     """A page of hydrated refs (``items``), and the computation over all refs when asked."""
     if not isinstance(raw_refs, list) or not raw_refs:
         raise ValueError("refs must be a non-empty list of {store_id, start, end, quote}")
     if len(raw_refs) > MAX_REFS:
         raise ValueError(f"at most {MAX_REFS} refs per pack")
     page = raw_refs[offset:offset + limit]
-    items = [hydrate(raw, offset + i, load) for i, raw in enumerate(page)]
+    items = [hydrate(raw, offset + i, load, tz) for i, raw in enumerate(page)]
     payload: dict = {"total_refs": len(raw_refs), "offset": offset, "items": items,
                      "verified": sum(1 for i in items if i["ok"]),
                      "failed": sum(1 for i in items if not i["ok"])}
@@ -86,25 +88,27 @@ def evidence_pack(raw_refs: Any, load: Loader, *, offset: int, limit: int,
     payload["has_more"] = following < len(raw_refs)
     payload["next_offset"] = following if payload["has_more"] else None
     if computation is not None:
-        payload["computation"] = run_computation(computation, raw_refs, load)
+        payload["computation"] = run_computation(computation, raw_refs, load, tz)
     return payload
 
 
-def run_computation(spec: Any, default_inputs: list | None, load: Loader) -> dict:
+def run_computation(spec: Any, default_inputs: list | None, load: Loader,
+                    tz: tzinfo | None = None) -> dict:
     """A canonical computation (``trove_compute``) as a result or an error, never raising."""
     if not isinstance(spec, dict) or not spec.get("operation"):
         return {"ok": False, "error": "computation must be {operation, inputs?, unit?, absolute?}"}
     inputs = spec.get("inputs", default_inputs)
     try:
         out = compute_mod.compute(str(spec["operation"]), inputs, load,
-                                  unit=spec.get("unit"), absolute=bool(spec.get("absolute")))
+                                  unit=spec.get("unit"), absolute=bool(spec.get("absolute")),
+                                  tz=tz)
     except compute_mod.ComputeError as exc:
         return {"ok": False, "operation": spec["operation"], "error": str(exc)}
     return {"ok": True, **out}
 
 
 # ---------------------------------------------------------------- compile
-def compile_evidence(proposal: Any, load: Loader) -> dict:
+def compile_evidence(proposal: Any, load: Loader, tz: tzinfo | None = None) -> dict:
     """Check a proposal ``{question, claims: [{text, refs}], computation?}`` against the store.
 
     A claim is supported when every ref verifies, every number and calendar
@@ -119,15 +123,15 @@ def compile_evidence(proposal: Any, load: Loader) -> dict:
     claims = proposal.get("claims") or []
     if not isinstance(claims, list) or len(claims) > MAX_CLAIMS:
         raise ValueError(f"claims must be a list of at most {MAX_CLAIMS} {{text, refs}}")
-    checked = [check_claim(i, c, load) for i, c in enumerate(claims)]
+    checked = [check_claim(i, c, load, tz) for i, c in enumerate(claims)]
     brief: dict = {"question": str(proposal.get("question") or "")[:300], "claims": checked}
     if proposal.get("computation") is not None:
-        brief["computation"] = run_computation(proposal["computation"], None, load)
+        brief["computation"] = run_computation(proposal["computation"], None, load, tz)
     brief["sufficiency"], brief["why"] = sufficiency(checked, brief.get("computation"))
     return brief
 
 
-def check_claim(index: int, claim: Any, load: Loader) -> dict:
+def check_claim(index: int, claim: Any, load: Loader, tz: tzinfo | None = None) -> dict:
     """One claim's verdict: supported or not, with the reasons and its verified refs."""
     if not isinstance(claim, dict) or not isinstance(claim.get("text"), str):
         return {"index": index, "supported": False, "reasons": ["a claim is {text, refs}"]}
@@ -147,7 +151,7 @@ def check_claim(index: int, claim: Any, load: Loader) -> dict:
         except refs_mod.RefError as exc:
             reasons.append(f"ref: {exc}")
     if verified and not reasons:
-        reasons += _unshown(text, verified)
+        reasons += _unshown(text, verified, tz)
     out["supported"] = not reasons
     out["values"] = sorted(_claim_values(text)[0])
     if reasons:
@@ -170,11 +174,11 @@ def _claim_values(text: str) -> tuple[set[str], list[str]]:
     return values, problems
 
 
-def _quote_values(refs: list[refs_mod.Ref]) -> set[str]:
+def _quote_values(refs: list[refs_mod.Ref], tz: tzinfo | None = None) -> set[str]:
     values: set[str] = set()
     for ref in refs:
         try:
-            values |= {d.day.isoformat() for d in find_dates(ref.quote, ref.said_at)}
+            values |= {d.day.isoformat() for d in find_dates(ref.quote, ref.said_at, tz)}
         except ValueError:
             pass
         try:
@@ -189,10 +193,10 @@ def content_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[^\W\d_]{4,}", fold(text)) if w not in _STOPWORDS}
 
 
-def _unshown(text: str, refs: list[refs_mod.Ref]) -> list[str]:
+def _unshown(text: str, refs: list[refs_mod.Ref], tz: tzinfo | None = None) -> list[str]:
     """What a claim states that its quotes do not show."""
     values, problems = _claim_values(text)
-    missing = sorted(values - _quote_values(refs))
+    missing = sorted(values - _quote_values(refs, tz))
     if missing:
         problems.append(f"values not in the quotes: {', '.join(missing)}")
     words = content_words(text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import tzinfo
 from typing import Any, Callable, Sequence
 
 from ..storage.database import Database
@@ -45,11 +46,11 @@ def _slots(raw: Any) -> list[dict]:
     return out
 
 
-def fits(slot_type: str, ref: refs_mod.Ref) -> bool:
+def fits(slot_type: str, ref: refs_mod.Ref, tz: tzinfo | None = None) -> bool:
     """Whether a ref can fill a slot: exactly one date / amount; any text for names."""
     try:
         if slot_type == "date":
-            return len({d.day for d in find_dates(ref.quote, ref.said_at)}) == 1
+            return len({d.day for d in find_dates(ref.quote, ref.said_at, tz)}) == 1
         if slot_type == "amount":
             return len(find_amounts(ref.quote)) == 1
     except ValueError:
@@ -58,8 +59,10 @@ def fits(slot_type: str, ref: refs_mod.Ref) -> bool:
 
 
 def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int], dict],
-             db: Database, session_id: str, computation: dict | None) -> dict:
-    """Fill the slots with exact observed refs, run the computation, store the view."""
+             db: Database, session_id: str, computation: dict | None,
+             tz: tzinfo | None = None) -> dict:
+    """Fill the slots with exact observed refs, run the computation, store the view
+    (relative dates count from the local day, ``tz``, a message was said)."""
     slots = _slots(raw_slots)
     queries = list(dict.fromkeys(s["query"] for s in slots))[:MAX_CALLS]
     observed: dict[str, list[dict]] = {q: search(q) for q in queries}
@@ -77,7 +80,7 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
                 ref = refs_mod.verify(raw, load)
             except refs_mod.RefError:
                 continue
-            if fits(slot["type"], ref):
+            if fits(slot["type"], ref, tz):
                 if not refs:   # the first fitting ref fills the slot; the rest are alternatives
                     taken.add((ref.store_id, ref.start))
                 refs.append(ref.as_dict())
@@ -91,7 +94,8 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
                   "context_chars": used_chars}
     if computation is not None:
         inputs = [s["refs"][0] for s in filled if s["refs"]]
-        body["computation"] = run_computation({**computation, "inputs": inputs}, None, load)
+        body["computation"] = run_computation({**computation, "inputs": inputs}, None, load,
+                                              tz)
     body["trace_hash"] = compute_mod.trace_hash(body)
     body["view_id"] = store_view(db, session_id, body)
     return body

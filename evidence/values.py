@@ -5,7 +5,8 @@ different dates, an ambiguous numeric date (03/04), an unknown or ambiguous
 unit ("pounds") gives a ValueError with the reason rather than a guess. Each
 date carries the rule that produced it, so a reader can check it.
 
-Relative dates resolve against the time the message was said (UTC):
+Relative dates resolve against the local day (``TROVE_TIMEZONE``, passed as
+``tz``; UTC when none is given) on which the message was said:
 "yesterday" = said day - 1; "N days/weeks ago" = said day - N days/weeks;
 "N months/years ago" = same day N calendar months/years earlier (clamped to
 the month's end); "last <weekday>" = the latest such weekday strictly before
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone, tzinfo
 
 MONTHS = {name: i + 1 for i, names in enumerate([
     ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
@@ -69,9 +70,10 @@ class EventDate:
         return {"date": self.day.isoformat(), "text": self.text, "rule": self.rule}
 
 
-def utc_day(ts: float) -> date:
-    """The UTC calendar day of a Unix time."""
-    return datetime.fromtimestamp(ts, timezone.utc).date()
+def said_day(ts: float, tz: tzinfo | None = None) -> date:
+    """The calendar day of a Unix time in ``tz`` (the user's zone; UTC when None): the
+    day "yesterday" and "3 days ago" count from, as the user saw the calendar."""
+    return datetime.fromtimestamp(ts, tz or timezone.utc).date()
 
 
 def add_months(day: date, months: int) -> date:
@@ -88,8 +90,9 @@ def _count(word: str) -> int:
     return int(word) if word.isdigit() else NUMBER_WORDS[word]
 
 
-def find_dates(quote: str, said: float | None) -> list[EventDate]:
-    """Every date the quote states, resolved against the said time (relative ones need it).
+def find_dates(quote: str, said: float | None, tz: tzinfo | None = None) -> list[EventDate]:
+    """Every date the quote states, resolved against the said day in ``tz`` (relative
+    ones need it).
 
     Overlapping matches keep the earliest, most specific pattern. Raises
     ValueError for a numeric date whose day and month could be swapped.
@@ -100,14 +103,14 @@ def find_dates(quote: str, said: float | None) -> list[EventDate]:
         for match in pattern.finditer(quote):
             if any(match.start() < e and s < match.end() for s, e in taken):
                 continue
-            event = _resolve(kind, match, said)
+            event = _resolve(kind, match, said, tz)
             taken.append((match.start(), match.end()))
             if event is not None:
                 found.append(event)
     return sorted(found, key=lambda e: e.start)
 
 
-def _resolve(kind: str, m: re.Match, said: float | None) -> EventDate | None:
+def _resolve(kind: str, m: re.Match, said: float | None, tz: tzinfo | None) -> EventDate | None:
     text = m.group(0)
     g = m.groups()
     if kind == "iso":
@@ -128,7 +131,7 @@ def _resolve(kind: str, m: re.Match, said: float | None) -> EventDate | None:
                          m.start())
     if said is None:
         raise ValueError(f"relative date {text!r} needs the message time, which is unknown")
-    base = utc_day(said)
+    base = said_day(said, tz)
     if kind in ("month_day", "day_month"):
         word = g[0] if kind == "month_day" else g[1]
         if word.lower() == "may" and not re.search(r"\d(?:st|nd|rd|th)|\bthe\b|^May", text):
@@ -192,13 +195,14 @@ def _absolute(year: int, month: int, day: int, text: str, rule: str, at: int) ->
         raise ValueError(f"{text!r} is not a real calendar date") from None
 
 
-def one_date(quote: str, said: float | None, hint: str | None = None) -> EventDate:
+def one_date(quote: str, said: float | None, hint: str | None = None,
+             tz: tzinfo | None = None) -> EventDate:
     """The single date a quote states; ``hint`` (the text the model read) picks among several.
 
     Fails closed: no date, or several distinct dates without a hint that
     matches exactly one of them, raise ValueError.
     """
-    dates = find_dates(quote, said)
+    dates = find_dates(quote, said, tz)
     if hint:
         picked = [d for d in dates if d.text.lower() == hint.strip().lower()
                   or d.day.isoformat() == hint.strip()]
@@ -262,13 +266,23 @@ AMBIGUOUS_UNITS = {"pound": "pounds may be money (GBP) or weight (lb)",
                    "long or metric", "quid": "use £ or GBP", "bucks": "use $ or a currency code"}
 
 _NUMBER = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+# A minus sign (ASCII or U+2212) counts only where it cannot be a hyphen or a range
+# dash: at the start of a word ("-3 kg", "-$40", "$-40"), never after a digit ("3-5").
+_LEAD_SIGN = r"(?<![\w.,])([-\u2212])"
+_SIGN = rf"(?:{_LEAD_SIGN})?"
+_INNER_SIGN = r"([-\u2212])?"
+# A number never continues with another separator and digit: "$10.5.3" is no amount.
+_NUMBER_END = r"(?![\d]|[.,]\d)"
 _SYMBOLS = "".join(re.escape(s) for s in CURRENCY_SYMBOLS)
 _WORD_UNIT = r"([A-Za-z]{1,12})"
 AMOUNT_PATTERNS = [
-    ("symbol", re.compile(rf"(?<![\w.])([{_SYMBOLS}])\s?{_NUMBER}(k)?(?![\d])")),
-    ("code_first", re.compile(rf"(?<![\w])([A-Z]{{3}})\s?{_NUMBER}(?![\d])")),
-    ("number_unit", re.compile(rf"(?<![\w.,$€£¥₹₩]){_NUMBER}\s?{_WORD_UNIT}(?![\w])")),
-    ("number", re.compile(rf"(?<![\w.,$€£¥₹₩:/-]){_NUMBER}(?![\w.,:/-]|\.\d)")),
+    ("symbol", re.compile(rf"{_SIGN}(?<![\w.])([{_SYMBOLS}])\s?{_INNER_SIGN}{_NUMBER}(k)?"
+                          rf"{_NUMBER_END}")),
+    ("code_first", re.compile(rf"(?<![\w])([A-Z]{{3}})\s?{_INNER_SIGN}{_NUMBER}{_NUMBER_END}")),
+    ("number_unit", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩])){_NUMBER}\s?{_WORD_UNIT}"
+                               rf"(?![\w])")),
+    ("number", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩:/-])){_NUMBER}"
+                          rf"(?![\w.,:/-]|\.\d)")),
 ]
 
 
@@ -323,33 +337,49 @@ def find_amounts(quote: str) -> list[Amount]:
 
 
 def _amount(kind: str, m: re.Match) -> Amount | None:
+    """The amount one match states, its sign kept ("-$40" is minus forty dollars)."""
     g = m.groups()
     if kind == "symbol":
-        value = _number(g[1]) * (1000 if g[2] else 1)
-        code = CURRENCY_SYMBOLS[g[0]]
-        return Amount(value, Unit(f"currency:{code}", 1.0, code, code), m.group(0), m.start())
+        lead, symbol, inner, number, thousands = g
+        value = _number(number) * (1000 if thousands else 1)
+        code = CURRENCY_SYMBOLS[symbol]
+        return Amount(_signed(value, lead, inner), Unit(f"currency:{code}", 1.0, code, code),
+                      m.group(0), m.start())
     if kind == "code_first":
-        if g[0] not in CURRENCY_CODES:
+        code, inner, number = g
+        if code not in CURRENCY_CODES:
             return None
-        return Amount(_number(g[1]), Unit(f"currency:{g[0]}", 1.0, g[0], g[0]), m.group(0), m.start())
+        return Amount(_signed(_number(number), inner), Unit(f"currency:{code}", 1.0, code, code),
+                      m.group(0), m.start())
     if kind == "number_unit":
-        word = g[1]
+        sign, number, word = g
+        value = _signed(_number(number), sign)
         if word.upper() in CURRENCY_CODES and (word.isupper() or word.lower() == "usd"):
             code = word.upper()
-            return Amount(_number(g[0]), Unit(f"currency:{code}", 1.0, code, code), m.group(0),
+            return Amount(value, Unit(f"currency:{code}", 1.0, code, code), m.group(0),
                           m.start())
         lower = word.lower()
         if lower in AMBIGUOUS_UNITS:
             raise ValueError(f"{m.group(0)!r}: {AMBIGUOUS_UNITS[lower]}")
         if lower in CURRENCY_WORDS:
             code = CURRENCY_WORDS[lower]
-            return Amount(_number(g[0]), Unit(f"currency:{code}", 1.0, code, code), m.group(0),
+            return Amount(value, Unit(f"currency:{code}", 1.0, code, code), m.group(0),
                           m.start())
         unit = UNITS.get(word) or UNITS.get(lower)
         if unit is None:
             return None   # "3 people": the number alone is read by the next pattern
-        return Amount(_number(g[0]), unit, m.group(0), m.start())
-    return Amount(_number(g[0]), Unit("count", 1.0, ""), m.group(0), m.start())
+        return Amount(value, unit, m.group(0), m.start())
+    sign, number = g
+    return Amount(_signed(_number(number), sign), Unit("count", 1.0, ""), m.group(0), m.start())
+
+
+def _signed(value: float, *signs: str | None) -> float:
+    """``value`` negated once per minus sign written before it ("-$-5" is a typo: +5
+    would be a guess, so two signs fail closed)."""
+    given = [s for s in signs if s]
+    if len(given) > 1:
+        raise ValueError("an amount with two minus signs is malformed")
+    return -value if given else value
 
 
 def one_amount(quote: str, hint: str | None = None, *, dimension: str | None = None) -> Amount:

@@ -191,14 +191,16 @@ def _normalized_json(message: dict) -> str:
 
 
 # ---------------------------------------------------------------- whole-session noise
-# Machine-made prompts of heartbeat and cron runs: exact shapes, case-sensitive, so a
-# person writing "Heartbeat service on prod keeps crashing" or "cron: how should we
-# schedule..." is never mistaken for one.
+# Machine-made prompts of heartbeat and cron runs: exact shapes, case-sensitive, each
+# matched against the WHOLE message (``fullmatch``), so a person writing "Heartbeat
+# service on prod keeps crashing", "cron: how should we schedule..." or a chat about
+# configuring HEARTBEAT.md is never mistaken for one.
 HEARTBEAT_CRON_SHAPES = (
-    re.compile(r"\bHEARTBEAT_OK\b"),                      # heartbeat prompts and their acks
-    re.compile(r"\bHEARTBEAT\.md\b"),                     # "Read HEARTBEAT.md; reply ..."
-    re.compile(r"^\s*HEARTBEAT\s*$"),                     # the bare keyword, alone
-    re.compile(r"^\s*\[(?:Cron delivery|cron)\b[^\]\n]{0,80}\]"),  # "[Cron delivery: job]"
+    re.compile(r"\s*HEARTBEAT(?:_OK)?[.!]?\s*"),          # the bare keyword or its ack, alone
+    # the heartbeat prompt: one short line from "Read HEARTBEAT.md" to "reply HEARTBEAT_OK"
+    re.compile(r"\s*Read HEARTBEAT\.md\b[^\n]{0,300}\bHEARTBEAT_OK\b[^\n]{0,40}"),
+    # a cron delivery: its tag first, then a short machine-made line
+    re.compile(r"\s*\[(?:Cron delivery|cron)\b[^\]\n]{0,80}\][^\n]{0,200}"),
 )
 NOISE_MAX_MESSAGES = 40          # a longer session holds real work, whatever it says
 NOISE_MAX_DISTINCT_USER_TEXTS = 3  # heartbeats repeat; a person varies what they write
@@ -214,7 +216,7 @@ class NoiseVerdict(NamedTuple):
 
 def _shape_of(text: str) -> str | None:
     """The heartbeat/cron shape a user text has, or None."""
-    return next((p.pattern for p in HEARTBEAT_CRON_SHAPES if p.search(text)), None)
+    return next((p.pattern for p in HEARTBEAT_CRON_SHAPES if p.fullmatch(text)), None)
 
 
 def session_noise(messages: list[dict], message_filter: MessageFilter | None = None

@@ -36,6 +36,7 @@ from .sources import (
     read_jsonl_sources,
     read_lcm_database,
 )
+from ..storage.owners import LOCAL_OWNER, Owners
 from ..store import Store
 
 SQLITE_NAMESPACE = "openclaw-trove"
@@ -240,6 +241,9 @@ def _import_session(run: _Run, session: SourceSession, target: str, new_session:
     if new_session:
         run.store.ensure_session(target, conversation_id=session.conversation_id,
                                  source=report.namespace)
+        # The operator imports the profile's own history: its local user owns it (a
+        # session without an owner row would be nobody's, readable from itself only).
+        Owners(run.store.db).record(target, LOCAL_OWNER, platform=report.namespace)
         run.store.record_imported_rows(report.import_id, KIND_SESSION,
                                        [(new_session, "session", target)])
     result = run.store.ingest(target, [message for _, message in keyed],

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, faults, host_sessions, integrity, prepared
+from ..storage import codec, faults, host_sessions, integrity, locks, prepared
 from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
@@ -34,6 +34,7 @@ from ..storage.database import (Database, DatabaseError, get_database, open_read
                                 trove_file_problem)
 from ..engine import live_engines
 from ..storage.owners import Owners
+from ..storage.vectors import VectorStore
 from ..storage.migrations import SchemaTooNewError
 from ..ingest.policy import policy_for
 from ..ingest.noise import (IGNORED, NOISE_MAX_DISTINCT_USER_TEXTS, NOISE_MAX_MESSAGES,
@@ -353,6 +354,10 @@ def _protections(target: Target, session_id: str, group: dict, live: set[str],
     reasons = []
     if session_id in live or live & set(group["aliases"]):
         reasons.append("live session")
+    path = str(target.store.db.path)
+    if any(locks.held_here(path, s) or locks.in_use_elsewhere(path, s)
+           for s in (session_id, *group["aliases"])):
+        reasons.append("held by a running Hermes (an engine is bound to it, or compacts it)")
     idle = now - group["updated_at"]
     if idle < min_idle:
         reasons.append(f"active {int(idle)} s ago (under {int(min_idle)} s: may be live "
@@ -409,9 +414,20 @@ def clean_apply(target: Target, now: float | None = None,
         return {"status": "noop", "reason": "no safe candidates to remove", "protected": kept,
                 "sessions_scanned": scan["sessions_scanned"]}
     written = backup(target, "pre-clean")
+    seen = {c["session_id"]: (c["messages"], c["last_activity"]) for c in scan["candidates"]}
     try:
         with target.store.db.transaction() as conn:
+            # Whatever changed since the scan (a write, a new bind elsewhere) stays.
+            now_seen = target.store.activity_in(conn, ids)
+            path = str(target.store.db.path)
+            changed = [s for s in ids if now_seen.get(s) != seen[s]
+                       or locks.held_here(path, s) or locks.in_use_elsewhere(path, s)]
+            ids = [s for s in ids if s not in changed]
+            kept += [{"session_id": s, "protected_by": ["changed since the scan"]}
+                     for s in changed]
+            vectors = VectorStore.delete_sessions_in(conn, ids)   # before their rows go
             removed = target.dag.delete_session_nodes_in(conn, ids)
+            removed["vectors"] = vectors
             removed.update(target.store.delete_sessions_in(conn, ids))
             removed["owner_rows"] = Owners.delete_in(conn, ids)
             removed.update(assertions.delete_sessions_in(conn, ids))
@@ -420,6 +436,9 @@ def clean_apply(target: Target, now: float | None = None,
     except sqlite3.IntegrityError as exc:
         raise OperatorError(f"nothing was removed: another session came to depend on a "
                             f"candidate while cleaning ({exc}); run the scan again") from None
+    if not ids:
+        return {"status": "noop", "reason": "every candidate changed since the scan",
+                "protected": kept, "sessions_scanned": scan["sessions_scanned"]}
     return {"status": "cleaned", "backup": written, "removed_sessions": ids,
             "removed": removed, "rules": {c["session_id"]: c["rule"]
                                           for c in scan["candidates"] if c["safe"]},

@@ -41,8 +41,8 @@ def build(target: Target, apply: bool = False, now: float | None = None) -> dict
     report = status(target, moment)
     todo = [r for r in report["periods"] if r["state"] in ("pending", "stale")]
     base = {"mode": "apply" if apply else "preview", "time_zone": report["time_zone"],
-            "to_build": [{"kind": r["kind"], "key": r["key"], "state": r["state"]}
-                         for r in todo]}
+            "to_build": [{"kind": r["kind"], "key": r["key"], "owner": r["owner"],
+                          "state": r["state"]} for r in todo]}
     if not target.config.rollups_enabled:
         return {**base, "status": "refused",
                 "reason": "rollups are off: set TROVE_ROLLUPS_ENABLED=true"}
@@ -60,7 +60,7 @@ def build(target: Target, apply: bool = False, now: float | None = None) -> dict
     done = rollups.build_pass(target.store, target.dag, timeline, summarizer, count, settings,
                               eligible, moment)
     return {**base, "status": "built", "backup": written, "built": done.built,
-            "waiting": done.waiting, "errors": done.errors}
+            "waiting": done.waiting, "errors": done.errors, "removed": done.removed}
 
 
 def _summarizer(target: Target):

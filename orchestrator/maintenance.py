@@ -15,7 +15,7 @@ from ..binding.session import live_engines
 from ..compaction import assemble, prepare, rollups
 from ..compaction.compactor import PassReport
 from ..evidence import assertions
-from ..storage import integrity, lifecycle
+from ..storage import integrity, lifecycle, timekeys
 from ..storage.backup import backup_database, backup_dir
 from ..storage.payloads import encode_text, ref_for, tool_output_placeholder
 from ..store import decode_row
@@ -153,7 +153,8 @@ class Maintenance:
             assertions.extract_pending(self.store, session, upto_store_id,
                                        llm_call=self.llm_call("compression"),
                                        model=self.config.summary_model or None,
-                                       timeout_s=self.config.summary_timeout_ms / 1000)
+                                       timeout_s=self.config.summary_timeout_ms / 1000,
+                                       tz=timekeys.zone_or_utc(self.config.timezone))
         except Exception:
             log.exception("hermes-trove: assertion extraction failed")
 

@@ -1,100 +1,168 @@
-"""What describes a period best: ready rollups, then summaries, then raw messages.
+"""What describes a period best: ready rollups, then every session of the period,
+then raw messages.
 
 ``select`` is the reading side of ``trove_recent``. For a window it takes, in
 order of preference:
 
-1. ready rollups (day, week, month) lying wholly inside the window, coarsest
-   first, that the caller may read whole (every session under them allowed);
-2. summary nodes overlapping the window outside the periods those rollups
-   cover, without repeating each other (``overview``);
-3. raw messages of the window that no summary has taken in yet, outside the
-   rolled-up periods (bounded by ``message_cap``).
+1. ready rollups (day, week, month) of the owners the caller may read, lying
+   wholly inside the window, coarsest first, that the caller may read whole
+   (every session under them allowed and every rollup under them ready);
+2. every session of the window not covered by such a rollup, represented
+   once: by its summary nodes overlapping the window (``overview``), else by a
+   short digest (when, how many messages, its first user request, key terms,
+   and the handles that load it), or, for a session of one or two messages, by
+   those messages; so "what did we do yesterday?" sees every session on the
+   first page, not the newest ten messages of the last one;
+3. then raw messages of the window that no summary has taken in yet, outside
+   what the rollups cover (bounded by ``message_cap``), newest first.
 
-Scope decisions are the caller's (``node_ok`` / ``message_ok`` /
-``rollup_ok``, from ``tools.Access``); this module only selects and orders.
+A rollup covers only its own sessions in its period: another owner's material in
+the same period is listed as if there were no rollup. Scope decisions are the
+caller's (``node_ok`` / ``message_ok`` / ``session_ok`` / ``rollup_ok``, from
+``tools.Access``); this module only selects and orders.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..dag import Dag
+from ..storage import codec
 from ..storage.timekeys import iso
 from ..storage.timeline import Eligible, Timeline
 from ..store import Store
+from .query_plan import STOP_WORDS, fold
 
 KIND_RANK = {"month": 0, "week": 1, "day": 2}
 NODE_SCAN = 500
+SESSION_SCAN = 200              # sessions of one period represented at most
+DIGEST_SAMPLE = 40              # messages of a session read for its key terms
+DIGEST_REQUEST_CHARS = 200
+DIGEST_TERMS = 8
+DIGEST_MIN_MESSAGES = 3         # smaller sessions are shown by their messages themselves
 
 
 @dataclass
 class Selection:
-    """The chosen material, newest first, and which tiers it came from."""
+    """The chosen material in page order, and which tiers it came from."""
 
-    items: list[tuple[str, dict]] = field(default_factory=list)   # ("rollup"|"node"|"message", row)
+    items: list[tuple[str, dict]] = field(default_factory=list)  # (rollup|node|session|message, row)
     used: list[str] = field(default_factory=list)
     skipped_stale: int = 0
     messages_capped: bool = False
+    sessions_capped: bool = False
+
+
+@dataclass(frozen=True)
+class _Cover:
+    """What one chosen rollup stands for: its sessions during its period."""
+
+    start: float
+    end: float
+    sessions: frozenset[str]
+    owner: str
+
+    def holds(self, session: str, first: float | None, last: float | None) -> bool:
+        return (session in self.sessions and first is not None and last is not None
+                and self.start <= first and last < self.end)
 
 
 def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float, *,
            sessions: Sequence[str] | None, extra_nodes: list[dict],
            node_ok: Callable[[dict], bool], message_ok: Callable[[dict], bool],
-           rollup_ok: Callable[[dict], bool] | None, time_zone: str, eligible: Eligible,
-           message_cap: int) -> Selection:
-    """Rollups, then summaries, then raw messages describing ``[start, end)``."""
+           session_ok: Callable[[str], bool],
+           rollup_ok: Callable[[dict], bool] | None, owners: Sequence[str] | None,
+           time_zone: str, eligible: Eligible, message_cap: int) -> Selection:
+    """Rollups, then every session of ``[start, end)`` once, then raw messages."""
     found = Selection()
-    covered: list[tuple[float, float]] = []
+    covers: list[_Cover] = []
     rollups: list[dict] = []
     memo: dict = {}
     if rollup_ok is not None:
-        candidates = sorted(timeline.rollups_inside(start, end, time_zone),
+        candidates = sorted(timeline.rollups_inside(start, end, time_zone, owners),
                             key=lambda r: (KIND_RANK[r["kind"]], -r["period_end"]))
         for rollup in candidates:
-            span = (rollup["period_start"], rollup["period_end"])
-            if _inside(span, covered, half_open=True) or not rollup_ok(rollup):
+            if any(c.owner == rollup["owner"] and c.start <= rollup["period_start"]
+                   and rollup["period_end"] <= c.end for c in covers) or not rollup_ok(rollup):
                 continue
             if timeline.freshness(rollup, eligible, memo) != "ready":
                 found.skipped_stale += 1
                 continue
             rollups.append(rollup)
-            covered.append(span)
+            covers.append(_Cover(rollup["period_start"], rollup["period_end"],
+                                 frozenset(timeline.sessions_of(rollup["rollup_id"])),
+                                 rollup["owner"]))
+
+    def covered(session: str, first: float | None, last: float | None) -> bool:
+        return any(c.holds(session, first, last) for c in covers)
+
     nodes = dag.nodes_in_period(start, end, session_ids=sessions, limit=NODE_SCAN)
     nodes += [n for n in extra_nodes if n["time_to"] is not None
               and n["time_to"] >= start and n["time_from"] < end]
     nodes = overview([n for n in nodes if node_ok(n)
-                      and not _inside((n["time_from"], n["time_to"]), covered)], start, end)
+                      and not covered(n["session_id"], n["time_from"], n["time_to"])],
+                     start, end)
     ids = timeline.message_ids_between(start, end, sessions, uncovered=True,
                                        limit=message_cap + 1)
     found.messages_capped = len(ids) > message_cap
     rows = store.get_messages(ids[:message_cap])
     messages = [rows[i] for i in ids[:message_cap] if i in rows and message_ok(rows[i])
-                and not _inside((message_time(rows[i]),) * 2, covered)]
-    tiers = (("rollups", "rollup", rollups, lambda r: r["period_end"]),
-             ("summaries", "node", nodes, lambda n: n["time_to"] or 0),
-             ("messages", "message", messages, message_time))
-    timed: list[tuple[float, str, dict]] = []
-    for name, kind, rows_of_tier, when in tiers:
-        if rows_of_tier:
+                and not covered(rows[i]["session_id"], *(message_time(rows[i]),) * 2)]
+    spans = timeline.session_spans(start, end, sessions, SESSION_SCAN + 1)
+    found.sessions_capped = len(spans) > SESSION_SCAN
+    summarized = {n["session_id"] for n in nodes}
+    unrepresented = [span for span in spans[:SESSION_SCAN]
+                     if session_ok(span["session_id"]) and span["session_id"] not in summarized
+                     and not covered(span["session_id"], span["first_at"], span["last_at"])]
+    # a session of a message or two is its own best digest: those messages go first
+    tiny = {s["session_id"] for s in unrepresented if s["message_count"] < DIGEST_MIN_MESSAGES}
+    digests = [digest(store, timeline, span, start, end) for span in unrepresented
+               if span["session_id"] not in tiny]
+    first_page = [(r["period_end"], "rollup", r) for r in rollups]
+    first_page += [(n["time_to"] or 0, "node", n) for n in nodes]
+    first_page += [(d["last_at"], "session", d) for d in digests]
+    first_page += [(message_time(m), "message", m) for m in messages if m["session_id"] in tiny]
+    for name, present in (("rollups", rollups), ("summaries", nodes),
+                          ("session_digests", digests), ("messages", messages)):
+        if present:
             found.used.append(name)
-        timed += [(when(row), kind, row) for row in rows_of_tier]
-    found.items = [(kind, row) for _, kind, row in sorted(timed, key=lambda t: -t[0])]
+    found.items = [(kind, row) for _, kind, row in sorted(first_page, key=lambda t: -t[0])]
+    found.items += [("message", m) for m in messages if m["session_id"] not in tiny]
     return found
+
+
+def digest(store: Store, timeline: Timeline, span: dict, start: float, end: float) -> dict:
+    """A session of the period in a few lines: when, how many messages, its first user
+    request and its key terms (words it uses most, stop words aside)."""
+    session = span["session_id"]
+    out = {**span, "first_request": None, "key_terms": []}
+    sample = timeline.message_ids_between(start, end, [session], uncovered=False,
+                                          limit=DIGEST_SAMPLE, newest_first=False)
+    wanted = sample + ([span["first_user_id"]] if span["first_user_id"] else [])
+    rows = store.get_messages(wanted)
+    first = rows.get(span["first_user_id"]) if span["first_user_id"] else None
+    if first is not None:
+        text = " ".join(codec.message_text(codec.decode_message(first)).split())
+        out["first_request"] = text[:DIGEST_REQUEST_CHARS]
+        if len(text) > DIGEST_REQUEST_CHARS:
+            out["first_request_truncated"] = True
+    words: Counter = Counter()
+    for store_id in sample:
+        row = rows.get(store_id)
+        if row is None or row["role"] not in ("user", "assistant"):
+            continue
+        text = fold(codec.message_text(codec.decode_message(row)))
+        words.update(w for w in re.findall(r"[^\W\d_][\w-]{3,}", text) if w not in STOP_WORDS)
+    out["key_terms"] = [w for w, _ in words.most_common(DIGEST_TERMS)]
+    return out
 
 
 def message_time(row: dict) -> float:
     """When a message happened: its own time, else when it was stored."""
     return row["message_at"] if row.get("message_at") is not None else row["created_at"]
-
-
-def _inside(span: tuple, covered: list[tuple[float, float]], half_open: bool = False) -> bool:
-    """Whether a time span lies inside a covered period ``[a, b)``: a closed span of
-    message times must end before ``b``; a half-open period may end at ``b``."""
-    first, last = span
-    if first is None or last is None:
-        return False
-    return any(a <= first and (last <= b if half_open else last < b) for a, b in covered)
 
 
 def overview(nodes: list[dict], start: float, end: float) -> list[dict]:

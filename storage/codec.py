@@ -19,7 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import tzinfo
 from typing import Any
+
+from . import timekeys
 
 # Keys the host adds to messages that are not part of the conversation itself.
 HOST_SIDECAR_KEYS = frozenset({"api_content"})
@@ -160,19 +163,14 @@ def identity_hash(message: dict) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:32]
 
 
-def _timestamp_of(message: dict) -> float | None:
-    value = message.get("timestamp")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value) / 1000.0 if value > 1e11 else float(value)
-    return None
-
-
-def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMessage:
+def encode_message(message: dict, identity_of: dict | None = None,
+                   time_zone: tzinfo | None = None) -> EncodedMessage:
     """Encode a cleaned message into row fields (see ``decode_message`` for the inverse).
 
     ``identity_of`` is the message as the host sent it, when ``message`` is a
     transformed copy (secrets redacted, payloads externalized): the identity
-    stays that of the original."""
+    stays that of the original. ``time_zone`` (TROVE_TIMEZONE) reads a naive ISO
+    ``timestamp`` (``timekeys.message_time``)."""
     role = message.get("role")
     usable_role = isinstance(role, str) and bool(role) and _utf8_safe(role)
     role_text = role if usable_role else "unknown"
@@ -206,7 +204,7 @@ def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMes
         extra=dump_json(extra_keys) if extra_keys else None,
         search_text=search_text,
         content_hash=identity_hash(message if identity_of is None else identity_of),
-        message_at=_timestamp_of(message),
+        message_at=timekeys.message_time(message.get("timestamp"), time_zone),
     )
 
 

@@ -220,7 +220,14 @@ def resolve_path(path: str | os.PathLike) -> str:
 
 
 def get_database(path: str | os.PathLike) -> Database:
-    """The process-wide shared ``Database`` for ``path``, opened on first use."""
+    """The process-wide shared ``Database`` for ``path``, opened on first use; a path
+    no file system can name (a NUL byte, a lone surrogate) is a ``DatabaseError``,
+    so the engine's fault handling keeps the agent running and says why."""
+    text = os.fspath(path)
+    if isinstance(text, str) and ("\0" in text or not _encodable(text)):
+        raise DatabaseError(f"the trove database path {text[:200]!r} is not a usable file name "
+                            "(it holds a NUL byte or an unpaired surrogate): fix "
+                            "TROVE_DATABASE_PATH")
     key = resolve_path(path)
     with _registry_lock:
         db = _registry.get(key)
@@ -228,6 +235,14 @@ def get_database(path: str | os.PathLike) -> Database:
             db = Database(key)
             _registry[key] = db
         return db
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def forget_database(path: str | os.PathLike) -> None:

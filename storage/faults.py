@@ -6,15 +6,23 @@ its directory, or its ``-wal``/``-shm`` companions) is read-only. The engine
 must keep the agent running anyway (a bounded prompt, as for ignored sessions)
 and every tool must say plainly what is wrong and what the operator can do.
 This module turns the error into those two sentences; it never writes.
+
+``host_entry`` is the last line of the same promise for every other failure:
+a hook the host calls (``on_session_end``, ``update_model``...) never raises
+into the host, whatever it was handed; the error is logged (a bounded number
+of times) and kept for status, and the hook returns its fallback.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from .backup import backup_dir
 from .database import DatabaseError
@@ -28,6 +36,51 @@ RETRY_SECONDS = 30.0
 DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted", "corrupt")
 READ_ONLY = ("readonly", "read-only", "permission denied", "access permission",
              "unable to open", "disk i/o error")
+
+
+# How many times one hook's failures are logged per process (then only counted), and
+# how many error lines an engine keeps for status.
+LOG_LIMIT = 20
+KEPT_ERRORS = 50
+_logged: dict[str, int] = {}
+_logged_lock = threading.Lock()
+
+
+def host_entry(fallback: Any = None):
+    """Decorate a method the host calls so that it never raises into the host.
+
+    On any exception (a RecursionError from absurdly nested input included) the
+    error is logged (at most ``LOG_LIMIT`` times per hook and process), appended
+    to the engine's ``errors`` (the newest ``KEPT_ERRORS`` are kept) and the
+    hook returns ``fallback``: a value, or a callable given the same arguments."""
+    def decorate(method: Callable) -> Callable:
+        name = method.__name__
+
+        @functools.wraps(method)
+        def guarded(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:
+                report(self, name, f"{type(exc).__name__}: {str(exc)[:200]}")
+                return fallback(self, *args, **kwargs) if callable(fallback) else fallback
+        return guarded
+    return decorate
+
+
+def report(engine: Any, where: str, problem: str) -> None:
+    """Log what a hook could not use or do (at most ``LOG_LIMIT`` times per hook and
+    process) and keep it in the engine's ``errors`` for status (the newest
+    ``KEPT_ERRORS``)."""
+    note = f"{where}: {problem}"
+    with _logged_lock:
+        _logged[where] = count = _logged.get(where, 0) + 1
+    if count <= LOG_LIMIT:
+        log.warning("hermes-trove: %s (the host goes on%s)", note,
+                    "; later problems of this hook are not logged" if count == LOG_LIMIT else "")
+    errors = getattr(engine, "errors", None)
+    if isinstance(errors, list):
+        errors.append(note)
+        del errors[:-KEPT_ERRORS]
 
 
 class Unavailable(RuntimeError):
@@ -45,8 +98,14 @@ def describe(path: str | os.PathLike, exc: BaseException) -> dict:
     path = Path(path)
     text = f"{type(exc).__name__}: {exc}"
     lowered = text.lower()
-    backups = backup_dir(str(path))
-    if path.is_dir():
+    try:
+        backups = backup_dir(str(path))
+        is_dir = path.is_dir()
+    except (ValueError, OSError):   # no file can have this name (a NUL byte)
+        return {"path": repr(str(path))[:300], "problem": str(exc)[:500],
+                "repair": "set TROVE_DATABASE_PATH to a plain file path (or leave it empty "
+                          "for HERMES_HOME/trove.db) and restart"}
+    if is_dir:
         problem = f"{path} is a directory, not a database file"
         repair = ("move that directory away (or set TROVE_DATABASE_PATH to a file path); "
                   "a new database is created at the next start")

@@ -8,13 +8,15 @@ automatically and bounded: only rows untouched for
 ``TROVE_EMPTY_LIFECYCLE_GC_THRESHOLD`` have piled up, at most ``MAX_PRUNE`` per
 run, in one transaction. A row is never pruned when anything refers to it: a
 message, a summary node, a carried node, an alias session, an import ledger
-entry, or when it is itself an alias (its id continues another conversation).
+entry, or when it is itself an alias (its id continues another conversation), nor
+while an engine of any process is bound to it (``locks.in_use_elsewhere``).
 """
 
 from __future__ import annotations
 
 import time
 
+from . import locks
 from .database import Database
 
 MAX_PRUNE = 500
@@ -65,7 +67,9 @@ def prune_empty_sessions(db: Database, *, threshold: int, max_age_hours: float,
         conn.execute("INSERT INTO trove_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
                      " DO UPDATE SET value = excluded.value", (LAST_RUN_KEY, str(now)))
         found = [r[0] for r in conn.execute(_EMPTY_SESSIONS, (cutoff, MAX_PRUNE + len(keep)))]
-        found = [s for s in found if s not in keep][:MAX_PRUNE]
+        path = str(db.path)
+        found = [s for s in found if s not in keep and not locks.held_here(path, s)
+                 and not locks.in_use_elsewhere(path, s)][:MAX_PRUNE]
         if len(found) < max(1, threshold):
             return {"candidates": len(found), "pruned": 0}
         conn.executemany("DELETE FROM sessions WHERE session_id = ?", [(s,) for s in found])

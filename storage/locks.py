@@ -46,14 +46,21 @@ def _thread_lock(db_path: str, session_id: str) -> threading.Lock:
         return _thread_locks.setdefault((db_path, session_id), threading.Lock())
 
 
-def _lock_file(db_path: str) -> int | None:
-    """The process's descriptor of ``<database>.locks`` (None for in-memory databases)."""
+def _lock_file(db_path: str, create: bool = True) -> int | None:
+    """The process's descriptor of ``<database>.locks`` (None for in-memory databases,
+    and without ``create`` when the file does not exist: then nobody holds a lock)."""
     if fcntl is None or db_path == ":memory:":
         return None
     with _guard:
         fd = _files.get(db_path)
         if fd is None:
-            fd = os.open(db_path + ".locks", os.O_RDWR | os.O_CREAT, 0o600)
+            flags = os.O_RDWR | (os.O_CREAT if create else 0)
+            try:
+                fd = os.open(db_path + ".locks", flags, 0o600)
+            except FileNotFoundError:
+                if create:
+                    raise
+                return None
             _files[db_path] = fd
         return fd
 
@@ -98,3 +105,67 @@ def held_in_process(db_path: str, session_id: str) -> bool:
     with _guard:
         lock = _thread_locks.get((db_path, session_id))
     return bool(lock is not None and lock.locked())
+
+
+# ---------------------------------------------------------------- sessions held by an engine
+# A second byte range, after the compaction slots: each process holds a SHARED lock on
+# the byte of every session one of its engines is bound to, for as long as it is bound.
+# ``doctor clean`` (often another process: scripts/trove.py) tests that byte and never
+# removes a session some running Hermes still holds, even one that stored nothing yet.
+HOLD_BASE = SLOTS
+_holds: dict[str, set[str]] = {}
+
+
+def hold_sessions(db_path: str, session_ids: set[str]) -> None:
+    """Make this process hold exactly ``session_ids`` of a database (shared locks):
+    new ones are taken, ones no engine is bound to any more are let go. A byte
+    another process is testing right now is simply not held this time (the next
+    bind takes it)."""
+    fd = _lock_file(db_path)
+    if fd is None:
+        return
+    with _guard:
+        held = _holds.setdefault(db_path, set())
+        for session_id in held - session_ids:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, HOLD_BASE + _slot(session_id), os.SEEK_SET)
+            held.discard(session_id)
+        for session_id in session_ids - held:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1,
+                            HOLD_BASE + _slot(session_id), os.SEEK_SET)
+                held.add(session_id)
+            except OSError:
+                pass
+
+
+def held_here(db_path: str, session_id: str) -> bool:
+    """Whether this process holds the session (an engine of it is bound to it)."""
+    with _guard:
+        return session_id in _holds.get(db_path, ())
+
+
+def in_use_elsewhere(db_path: str, session_id: str) -> bool:
+    """Whether another process holds the session (an engine bound to it) or is
+    compacting it right now. Only a lock another process owns can make the test
+    fail; a slot shared by two sessions (rare) errs on the safe side: "in use".
+    Sessions this process holds are answered by ``held_here`` (testing them here
+    would convert this process's own lock)."""
+    if held_here(db_path, session_id):
+        return False
+    try:   # a read-only scan never creates the lock file: without it nothing is held
+        fd = _lock_file(db_path, create=False)
+    except OSError:
+        return True   # the locks cannot be tested: assume the session may be in use
+    if fd is None:
+        return False
+    offsets = [HOLD_BASE + _slot(session_id)]
+    if not held_in_process(db_path, session_id):   # else its own lock, not another's
+        offsets.append(_slot(session_id))
+    with _guard:
+        for offset in offsets:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
+            except OSError:
+                return True
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)
+    return False

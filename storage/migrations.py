@@ -529,3 +529,103 @@ def m010_session_views(conn: sqlite3.Connection) -> None:
     CREATE INDEX session_views_recent ON session_views(session_id, updated_at);
     CREATE INDEX session_views_updated ON session_views(updated_at);
     """)
+
+
+@migration(11)
+def m011_rollups_per_owner(conn: sqlite3.Connection) -> None:
+    """Rollups per owner (issue 25): one summary per ``(kind, period_key, time_zone,
+    owner)``, so a summarizer prompt never holds two people's words and each
+    gateway user gets rollups of their own sessions.
+
+    SQLite cannot change a UNIQUE constraint in place, so the three rollup tables
+    are rebuilt under new names and swapped in. A rollup whose sessions all have
+    one recorded owner keeps its id, text and lineage under that owner; one that
+    mixes owners (or covers a session with no owner) is dropped with every rollup
+    built on it: rollups are derived data, and the next pass rebuilds them per
+    owner from the messages and summaries, which are untouched.
+    """
+    run_script(conn, """
+    CREATE TABLE rollups_v11 (
+        rollup_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL CHECK (kind IN ('day', 'week', 'month')),
+        period_key TEXT NOT NULL,
+        time_zone TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        period_start REAL NOT NULL,
+        period_end REAL NOT NULL,
+        text TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        source_token_count INTEGER NOT NULL,
+        level INTEGER NOT NULL,
+        model TEXT NOT NULL DEFAULT '',
+        message_count INTEGER NOT NULL,
+        session_count INTEGER NOT NULL,
+        time_from REAL,
+        time_to REAL,
+        watermark TEXT NOT NULL,
+        built_at REAL NOT NULL,
+        UNIQUE (kind, period_key, time_zone, owner)
+    );
+    CREATE TEMP TABLE rollup_owner_v11 AS
+        SELECT rs.rollup_id AS rollup_id, min(o.owner) AS owner
+        FROM rollup_sessions rs LEFT JOIN session_owners o ON o.session_id = rs.session_id
+        GROUP BY rs.rollup_id
+        HAVING count(o.owner) = count(*) AND count(DISTINCT o.owner) = 1;
+    INSERT INTO rollups_v11(rollup_id, kind, period_key, time_zone, owner, period_start,
+                            period_end, text, token_count, source_token_count, level, model,
+                            message_count, session_count, time_from, time_to, watermark,
+                            built_at)
+        SELECT r.rollup_id, r.kind, r.period_key, r.time_zone, k.owner, r.period_start,
+               r.period_end, r.text, r.token_count, r.source_token_count, r.level, r.model,
+               r.message_count, r.session_count, r.time_from, r.time_to, r.watermark,
+               r.built_at
+        FROM rollups r JOIN rollup_owner_v11 k ON k.rollup_id = r.rollup_id;
+    CREATE TABLE rollup_sources_v11 (
+        rollup_id INTEGER NOT NULL REFERENCES rollups_v11(rollup_id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL,
+        child_rollup_id INTEGER REFERENCES rollups_v11(rollup_id),
+        child_node_id INTEGER,
+        child_store_id INTEGER,
+        PRIMARY KEY (rollup_id, ordinal),
+        CHECK ((child_rollup_id IS NOT NULL) + (child_node_id IS NOT NULL)
+               + (child_store_id IS NOT NULL) = 1)
+    ) WITHOUT ROWID;
+    CREATE TABLE rollup_sessions_v11 (
+        rollup_id INTEGER NOT NULL REFERENCES rollups_v11(rollup_id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        PRIMARY KEY (rollup_id, session_id)
+    ) WITHOUT ROWID;
+    INSERT INTO rollup_sessions_v11
+        SELECT rs.rollup_id, rs.session_id FROM rollup_sessions rs
+        WHERE rs.rollup_id IN (SELECT rollup_id FROM rollups_v11);
+    DROP TABLE rollup_owner_v11;
+    """)
+    # A kept rollup built on a dropped one goes too (a week over a mixed day), until
+    # every kept rollup's children are kept.
+    while True:
+        gone = conn.execute(
+            "DELETE FROM rollups_v11 WHERE rollup_id IN (SELECT s.rollup_id FROM"
+            " rollup_sources s WHERE s.child_rollup_id IS NOT NULL AND s.child_rollup_id"
+            " NOT IN (SELECT rollup_id FROM rollups_v11))").rowcount
+        if not gone:
+            break
+        conn.execute("DELETE FROM rollup_sessions_v11 WHERE rollup_id NOT IN"
+                     " (SELECT rollup_id FROM rollups_v11)")
+    run_script(conn, """
+    INSERT INTO rollup_sources_v11
+        SELECT s.rollup_id, s.ordinal, s.child_rollup_id, s.child_node_id, s.child_store_id
+        FROM rollup_sources s WHERE s.rollup_id IN (SELECT rollup_id FROM rollups_v11);
+    DROP TABLE rollup_sources;
+    DROP TABLE rollup_sessions;
+    DROP TABLE rollups;
+    ALTER TABLE rollups_v11 RENAME TO rollups;
+    ALTER TABLE rollup_sources_v11 RENAME TO rollup_sources;
+    ALTER TABLE rollup_sessions_v11 RENAME TO rollup_sessions;
+    CREATE INDEX rollups_period ON rollups(time_zone, owner, period_start, period_end);
+    CREATE INDEX rollup_sources_rollup ON rollup_sources(child_rollup_id)
+        WHERE child_rollup_id IS NOT NULL;
+    CREATE INDEX rollup_sources_node ON rollup_sources(child_node_id)
+        WHERE child_node_id IS NOT NULL;
+    CREATE INDEX rollup_sources_message ON rollup_sources(child_store_id)
+        WHERE child_store_id IS NOT NULL;
+    """)

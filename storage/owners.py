@@ -4,8 +4,9 @@ A shared Hermes gateway serves several people from one profile and one
 trove.db. Each session gets an owner key when it is bound (``binding.owners``
 derives it from what the host says); cross-session reads are limited to the
 calling session's owner unless the operator allows more. A session with no
-owner row (written before schema 3, or imported) belongs to ``LOCAL_OWNER``,
-the profile's own CLI user.
+owner row (written before schema 3, imported, or whose row a clean-up removed)
+belongs to nobody known: fail closed, it is readable from itself and by
+operators only, never as ``LOCAL_OWNER``'s (the profile's own CLI user).
 """
 
 from __future__ import annotations
@@ -51,30 +52,32 @@ class Owners:
                 (current, platform, user_id, chat_id, conversation_id, session_id))
             return current
 
-    def owner_of(self, session_id: str) -> str:
-        """The owner of a (canonical) session; ``LOCAL_OWNER`` when none was recorded."""
+    def owner_of(self, session_id: str) -> str | None:
+        """The owner of a (canonical) session; None when none is recorded (nobody's:
+        readable from itself and by operators only)."""
         with self.db.reading() as conn:
             row = conn.execute("SELECT owner FROM session_owners WHERE session_id = ?",
                                (session_id,)).fetchone()
-        return row[0] if row else LOCAL_OWNER
+        return row[0] if row else None
 
     def canonical_sessions_of(self, owner: str) -> tuple[str, ...]:
-        """Every canonical session an owner may search (sorted), sessions without an
-        owner row counting as ``LOCAL_OWNER``'s."""
+        """Every canonical session recorded as the owner's (sorted); a session without
+        an owner row is nobody's and never listed."""
         with self.db.reading() as conn:
             return tuple(r[0] for r in conn.execute(
                 "SELECT DISTINCT s.canonical_id FROM sessions s"
-                " LEFT JOIN session_owners o ON o.session_id = s.canonical_id"
-                " WHERE COALESCE(o.owner, ?) = ? ORDER BY 1", (LOCAL_OWNER, owner)))
+                " JOIN session_owners o ON o.session_id = s.canonical_id"
+                " WHERE o.owner = ? ORDER BY 1", (owner,)))
 
     def others_exist(self, owner: str) -> bool:
-        """Whether any session belongs to someone else (when none does, "every session
-        of this owner" is simply every session and needs no filter)."""
+        """Whether any session is not recorded as the owner's (someone else's, or
+        nobody's): when none is, "every session of this owner" is simply every session
+        and needs no filter."""
         with self.db.reading() as conn:
             return conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions s"
                 " LEFT JOIN session_owners o ON o.session_id = s.canonical_id"
-                " WHERE COALESCE(o.owner, ?) <> ?)", (LOCAL_OWNER, owner)).fetchone()[0] == 1
+                " WHERE o.owner IS NULL OR o.owner <> ?)", (owner,)).fetchone()[0] == 1
 
     @staticmethod
     def delete_in(conn, session_ids) -> int:

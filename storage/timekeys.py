@@ -148,3 +148,41 @@ def children_of(kind: str, key: str) -> list[tuple[str, str]]:
         else:
             out.append(("day", day.isoformat()))
     return out
+
+
+EPOCH_MS_FLOOR = 1e11      # larger epoch numbers are milliseconds (1e11 s is the year 5138)
+
+
+def message_time(value: object, tz: tzinfo | None = None) -> float | None:
+    """When a message says it was written, as Unix seconds, or None when it does not
+    say (or says something impossible: a bool, NaN, a year outside 1970..9998).
+
+    Accepted: epoch seconds or milliseconds (a number, or a string of one), and
+    ISO-8601 strings: with an offset or ``Z``, or naive, which the host writes
+    with ``datetime.now().isoformat()`` (the gateway mirror, slash-command notes):
+    a naive time is local time of ``tz`` (``TROVE_TIMEZONE``; UTC when None)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or len(text) > 64:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            try:
+                moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ"
+                                                else text)
+            except ValueError:
+                return None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=tz or timezone.utc)
+            value = moment.timestamp()
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    seconds = float(value) / 1000.0 if abs(value) >= EPOCH_MS_FLOOR else float(value)
+    try:
+        year = datetime.fromtimestamp(seconds, timezone.utc).year
+    except (OverflowError, OSError, ValueError):
+        return None
+    return seconds if MIN_YEAR <= year <= MAX_YEAR else None

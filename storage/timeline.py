@@ -20,7 +20,7 @@ from .database import Database
 Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
 MESSAGE_TIME = "COALESCE(message_at, created_at)"
-ROLLUP_COLUMNS = ("rollup_id, kind, period_key, time_zone, period_start, period_end, text,"
+ROLLUP_COLUMNS = ("rollup_id, kind, period_key, time_zone, owner, period_start, period_end, text,"
                   " token_count, source_token_count, level, model, message_count, session_count,"
                   " time_from, time_to, watermark, built_at")
 
@@ -32,6 +32,7 @@ class NewRollup:
     kind: str
     period_key: str
     time_zone: str
+    owner: str                               # whose sessions (``storage.owners``): never mixed
     period_start: float
     period_end: float
     text: str
@@ -64,12 +65,34 @@ class Timeline:
         self.db = db
 
     # ------------------------------------------------------------------ time-window reads
-    def sessions_between(self, start: float, end: float) -> list[tuple[str, str]]:
-        """``(session_id, source)`` of every session with a message in the window."""
+    def sessions_between(self, start: float, end: float) -> list[tuple[str, str, str | None]]:
+        """``(session_id, source, owner)`` of every session with a message in the window
+        (owner None: none recorded)."""
         with self.db.reading() as conn:
-            return [(r[0], r[1]) for r in conn.execute(
+            pairs = conn.execute(
                 f"SELECT DISTINCT session_id, source FROM messages"
-                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (start, end))]
+                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (start, end)).fetchall()
+            owners = dict(conn.execute(
+                f"SELECT session_id, owner FROM session_owners WHERE session_id IN"
+                f" ({_in(pairs) or 'NULL'})", [p[0] for p in pairs]).fetchall()) if pairs else {}
+        return [(p[0], p[1], owners.get(p[0])) for p in pairs]
+
+    def session_spans(self, start: float, end: float, sessions: Sequence[str] | None,
+                      limit: int) -> list[dict]:
+        """Per session with a message in the window (of these sessions; None = all):
+        ``session_id``, ``message_count``, ``first_at``, ``last_at``, ``first_store_id``
+        and ``first_user_id`` (its first user message in the window, or None); the
+        sessions active last first, at most ``limit``."""
+        where, params = _session_filter("session_id", sessions)
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                f"SELECT session_id, count(*), min({MESSAGE_TIME}), max({MESSAGE_TIME}),"
+                f" min(store_id), min(CASE WHEN role = 'user' THEN store_id END)"
+                f" FROM messages WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?{where}"
+                f" GROUP BY session_id ORDER BY 4 DESC LIMIT ?",
+                [start, end, *params, limit]).fetchall()
+        return [dict(zip(("session_id", "message_count", "first_at", "last_at",
+                          "first_store_id", "first_user_id"), r)) for r in rows]
 
     def active_buckets(self, start: float, end: float, width: int) -> list[float]:
         """Start times of the ``width``-second buckets holding at least one message."""
@@ -104,10 +127,12 @@ class Timeline:
                 f"SELECT node_id FROM nodes WHERE depth = 0 AND time_from >= ? AND time_from < ?"
                 f"{where} ORDER BY time_from, node_id", [start, end, *params])]
 
-    def material_mark(self, start: float, end: float, sessions: Sequence[str]) -> str:
+    def material_mark(self, start: float, end: float, sessions: Sequence[str]) -> tuple[str, bool]:
         """A fingerprint of what a window holds for these sessions: message count and
         newest id, leaves starting in it and newest id, uncovered messages. Any late
-        message, new leaf or newly summarized message changes it."""
+        message, new leaf or newly summarized message changes it. Also whether the
+        window has sources of its own (a leaf starting in it, or an uncovered message):
+        without, all its messages sit in a summary that began earlier."""
         where, params = _session_filter("session_id", sessions)
         with self.db.reading() as conn:
             messages = conn.execute(
@@ -122,40 +147,52 @@ class Timeline:
                 f" AND {MESSAGE_TIME} < ?{where.replace('session_id', 'm.session_id')}"
                 " AND NOT EXISTS (SELECT 1 FROM node_edges e WHERE e.child_store_id = m.store_id)",
                 [start, end, *params]).fetchone()[0]
-        return f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|u{uncovered}"
+        return (f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|u{uncovered}",
+                bool(leaves[0] or uncovered))
 
     # ------------------------------------------------------------------ watermarks
-    def feeding_sessions(self, start: float, end: float, eligible: Eligible) -> list[str]:
-        """Sessions with material in the window that may feed rollups, sorted."""
-        return sorted({s for s, source in self.sessions_between(start, end)
-                       if eligible(s, source)})
+    def feeding_sessions(self, start: float, end: float, eligible: Eligible,
+                         owner: str | None) -> list[str]:
+        """Sessions of ``owner`` with material in the window that may feed rollups,
+        sorted. A session without a recorded owner feeds none (it is nobody's)."""
+        return sorted({s for s, source, who in self.sessions_between(start, end)
+                       if who is not None and who == owner and eligible(s, source)})
 
-    def current_mark(self, kind: str, key: str, time_zone: str, eligible: Eligible) -> str:
-        """What a period's rollup would be built from now ("" = nothing to roll up).
+    def owners_between(self, start: float, end: float, eligible: Eligible) -> list[str]:
+        """Every owner with a session that may feed rollups in the window, sorted."""
+        return sorted({who for s, source, who in self.sessions_between(start, end)
+                       if who is not None and eligible(s, source)})
 
-        A day: the material fingerprint of its feeding sessions. A week or a
-        month: each child period's rollup id and a digest of the child's own
-        watermark (not a clock), ``pending`` for a
-        child with material but no rollup yet, ``-`` for an empty child; so a
-        rebuilt day changes its week's mark and its month's.
+    def current_mark(self, kind: str, key: str, time_zone: str, eligible: Eligible,
+                     owner: str) -> str:
+        """What a period's rollup of ``owner`` would be built from now ("" = nothing
+        to roll up).
+
+        A day: the material fingerprint of the owner's feeding sessions, "" when the
+        day has no leaf starting in it and no uncovered message (every message sits
+        in a summary that began the day before: that day's rollup holds them). A week
+        or a month: each child period's rollup id and a digest of the child's own
+        watermark (not a clock), ``pending`` for a child with material but no rollup
+        yet, ``-`` for an empty child; so a rebuilt day changes its week's mark and
+        its month's.
         """
         tz = timekeys.zone(time_zone)
         start, end = timekeys.bounds(kind, key, tz)
         if kind == "day":
-            sessions = self.feeding_sessions(start, end, eligible)
+            sessions = self.feeding_sessions(start, end, eligible, owner)
             if not sessions:
                 return ""
-            return f"s{len(sessions)}|" + self.material_mark(start, end, sessions)
+            mark, has_sources = self.material_mark(start, end, sessions)
+            return f"s{len(sessions)}|{mark}" if has_sources else ""
         marks = []
         for child_kind, child_key in timekeys.children_of(kind, key):
-            child = self.get_rollup(child_kind, child_key, time_zone)
+            child = self.get_rollup(child_kind, child_key, time_zone, owner)
             if child is not None:
                 digest = hashlib.sha1(child["watermark"].encode()).hexdigest()[:12]
                 marks.append(f"{child['rollup_id']}@{digest}")
             else:
-                c_start, c_end = timekeys.bounds(child_kind, child_key, tz)
-                marks.append("pending" if self.feeding_sessions(c_start, c_end, eligible)
-                             else "-")
+                marks.append("pending" if self.current_mark(child_kind, child_key, time_zone,
+                                                            eligible, owner) else "-")
         return "" if all(m == "-" for m in marks) else ",".join(marks)
 
     def freshness(self, rollup: dict, eligible: Eligible, memo: dict | None = None) -> str:
@@ -173,7 +210,7 @@ class Timeline:
 
     def _freshness(self, rollup: dict, eligible: Eligible, memo: dict) -> str:
         if self.current_mark(rollup["kind"], rollup["period_key"], rollup["time_zone"],
-                             eligible) != rollup["watermark"]:
+                             eligible, rollup["owner"]) != rollup["watermark"]:
             return "stale"
         children = [c["id"] for c in self.sources(rollup["rollup_id"]) if c["kind"] == "rollup"]
         for child in self.get_rollups(children).values():
@@ -182,12 +219,12 @@ class Timeline:
         return "ready"
 
     # ------------------------------------------------------------------ rollups
-    def get_rollup(self, kind: str, key: str, time_zone: str) -> dict | None:
-        """One rollup by its period, or None."""
+    def get_rollup(self, kind: str, key: str, time_zone: str, owner: str) -> dict | None:
+        """One owner's rollup of a period, or None."""
         with self.db.reading() as conn:
             row = conn.execute(f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE kind = ?"
-                               " AND period_key = ? AND time_zone = ?",
-                               (kind, key, time_zone)).fetchone()
+                               " AND period_key = ? AND time_zone = ? AND owner = ?",
+                               (kind, key, time_zone, owner)).fetchone()
         return dict(row) if row else None
 
     def get_rollups(self, rollup_ids: Iterable[int]) -> dict[int, dict]:
@@ -199,13 +236,55 @@ class Timeline:
             return {r["rollup_id"]: dict(r) for r in conn.execute(
                 f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE rollup_id IN ({_in(ids)})", ids)}
 
-    def rollups_inside(self, start: float, end: float, time_zone: str) -> list[dict]:
-        """Rollups of a zone whose whole period lies inside the window, newest first."""
+    def rollups_inside(self, start: float, end: float, time_zone: str,
+                       owners: Sequence[str] | None) -> list[dict]:
+        """Rollups of a zone (of these owners; None = every owner) whose whole period
+        lies inside the window, newest first."""
+        where, params = _session_filter("owner", owners)
         with self.db.reading() as conn:
             return [dict(r) for r in conn.execute(
                 f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE time_zone = ? AND period_start >= ?"
-                " AND period_end <= ? ORDER BY period_end DESC, period_start",
-                (time_zone, start, end))]
+                f" AND period_end <= ?{where} ORDER BY period_end DESC, period_start, owner",
+                (time_zone, start, end, *params))]
+
+    def rollup_owners(self, time_zone: str, since: float) -> list[str]:
+        """Owners with a rollup of a zone whose period ends after ``since``."""
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT DISTINCT owner FROM rollups WHERE time_zone = ? AND period_end > ?"
+                " ORDER BY 1", (time_zone, since))]
+
+    def rollups_of(self, owner: str, time_zone: str, since: float) -> list[dict]:
+        """An owner's rollups of a zone whose period ends after ``since`` (a pass's
+        lookback), oldest first."""
+        with self.db.reading() as conn:
+            return [dict(r) for r in conn.execute(
+                f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE owner = ? AND time_zone = ?"
+                " AND period_end > ? ORDER BY period_start", (owner, time_zone, since))]
+
+    def delete_with_ancestors(self, rollup_ids: Iterable[int]) -> list[int]:
+        """Delete rollups and every rollup built on them (their weeks and months, now
+        wrong), lineage and sessions with them, in one transaction; the ids deleted.
+        For a period that has nothing of its own to roll up any more."""
+        ids = list(dict.fromkeys(int(i) for i in rollup_ids))
+        if not ids:
+            return []
+        with self.db.transaction() as conn:
+            doomed = [r[0] for r in conn.execute(
+                f"""
+                WITH RECURSIVE up(rollup_id) AS (
+                    SELECT rollup_id FROM rollups WHERE rollup_id IN ({_in(ids)})
+                    UNION
+                    SELECT s.rollup_id FROM rollup_sources s JOIN up
+                        ON s.child_rollup_id = up.rollup_id
+                )
+                SELECT rollup_id FROM up ORDER BY rollup_id DESC
+                """, ids)]
+            marks = _in(doomed)
+            conn.execute(f"DELETE FROM rollup_sources WHERE rollup_id IN ({marks})", doomed)
+            conn.execute(f"DELETE FROM rollup_sessions WHERE rollup_id IN ({marks})", doomed)
+            conn.execute(f"DELETE FROM rollups WHERE rollup_id IN ({marks})", doomed)
+        return doomed
 
     def all_rollups(self, limit: int = 10_000) -> list[dict]:
         """Every rollup (newest period first), for status and the doctor."""
@@ -224,19 +303,21 @@ class Timeline:
         so its parents' lineage, stays), with its sources and sessions: one transaction."""
         with self.db.transaction() as conn:
             row = conn.execute("SELECT rollup_id FROM rollups WHERE kind = ? AND period_key = ?"
-                               " AND time_zone = ?", (rollup.kind, rollup.period_key,
-                                                      rollup.time_zone)).fetchone()
+                               " AND time_zone = ? AND owner = ?",
+                               (rollup.kind, rollup.period_key, rollup.time_zone,
+                                rollup.owner)).fetchone()
             values = (rollup.period_start, rollup.period_end, rollup.text, rollup.token_count,
                       rollup.source_token_count, rollup.level, rollup.model,
                       rollup.message_count, len(set(rollup.session_ids)), rollup.time_from,
                       rollup.time_to, rollup.watermark, now)
             if row is None:
                 rollup_id = conn.execute(
-                    "INSERT INTO rollups(kind, period_key, time_zone, period_start, period_end,"
-                    " text, token_count, source_token_count, level, model, message_count,"
-                    " session_count, time_from, time_to, watermark, built_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (rollup.kind, rollup.period_key, rollup.time_zone, *values)).lastrowid
+                    "INSERT INTO rollups(kind, period_key, time_zone, owner, period_start,"
+                    " period_end, text, token_count, source_token_count, level, model,"
+                    " message_count, session_count, time_from, time_to, watermark, built_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (rollup.kind, rollup.period_key, rollup.time_zone, rollup.owner,
+                     *values)).lastrowid
             else:
                 rollup_id = row[0]
                 conn.execute(

@@ -121,11 +121,30 @@ class VectorStore:
             messages = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
             nodes = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
             done_m = done_n = 0
-            if space_id is not None:
+            if space_id is not None:   # only vectors of rows that still exist count
                 done_m, done_n = (conn.execute(
-                    "SELECT COUNT(DISTINCT ref_id) FROM embedding_vectors WHERE space_id = ? "
-                    "AND kind = ?", (space_id, kind)).fetchone()[0] for kind in ("m", "n"))
+                    f"SELECT COUNT(DISTINCT e.ref_id) FROM embedding_vectors e JOIN {table} t"
+                    f" ON t.{key} = e.ref_id WHERE e.space_id = ? AND e.kind = ?",
+                    (space_id, kind)).fetchone()[0]
+                    for kind, (table, key) in _OWNERS.items())
         return {"indexed": done_m + done_n, "pending": messages - done_m + nodes - done_n}
+
+    @staticmethod
+    def delete_sessions_in(conn, session_ids: Sequence[str]) -> int:
+        """Delete the vectors of these sessions' messages and summary nodes inside the
+        caller's transaction, before the rows themselves go (``doctor clean``): a
+        removed row leaves no vector behind to be searched or counted."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        removed = 0
+        for kind, (table, key) in _OWNERS.items():
+            removed += conn.execute(
+                f"DELETE FROM embedding_vectors WHERE kind = ? AND ref_id IN"
+                f" (SELECT {key} FROM {table} WHERE session_id IN ({marks}))",
+                (kind, *ids)).rowcount
+        return removed
 
     def scope_counts(self, space_id: int, sessions: Sequence[str] | None,
                      hidden: tuple[str, int] | None = None) -> tuple[int, int]:

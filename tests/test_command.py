@@ -425,3 +425,41 @@ def test_trove_command_in_the_real_host(trove_host):
     preview = hk.run_slash_command("trove", "rotate")
     assert "(preview): 4 older messages" in preview and "newest 2 stay verbatim" in preview
     assert "unknown subcommand" in hk.run_slash_command("trove", "nope")
+
+
+def test_clean_removes_the_vectors_of_the_rows_it_deletes(tmp_path, monkeypatch):
+    """Issue 25: no vector outlives its row, so ``embeddings.pending`` never goes negative."""
+    from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore
+    engine, _ = junk_database(tmp_path, doctor_clean_apply_enabled="true")
+    monkeypatch.setenv("HERMES_SESSION_ID", "sess")
+    monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
+    vectors = VectorStore(engine.store.db)
+    space = vectors.space_id(SpaceIdentity("test", "m", "r", 2))
+    db = engine.config.resolved_database_path
+    every = rows(db, "SELECT store_id FROM messages")
+    nodes = rows(db, "SELECT node_id FROM nodes")
+    vectors.write(space, [VectorRow("m", r[0], 0, f"h{r[0]}", b"\0" * 8) for r in every]
+                  + [VectorRow("n", n[0], 0, f"n{n[0]}", b"\0" * 8) for n in nodes])
+    assert vectors.counts(space) == {"indexed": len(every) + len(nodes), "pending": 0}
+    text = command.handle("doctor clean apply")
+    assert "removed" in text
+    assert not rows(db, "SELECT e.ref_id FROM embedding_vectors e WHERE e.kind = 'm' AND NOT"
+                        " EXISTS (SELECT 1 FROM messages m WHERE m.store_id = e.ref_id)")
+    left = rows(db, "SELECT count(*) FROM messages")[0][0]
+    assert vectors.counts(space) == {"indexed": left + len(nodes), "pending": 0}
+
+
+def test_a_heartbeat_configuration_chat_survives_clean(tmp_path, monkeypatch):
+    """Issue 25: a real 4-message chat that mentions HEARTBEAT_OK is not noise."""
+    engine, _ = junk_database(tmp_path, doctor_clean_apply_enabled="true")
+    engine.store.ensure_session("hb-config", source="cli")
+    engine.store.ingest("hb-config", [
+        {"role": "user", "content": "Make the heartbeat reply HEARTBEAT_OK when idle."},
+        {"role": "assistant", "content": "Done: HEARTBEAT.md now ends with that rule."},
+        {"role": "user", "content": "Also put the door code 2468 in HEARTBEAT.md."},
+        {"role": "assistant", "content": "Added the door code."}])
+    monkeypatch.setenv("HERMES_SESSION_ID", "sess")
+    monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
+    command.handle("doctor clean apply")
+    db = engine.config.resolved_database_path
+    assert rows(db, "SELECT count(*) FROM messages WHERE session_id = 'hb-config'") == [(4,)]

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove.evidence import compute, refs, values
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from test_tools import Env, call
 
 DAY = 86400.0
@@ -343,6 +344,7 @@ def test_generated_worlds_are_answered_exactly_through_the_dispatcher(tmp_path, 
     try:
         for message in world.messages:
             env.store.ensure_session(message.session, source="cli")
+            Owners(env.db).record(message.session, LOCAL_OWNER)   # the profile's CLI user
             env.ingest(message.session, [{"role": "user", "content": message.text}],
                        at=message.at)
 
@@ -365,3 +367,53 @@ def test_written_amounts_parse_back_exactly(cents, form, words):
     code = {"$": "USD", "€": "EUR", "£": "GBP"}.get(form[0]) or ("EUR" if "euro" in form
                                                                   else "USD")
     assert amount.unit.dimension == f"currency:{code}"
+
+
+# ---------------------------------------------------------------- issue 25: signs, zones
+def test_minus_signs_are_kept_through_the_dispatcher(env):
+    loss = said(env, "A", "We lost -$40 on the first bet.", MAR5)
+    gain = said(env, "A", "Then we won $25 back.", MAR5 + 60)
+    diff = call(env.ctx(), "trove_compute", operation="difference",
+                inputs=[ref_to(env, loss, "-$40"), ref_to(env, gain, "$25")])
+    assert diff["result"]["value"] == 65 and diff["trace"]["parsed"][0]["value"] == -40
+    scale = said(env, "A", "The scale was off by -3 kg, then I gained 5 kg.", MAR5)
+    total = call(env.ctx(), "trove_compute", operation="sum",
+                 inputs=[ref_to(env, scale, "-3 kg"), ref_to(env, scale, "5 kg")])
+    assert total["result"] == {"value": 2, "unit": "kg", "count": 2}
+
+
+@pytest.mark.parametrize("quote, value", [
+    ("balance: −12.5 EUR", -12.5), ("USD -7", -7), ("$-3", -3), ("it fell to -4", -4),
+    ("pages 3-5 kg", 5), ("room 12-b", None),
+])
+def test_a_sign_counts_only_where_it_cannot_be_a_hyphen(quote, value):
+    found = values.find_amounts(quote)
+    assert [a.value for a in found][-1:] == ([] if value is None else [value])
+
+
+@pytest.mark.parametrize("quote", ["it cost $10.5.3", "USD 10.5.3 total", "paid €1,2.3"])
+def test_malformed_numbers_fail_closed(quote):
+    with pytest.raises(ValueError):
+        values.one_amount(quote)
+
+
+def test_relative_dates_resolve_in_the_configured_zone(tmp_path):
+    """08:30 on 03-15 in Tokyo is 23:30 on 03-14 UTC: "yesterday" is 03-14, not 03-13."""
+    env = Env(tmp_path, timezone="Asia/Tokyo")
+    said_at = datetime(2026, 3, 14, 23, 30, tzinfo=timezone.utc).timestamp()
+    yesterday = said(env, "A", "I renewed the passport yesterday.", said_at)
+    fixed = said(env, "A", "The visa was granted on 2026-03-20.", said_at)
+    pack = call(env.ctx(), "trove_evidence_pack",
+                refs=[ref_to(env, yesterday, "I renewed the passport yesterday.")])
+    assert pack["items"][0]["happened"]["date"] == "2026-03-14"
+    diff = call(env.ctx(), "trove_compute", operation="date_diff",
+                inputs=[ref_to(env, yesterday, "I renewed the passport yesterday."),
+                        ref_to(env, fixed, "2026-03-20")])
+    assert diff["result"]["days"] == 6
+    utc = Env(tmp_path / "utc")
+    again = said(utc, "A", "I renewed the passport yesterday.", said_at)
+    out = call(utc.ctx(), "trove_evidence_pack",
+               refs=[ref_to(utc, again, "I renewed the passport yesterday.")])
+    assert out["items"][0]["happened"]["date"] == "2026-03-13"   # UTC's own day
+    env.db.close()
+    utc.db.close()

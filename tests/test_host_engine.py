@@ -203,3 +203,34 @@ def test_stored_token_counts_are_tiktoken_counts_whichever_counter_runs(trove_ho
               for m in engine.store.session_messages(engine.canonical_id)}
     shown = [m for m in results[-1]["messages"] if m.get("role") in ("user", "assistant")]
     assert shown and all(stored[m["content"]] == plain.count_message(m) for m in shown)
+
+
+def test_iso_timestamps_of_a_handed_history_are_message_times(tmp_path, fake_llm):
+    """Issue 25: the gateway mirror and slash-command notes stamp messages with
+    ``datetime.now().isoformat()``; a history carrying them, handed to the real host,
+    is stored with those times (naive = TROVE_TIMEZONE), not the ingest time."""
+    from datetime import datetime, timezone
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"timezone": "Asia/Tokyo"}})
+    with hk.host_env(home) as env:
+        fake_llm.responder = lambda body: hk.Reply(text="Noted.")
+        history = [
+            {"role": "user", "content": "mirror note naive", "timestamp": "2026-12-01T18:00:00"},
+            {"role": "assistant", "content": "ack one", "timestamp": "2026-12-01T10:00:00+01:00"},
+            {"role": "user", "content": "slash note zulu", "timestamp": "2026-12-01T09:00:00Z"},
+            {"role": "assistant", "content": "ack two", "timestamp": 1796115600000},
+        ]
+        agent = hk.make_agent()
+        hk.run_turns(agent, ["and now?"], history=history)
+        engine = hk.live_engine(agent)
+        session = engine.canonical_id
+    db = sqlite3.connect(home / "trove.db")
+    try:
+        times = dict(db.execute("SELECT content, message_at FROM messages WHERE session_id = ?",
+                                (session,)).fetchall())
+    finally:
+        db.close()
+    nine = datetime(2026, 12, 1, 9, tzinfo=timezone.utc).timestamp()
+    assert times["mirror note naive"] == nine        # 18:00 in Tokyo
+    assert times["ack one"] == times["slash note zulu"] == times["ack two"] == nine
+    assert not env.blocked

@@ -454,3 +454,127 @@ def test_gateway_reset_transition_keeps_one_owner_across_the_chats_sessions(trov
     found = json.loads(engine.handle_tool_call("trove_recall", {"query": "parking spot level"},
                                                messages=history))
     assert any(r.get("session_id") == old for r in found["results"])
+
+
+# ---------------------------------------------------------------- owners and clean-up (issue 25)
+def test_clean_elsewhere_never_takes_a_held_gateway_session_and_unknown_owners_fail_closed(
+        trove_host):
+    """A CLI user's PIN, then a gateway chat that stays empty for over an hour while
+    ``doctor clean --apply`` runs in another process: the held session survives, owner
+    row included. An owner row lost anyway is recorded again at the next turn, and
+    until then the session is nobody's: it reads only itself."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    trove_host.server.responder = lambda body: SAME_REPLY
+    home = trove_host.hermes_home
+    cli = hk.make_agent()
+    hk.run_turns(cli, ["Remember: my bank PIN is 4711."])
+    cli_session = cli.session_id
+    gateway = gateway_agent("111")
+    engine = hk.live_engine(gateway)
+    session = engine.canonical_id
+    db_path = home / "trove.db"
+    db = sqlite3.connect(db_path)
+    db.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
+               (time.time() - 7200, session))
+    db.commit()
+    db.close()
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "trove.py"
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith("TROVE_") and k != "HERMES_SESSION_ID"}
+    environ.update(HERMES_HOME=str(home), TROVE_DOCTOR_CLEAN_APPLY_ENABLED="true")
+    done = subprocess.run([sys.executable, str(script), "--db", str(db_path), "doctor", "clean",
+                           "--apply", "--json"], env=environ, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    assert session not in report.get("removed_sessions", [])
+    held = [c for c in report["protected"] if c["session_id"] == session]
+    assert held and any("held by a running Hermes" in p for p in held[0]["protected_by"])
+    db = sqlite3.connect(db_path)
+    try:
+        assert db.execute("SELECT owner FROM session_owners WHERE session_id = ?",
+                          (session,)).fetchone() == (
+            "telegram:conversation:agent:main:telegram:dm:111",)
+        # the row goes anyway (an older version's clean, a hand edit)
+        db.execute("DELETE FROM session_owners WHERE session_id = ?", (session,))
+        db.commit()
+    finally:
+        db.close()
+
+    probes = [("trove_grep", {"query": "4711", "session_scope": "all"}),
+              ("trove_recall", {"query": "bank PIN"}),
+              ("trove_load_session", {"session_id": cli_session}),
+              ("trove_recent", {"period": "today", "session_scope": "all"})]
+    for name, args in probes:   # nobody's session: only itself
+        answer = engine.handle_tool_call(name, args, messages=[])
+        assert "PIN is 4711" not in answer, (name, answer[:300])
+    history = gateway_turn(gateway, "111", "hello from the gateway", None)
+    db = sqlite3.connect(db_path)
+    try:
+        assert db.execute("SELECT owner FROM session_owners WHERE session_id = ?",
+                          (session,)).fetchone() == (
+            "telegram:conversation:agent:main:telegram:dm:111",)
+    finally:
+        db.close()
+    for name, args in probes:   # recorded again: still never the CLI user's words
+        answer = engine.handle_tool_call(name, args, messages=history)
+        assert "PIN is 4711" not in answer, (name, answer[:300])
+    mine = engine.handle_tool_call("trove_load_session", {}, messages=history)
+    assert "hello from the gateway" in mine
+
+
+# ---------------------------------------------------------------- bad input at the hooks (issue 25)
+def test_bad_input_at_every_host_entry_point_is_a_logged_fallback(trove_host):
+    """A non-dict entry, content nested 3,000 levels deep, a context length of "128k",
+    a session id with a lone surrogate: the host's own calls reach the engine with
+    them and nothing raises into the host; what could be stored is stored."""
+    trove_host.server.responder = lambda body: SAME_REPLY
+    agent = hk.make_agent()
+    history = hk.run_turns(agent, ["first real message"])[-1]["messages"]
+    engine = hk.live_engine(agent)
+    deep = "bottom"
+    for _ in range(3000):
+        deep = [deep]
+    shown = history + ["not a message", 7, {"role": "user", "content": deep},
+                       {"role": "user", "content": "kept after the junk"}]
+    hk.end_session(agent, shown)                 # the CLI's exit path: on_session_end
+    texts = user_texts(trove_host.hermes_home, agent.session_id)
+    assert texts == ["first real message", "kept after the junk"]
+    assert any("not a dict" in e for e in engine.errors)
+    assert any("nests deeper" in e for e in engine.errors)
+
+    agent.context_compressor.update_model("fake-model", "128k")   # what /model hands over
+    assert engine.context_length == 65536 and engine.threshold_tokens > 0
+    assert any("'128k' is not a token count" in e for e in engine.errors)
+
+    # The host cannot put such an id in its own environment (os.environ refuses it), so
+    # it reaches the engine only through a hook's argument: the gateway's transition.
+    engine.on_session_start("odd-\ud800-id", platform="telegram", old_session_id=None)
+    assert engine.session_id == "odd-\\ud800-id"      # one stable, storable spelling
+    engine.on_session_end("odd-\ud800-id", [{"role": "user", "content": "hello odd id"}])
+    assert user_texts(trove_host.hermes_home, "odd-\\ud800-id") == ["hello odd id"]
+    assert engine.should_compress("lots") is False
+
+
+def test_an_unusable_database_path_leaves_the_agent_running(tmp_path, fake_llm):
+    """TROVE_DATABASE_PATH with a NUL byte: no file can have that name; the agent runs
+    its turns, status and the tools say what is wrong and how to fix it."""
+    home = hk.make_hermes_home(tmp_path, fake_llm.port,
+                               extra_config={"trove": {"database_path": "bad\0name.db"}})
+    with hk.host_env(home):
+        fake_llm.responder = lambda body: hk.Reply(text="Still here.")
+        agent = hk.make_agent()
+        assert hk.uses_plugin_engine(agent)
+        result = hk.run_turns(agent, ["are you there?"])[-1]
+        assert result["final_response"] == "Still here."
+        engine = hk.live_engine(agent)
+        status = json.loads(engine.handle_tool_call("trove_status", {}, messages=[]))
+        assert "not a usable file name" in json.dumps(status)
+        hk.end_session(agent, result["messages"])
+    assert not (home / "bad").exists()

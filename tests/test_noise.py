@@ -203,3 +203,23 @@ def test_tool_use_or_size_always_protects(messages, at, by_size):
         messages.insert(at % (len(messages) + 1), {"role": "tool", "tool_call_id": "c",
                                                    "content": "HEARTBEAT_OK"})
     assert not session_noise(messages).noise
+
+
+def test_a_chat_about_configuring_heartbeats_is_not_noise():
+    """Issue 25: the shapes match whole messages; words inside a real chat do not count."""
+    messages = chat(
+        ("How do I make the agent answer HEARTBEAT_OK when nothing is due?",
+         "Put the checklist in HEARTBEAT.md and end it with 'reply HEARTBEAT_OK'."),
+        ("Add to HEARTBEAT.md: the office door code is 4711, check the alarm at 9.",
+         "Added. The heartbeat will read HEARTBEAT.md every 30 minutes."))
+    verdict = session_noise(messages)
+    assert not verdict.noise and "not heartbeat/cron" in verdict.facts[0]
+
+
+@pytest.mark.parametrize("text", ["HEARTBEAT_OK", " HEARTBEAT ", "HEARTBEAT_OK.",
+                                  "Read HEARTBEAT.md if it exists. If nothing needs attention, "
+                                  "reply HEARTBEAT_OK.", "[Cron delivery: digest] ping 12"])
+def test_machine_prompts_still_match_whole(text):
+    from hermes_trove.ingest.noise import _shape_of
+    assert _shape_of(text) is not None
+    assert _shape_of(text + "\nand also: what is the door code?") is None

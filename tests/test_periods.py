@@ -204,3 +204,28 @@ def test_no_date_phrase_is_invented(text):
 def test_a_day_without_a_year_is_the_latest_one_not_in_the_future():
     period, _ = periods.mentioned("on December 31 we met", NOW, UTC)
     assert period.end <= NOW + 86400 and period.start > NOW - 366 * 86400
+
+
+# ---------------------------------------------------------------- message timestamps (issue 25)
+TOKYO = timekeys.zone("Asia/Tokyo")
+NINE_UTC = datetime(2026, 12, 1, 9, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("value, tz, expected", [
+    ("2026-12-01T09:00:00Z", None, NINE_UTC),
+    ("2026-12-01T09:00:00+00:00", TOKYO, NINE_UTC),
+    ("2026-12-01T10:00:00+01:00", None, NINE_UTC),
+    ("2026-12-01T09:00:00", None, NINE_UTC),                 # naive: TROVE_TIMEZONE (UTC)
+    ("2026-12-01T18:00:00.250", TOKYO, NINE_UTC + 0.25),     # naive: Tokyo time
+    ("2026-12-01 18:00:00", TOKYO, NINE_UTC),
+    (NINE_UTC, TOKYO, NINE_UTC), (int(NINE_UTC * 1000), None, NINE_UTC),
+    (str(int(NINE_UTC)), None, NINE_UTC), (f"{NINE_UTC * 1000:.0f}", None, NINE_UTC),
+])
+def test_message_times_in_every_form_the_host_writes(value, tz, expected):
+    assert timekeys.message_time(value, tz) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00",
+                                   float("nan"), float("inf"), -5e12, "9" * 80, [], {}])
+def test_impossible_message_times_are_no_time(value):
+    assert timekeys.message_time(value) is None

@@ -19,6 +19,7 @@ import random
 
 import pytest
 
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from hermes_trove.compaction import tokens
 from hermes_trove import tools
 from hermes_trove.config import load_config
@@ -192,6 +193,7 @@ def suite(tmp_path_factory):
     planted = {}
     for session, facts, tasks in (("A", FACTS_A, 70), ("B", FACTS_B, 30)):
         store.ensure_session(session, source="cli")
+        Owners(store.db).record(session, LOCAL_OWNER)   # the profile's CLI user
         messages, where = conversation(rng, facts, tasks, DISTRACTORS if session == "A" else ())
         ids = store.ingest(session, messages, now=START).store_ids
         summarize_session(store, dag, session, ids)

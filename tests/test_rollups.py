@@ -21,10 +21,12 @@ from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.ingest.policy import policy_for
 from hermes_trove.storage.database import Database
+from hermes_trove.storage.owners import Owners
 from hermes_trove.storage.timeline import Timeline
 from hermes_trove.store import Store
 
 COUNTER = tokens.get_counter()
+OWNER = "telegram:user:7"
 
 
 def at(day, hour=10, minute=0, month=3) -> float:
@@ -57,6 +59,7 @@ class World:
         self.ids: dict[str, list[int]] = {}
         for session, (day, words) in SESSIONS.items():
             self.store.ensure_session(session, source="telegram")
+            Owners(self.db).record(session, OWNER, platform="telegram")   # one person's
             self.ids[session] = self.say(session, day, words)
         # Tuesday's and last week's turns are summarized into leaves; the others stay raw
         self.leaves = {s: self.leaf(s, f"Summary: {SESSIONS[s][1]} (leaf)")
@@ -222,7 +225,7 @@ def test_rollups_build_finished_periods_and_are_preferred(world):
 def test_a_rollup_spanning_other_sessions_stays_out_of_the_default_scope(world):
     world.say("tue", 18, "mango follow-up", hour=12)
     world.build()
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     assert world.timeline.sessions_of(day["rollup_id"]) == ["tue", "wed"]
     mine = call(world.ctx("wed"), "trove_recent", period="yesterday")
     assert mine["used"] == ["messages"] and words_in(mine) == {"wed"}
@@ -238,10 +241,10 @@ def test_rollup_text_comes_from_the_escalating_summarizer(world):
         return "LLM rollup: the team settled things."
 
     world.build(llm_call=llm)
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     assert day["level"] == 1 and "LLM rollup" in day["text"]
     assert any("papaya rollback agreed" in p for p in prompts)
-    assert world.timeline.get_rollup("day", "2026-03-16", "UTC")["model"] == "default"
+    assert world.timeline.get_rollup("day", "2026-03-16", "UTC", OWNER)["model"] == "default"
 
 
 def test_without_a_model_rollups_fall_back_to_the_deterministic_digest(world):
@@ -249,15 +252,15 @@ def test_without_a_model_rollups_fall_back_to_the_deterministic_digest(world):
         raise TimeoutError("provider down")
 
     world.build(llm_call=down)
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     assert day["level"] == 3 and day["model"] == "deterministic"
     assert world.timeline.descendant_store_ids(day["rollup_id"]) == world.ids["wed"]
 
 
 def test_a_late_message_makes_its_day_and_week_stale_and_the_rebuild_includes_it(world):
     world.build()
-    day = world.timeline.get_rollup("day", "2026-03-12", "UTC")
-    week = world.timeline.get_rollup("week", "2026-W11", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-12", "UTC", OWNER)
+    week = world.timeline.get_rollup("week", "2026-W11", "UTC", OWNER)
     late = world.say("prev", 12, "zucchini late addendum", hour=21)
     status = world.status()
     assert status[("day", "2026-03-12")] == "stale" and status[("week", "2026-W11")] == "stale"
@@ -268,7 +271,7 @@ def test_a_late_message_makes_its_day_and_week_stale_and_the_rebuild_includes_it
     report = world.build()
     assert {(b["kind"], b["key"]) for b in report.built} == {("day", "2026-03-12"),
                                                              ("week", "2026-W11")}
-    rebuilt = world.timeline.get_rollup("day", "2026-03-12", "UTC")
+    rebuilt = world.timeline.get_rollup("day", "2026-03-12", "UTC", OWNER)
     assert rebuilt["rollup_id"] == day["rollup_id"] and rebuilt["built_at"] == NOW
     assert set(late) <= set(world.timeline.descendant_store_ids(week["rollup_id"]))
     assert "zucchini" in rebuilt["text"]
@@ -282,7 +285,7 @@ def test_a_new_leaf_over_raw_rollup_sources_makes_the_day_stale(world):
     world.leaves["wed"] = world.leaf("wed", "Summary: papaya (leaf)")
     assert world.status()[("day", "2026-03-18")] == "stale"
     world.build()
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     assert world.timeline.sources(day["rollup_id"]) == [
         {"ordinal": 0, "kind": "node", "id": world.leaves["wed"]}]
 
@@ -291,7 +294,7 @@ def test_month_lineage_expands_down_to_the_exact_raw_text(world):
     world.now = at(2, 9, month=4)                         # March is over
     report = world.build(max_builds=50)
     assert not report.errors and not report.waiting
-    month = world.timeline.get_rollup("month", "2026-03", "UTC")
+    month = world.timeline.get_rollup("month", "2026-03", "UTC", OWNER)
     assert month is not None and month["session_count"] == 5 and month["message_count"] == 10
     everything = {i for ids in world.ids.values() for i in ids}
     assert set(world.timeline.descendant_store_ids(month["rollup_id"])) == everything
@@ -319,7 +322,7 @@ def test_month_lineage_expands_down_to_the_exact_raw_text(world):
 
 def test_reading_a_rollup_needs_the_scope_of_all_its_sessions(world):
     world.build()
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     refused = call(world.ctx(), "trove_expand", rollup_id=day["rollup_id"])
     assert "session_scope='all'" in refused["error"]
     assert "not found" in call(world.ctx(), "trove_expand", rollup_id=999)["error"]
@@ -333,7 +336,7 @@ def test_ignored_and_stateless_sessions_never_feed_rollups(tmp_path):
     world.say("cron-7", 18, "durian nightly job", source="cron")
     world.say("scratch-1", 18, "feijoa scratchpad")
     world.build()
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     assert world.timeline.sessions_of(day["rollup_id"]) == ["wed"]
     assert "papaya" in day["text"]
     assert "durian" not in day["text"] and "feijoa" not in day["text"]
@@ -355,7 +358,7 @@ def test_builds_are_bounded_per_pass_and_weeks_wait_for_their_days(world):
 def test_doctor_lineage_check_reports_dangling_sources(world):
     world.build()
     assert world.timeline.lineage_problems() == []
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     with world.db.transaction() as conn:
         conn.execute("DELETE FROM messages WHERE store_id = ?", (world.ids["wed"][0],))
     problems = world.timeline.lineage_problems()
@@ -391,7 +394,7 @@ def test_a_big_day_is_summarized_in_chunks_then_merged(world):
         return digest_llm(prompt, model, timeout)
 
     world.build(llm_call=llm, chunk_tokens=60)
-    day = world.timeline.get_rollup("day", "2026-03-18", "UTC")
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
     day_prompts = [p for p in prompts if "papaya" in p]
     assert len(day_prompts) > 2 and any("part1" in p for p in day_prompts)
     assert day["level"] == 1 and "papaya" in day["text"] and day["message_count"] == 22
@@ -413,6 +416,7 @@ def test_recent_lists_everything_of_the_period_and_nothing_out_of_scope(tmp_path
     world = World(home)
     for name in ("p1", "p2", "p3"):
         world.store.ensure_session(name, source="cli")
+        Owners(world.db).record(name, OWNER, platform="cli")
         times = sorted(data.draw(st.lists(st.floats(at(2), at(19, 14)), min_size=1,
                                           max_size=12), label=f"{name} times"))
         ids = world.store.ingest(name, [{"role": "user", "content": f"{name} note {i}",
@@ -432,9 +436,16 @@ def test_recent_lists_everything_of_the_period_and_nothing_out_of_scope(tmp_path
     scope = data.draw(st.sampled_from(["current", "all"]), label="scope")
     ctx = world.ctx(caller)
     answer = call(ctx, "trove_recent", period=period, session_scope=scope, limit=50)
-    assert answer["total"] <= 50          # small worlds: one page holds everything
+    items = answer["items"]
+    while answer["next_offset"] is not None:
+        answer = call(ctx, "trove_recent", period=period, session_scope=scope, limit=50,
+                      offset=answer["next_offset"])
+        items += answer["items"]
     reached: set[int] = set()
-    for item in answer["items"]:
+    sessions = {i["session_id"] for i in items if i["kind"] == "session"}
+    for item in items:
+        if item["kind"] == "session":
+            continue                      # a digest; its raw messages are listed after
         if item["kind"] == "message":
             reached.add(item["store_id"])
         elif item["kind"] == "summary":
@@ -452,3 +463,176 @@ def test_recent_lists_everything_of_the_period_and_nothing_out_of_scope(tmp_path
             (start, end)) if scope == "all" or r[1] == caller}
     assert expected <= reached
     world.db.close()
+
+
+# ---------------------------------------------------------------- issue 25
+def test_a_day_held_by_a_leaf_of_the_day_before_never_blocks_its_week(world):
+    """Sunday's messages sit in a leaf that began on Saturday: Sunday has nothing of its
+    own (Saturday's rollup holds the leaf), so no "no sources" error and the week builds."""
+    world.store.ensure_session("late", source="telegram")
+    Owners(world.db).record("late", OWNER, platform="telegram")
+    ids = world.store.ingest("late", [
+        {"role": "user", "content": "Saturday night: persimmon idea", "timestamp": at(14, 23, 50)},
+        {"role": "assistant", "content": "Noted the persimmon idea.", "timestamp": at(15, 0, 10)}],
+        now=STORED_AT).store_ids
+    world.ids["late"] = ids
+    world.leaf("late", "Summary: persimmon idea over midnight (leaf)")
+    report = world.build(max_builds=50)
+    assert not report.errors, report.errors
+    status = world.status()
+    assert ("day", "2026-03-15") not in status and status[("day", "2026-03-14")] == "ready"
+    assert status[("week", "2026-W11")] == "ready"
+    saturday = world.timeline.get_rollup("day", "2026-03-14", "UTC", OWNER)
+    assert set(ids) <= set(world.timeline.descendant_store_ids(saturday["rollup_id"]))
+
+
+def test_a_raw_built_day_covered_later_by_an_earlier_leaf_is_removed_not_stale_forever(world):
+    """Wednesday is rolled up from raw rows; then a leaf that began on Tuesday takes them
+    in. Wednesday's rollup has nothing of its own left: it goes (with its week, rebuilt),
+    Tuesday's rollup is rebuilt over the leaf, and nothing stays stale."""
+    world.build(max_builds=50)
+    wednesday = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
+    assert wednesday is not None
+    early = world.say("wed", 17, "papaya prelude", hour=23)
+    world.ids["wed"] = early + world.ids["wed"]
+    world.leaves["wed"] = world.leaf("wed", "Summary: papaya prelude and rollback (leaf)")
+    report = world.build(max_builds=50)
+    assert not report.errors, report.errors
+    assert wednesday["rollup_id"] in report.removed
+    assert world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER) is None
+    assert "stale" not in world.status().values()
+    tuesday = world.timeline.get_rollup("day", "2026-03-17", "UTC", OWNER)
+    assert {"kind": "node", "id": world.leaves["wed"]} in [
+        {"kind": s["kind"], "id": s["id"]} for s in world.timeline.sources(tuesday["rollup_id"])]
+
+
+def test_rollups_are_per_owner_and_no_prompt_mixes_two_people(world):
+    """A shared gateway: Bob chats on Wednesday too. Each person gets a day rollup of
+    their own sessions; no summarizer prompt holds both; each reads only their own."""
+    bob = "telegram:user:8"
+    world.store.ensure_session("bob-wed", source="telegram")
+    Owners(world.db).record("bob-wed", bob, platform="telegram")
+    world.ids["bob-wed"] = world.say("bob-wed", 18, "durian secret 4711", hour=15)
+    world.store.ensure_session("bob-thu", source="telegram")
+    Owners(world.db).record("bob-thu", bob, platform="telegram")
+    world.say("bob-thu", 19, "feijoa today", hour=9)
+    prompts = []
+
+    def llm(prompt, model, timeout):
+        prompts.append(prompt)
+        return digest_llm(prompt, model, timeout)
+    report = world.build(llm_call=llm, max_builds=50)
+    assert not report.errors
+    assert prompts and not any("durian" in p and ("papaya" in p or "kiwi" in p)
+                               for p in prompts)
+    mine = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
+    theirs = world.timeline.get_rollup("day", "2026-03-18", "UTC", bob)
+    assert world.timeline.sessions_of(mine["rollup_id"]) == ["wed"]
+    assert world.timeline.sessions_of(theirs["rollup_id"]) == ["bob-wed"]
+    alice = call(world.ctx("thu"), "trove_recent", period="yesterday", session_scope="all")
+    assert alice["used"] == ["rollups"] and "durian" not in json.dumps(alice)
+    robert = call(world.ctx("bob-thu"), "trove_recent", period="yesterday", session_scope="all")
+    assert robert["used"] == ["rollups"] and "durian" in json.dumps(robert)
+    assert "papaya" not in json.dumps(robert)
+    assert "not found" in call(world.ctx("thu"), "trove_expand", rollup_id=theirs["rollup_id"],
+                               session_scope="all")["error"]
+
+
+def test_expanding_a_week_checks_scope_and_freshness_of_every_child(world):
+    """The week's child days are rendered only when the caller may read them whole and
+    they are ready: a day rebuilt with material the caller may not read is withheld."""
+    world.build(max_builds=50)
+    week = world.timeline.get_rollup("week", "2026-W11", "UTC", OWNER)
+    day = world.timeline.get_rollup("day", "2026-03-12", "UTC", OWNER)
+    shown = call(world.ctx(), "trove_expand", rollup_id=week["rollup_id"], session_scope="all")
+    assert [s.get("rollup_id") for s in shown["sources"]] == [day["rollup_id"]]
+    assert "lighthouse" in json.dumps(shown)
+    # the day now also holds someone else's session (as an older build mixing owners did)
+    world.store.ensure_session("eve", source="telegram")
+    Owners(world.db).record("eve", "telegram:user:9", platform="telegram")
+    with world.db.transaction() as conn:
+        conn.execute("UPDATE rollups SET text = text || ' eve-secret-0815' WHERE rollup_id = ?",
+                     (day["rollup_id"],))
+        conn.execute("INSERT INTO rollup_sessions(rollup_id, session_id) VALUES (?, 'eve')",
+                     (day["rollup_id"],))
+    out = call(world.ctx(), "trove_expand", rollup_id=week["rollup_id"], session_scope="all")
+    assert "eve-secret-0815" not in json.dumps(out)
+    assert out["sources"][0]["withheld"] == "out of scope"
+    with world.db.transaction() as conn:
+        conn.execute("DELETE FROM rollup_sessions WHERE session_id = 'eve'")
+    world.say("prev", 12, "zucchini late addendum", hour=21)      # the day is stale now
+    out = call(world.ctx(), "trove_expand", rollup_id=week["rollup_id"], session_scope="all")
+    assert out["state"] == "stale" and out["sources"][0]["withheld"] == "stale"
+    assert "eve-secret-0815" not in json.dumps(out)
+
+
+def test_recent_without_rollups_shows_every_session_of_the_period_first(tmp_path):
+    """Rollups off: two sessions of yesterday, 24 messages each. The first page (10
+    items) holds a digest of each (when, how many, first request, key terms, a load
+    handle that works), then the raw messages page on."""
+    world = World(tmp_path, rollups_enabled="false")
+    for name, (topic, hour) in {"morning": ("grapefruit invoices", 8),
+                                "evening": ("tangerine deployment", 18)}.items():
+        world.store.ensure_session(name, source="telegram")
+        Owners(world.db).record(name, OWNER, platform="telegram")
+        world.store.ingest(name, [
+            {"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"{'Please sort the' if i == 0 else 'More on'} {topic} step {i}",
+             "timestamp": at(18, hour, i)} for i in range(24)], now=STORED_AT)
+    page = call(world.ctx(), "trove_recent", period="yesterday", session_scope="all")
+    digests = {i["session_id"]: i for i in page["items"] if i["kind"] == "session"}
+    assert set(digests) == {"morning", "evening"}    # Wednesday's 2-message session: raw
+    morning = digests["morning"]
+    assert morning["message_count"] == 24 and morning["from"] == "2026-03-18T08:00:00Z"
+    assert morning["first_request"] == "Please sort the grapefruit invoices step 0"
+    assert "grapefruit" in morning["key_terms"] and "invoices" in morning["key_terms"]
+    loaded = call(world.ctx(), morning["load"]["tool"], **morning["load"]["args"])
+    assert loaded["messages"][0]["content"] == "Please sort the grapefruit invoices step 0"
+    assert page["has_more"] and page["total"] > 48
+    rest, offset = [], page["next_offset"]
+    while offset is not None:
+        more = call(world.ctx(), "trove_recent", period="yesterday", session_scope="all",
+                    offset=offset, limit=50)
+        rest += more["items"]
+        offset = more["next_offset"]
+    assert sum(1 for i in page["items"] + rest if i["kind"] == "message") == 48 + 2
+    world.db.close()
+
+
+def test_migration_11_keeps_single_owner_rollups_and_drops_mixed_ones(tmp_path, monkeypatch):
+    from hermes_trove.storage import migrations
+    path = str(tmp_path / "old.db")
+    monkeypatch.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] <= 9])
+    db = Database(path)
+    Store(db).ensure_session("a", source="cli")
+    Store(db).ensure_session("b", source="cli")
+    Owners(db).record("a", "local")
+    Owners(db).record("b", "telegram:user:2")
+    with db.transaction() as conn:
+        def rollup(kind, key, sessions, children=()):
+            rid = conn.execute(
+                "INSERT INTO rollups(kind, period_key, time_zone, period_start, period_end, text,"
+                " token_count, source_token_count, level, model, message_count, session_count,"
+                " watermark, built_at) VALUES (?, ?, 'UTC', 0, 1, 't', 1, 1, 3, '', 1, 1, 'w', 0)",
+                (kind, key)).lastrowid
+            for o, child in enumerate(children):
+                conn.execute("INSERT INTO rollup_sources(rollup_id, ordinal, child_rollup_id)"
+                             " VALUES (?, ?, ?)", (rid, o, child))
+            conn.executemany("INSERT INTO rollup_sessions VALUES (?, ?)",
+                             [(rid, s) for s in sessions])
+            return rid
+        solo = rollup("day", "2026-03-16", ["a"])
+        mixed = rollup("day", "2026-03-17", ["a", "b"])
+        week = rollup("week", "2026-W12", ["a", "b"], [solo, mixed])
+        solo_week = rollup("week", "2026-W11", ["a"], [solo])
+    db.close()
+    monkeypatch.undo()
+    db = Database(path)
+    timeline = Timeline(db)
+    assert {r["rollup_id"]: r["owner"] for r in timeline.all_rollups()} == {
+        solo: "local", solo_week: "local"}
+    assert timeline.sources(solo_week) == [{"ordinal": 0, "kind": "rollup", "id": solo}]
+    assert timeline.sessions_of(solo) == ["a"] and mixed and week
+    with db.reading() as conn:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    db.close()

@@ -8,6 +8,7 @@ import yaml
 from hermes_trove.diagnostics import health
 from hermes_trove import schemas, tools
 from hermes_trove.compaction import tokens
+from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.storage.database import Database
@@ -27,8 +28,9 @@ class Env:
         environ = {f"TROVE_{k.upper()}": str(v) for k, v in config_env.items()}
         self.config = load_config(environ=environ, hermes_home=tmp_path)
         self.tmp = tmp_path
-        for sid in ("A", "B"):
+        for sid in ("A", "B"):   # two CLI sessions of the profile: one owner, as bound
             self.store.ensure_session(sid, source="cli")
+            Owners(self.db).record(sid, LOCAL_OWNER, platform="cli")
 
     def ctx(self, session_id="A", **overrides) -> tools.ToolContext:
         fields = dict(store=self.store, dag=self.dag, config=self.config,
@@ -368,6 +370,7 @@ def test_named_session_opens_b_explicitly(env, planted):
 
 def test_carried_nodes_count_as_this_session(env, planted):
     env.store.ensure_session("C")
+    Owners(env.db).record("C", LOCAL_OWNER)
     env.dag.carry_nodes("C", [planted["leaf"]])
     ctx = env.ctx("C")
     out = call(ctx, "trove_expand", node_id=planted["leaf"])

@@ -89,14 +89,19 @@ def _expand_rollup(params: dict, ctx: Any, access: Access, cap: int,
     rollup = timeline.get_rollups([params["rollup_id"]]).get(params["rollup_id"])
     if rollup is None:
         raise ArgumentError(f"rollup_id {params['rollup_id']} not found")
-    outside = [s for s in timeline.sessions_of(rollup["rollup_id"])
-               if not access.allows_session(s)]
-    if outside:
+    if not access.owns_rollup(rollup):
+        raise ArgumentError(f"rollup_id {params['rollup_id']} not found")
+    if not _rollup_readable(timeline, access, rollup):
         raise ArgumentError(f"rollup_id {rollup['rollup_id']} covers other sessions; pass "
                             "session_scope='all' to read it")
     payload: dict = {"rollup_id": rollup["rollup_id"], "period": rollup["kind"],
                      "key": rollup["period_key"],
-                     "child_count": timeline.source_count(rollup["rollup_id"])}
+                     "child_count": timeline.source_count(rollup["rollup_id"]),
+                     "state": timeline.freshness(rollup, policy_for(ctx.config).feeds_rollups)}
+    if payload["state"] != "ready":
+        payload["note"] = ("this rollup is stale (its material changed since it was built): "
+                           "its sources below are current and scope-checked; child rollups "
+                           "that are not ready are withheld")
     return _source_page(params, ctx, access, cap, exact_ref, payload,
                         lambda offset, limit: timeline.sources(rollup["rollup_id"], offset, limit))
 
@@ -120,21 +125,35 @@ def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bo
 
 def _render_children(ctx: Any, access: Access, children: list[dict], per_item: int,
                      exact_ref: bool) -> list[dict]:
+    """A page of a node's or rollup's children, each checked on its own: a child the
+    caller may not read (another session, another owner) or a child rollup that is
+    not ready (rebuilt since with other material) is withheld, never rendered."""
     nodes = ctx.dag.get_nodes([c["id"] for c in children if c["kind"] == "node"])
     rows = ctx.store.get_messages([c["id"] for c in children if c["kind"] == "message"])
-    rollups = Timeline(ctx.store.db).get_rollups(
-        [c["id"] for c in children if c["kind"] == "rollup"])
+    timeline = Timeline(ctx.store.db)
+    rollups = timeline.get_rollups([c["id"] for c in children if c["kind"] == "rollup"])
+    eligible = policy_for(ctx.config).feeds_rollups
     items = []
     for child in children:
-        if child["id"] not in (rollups if child["kind"] == "rollup" else
-                               nodes if child["kind"] == "node" else rows):
+        found = (rollups if child["kind"] == "rollup" else
+                 nodes if child["kind"] == "node" else rows).get(child["id"])
+        if found is None:
             item = {"kind": child["kind"], "missing": True, "id": child["id"]}
         elif child["kind"] == "rollup":
-            item = recent.rollup_item(rollups[child["id"]], per_item)
+            if not (access.owns_rollup(found) and _rollup_readable(timeline, access, found)):
+                item = {"kind": "rollup", "withheld": "out of scope", "id": child["id"]}
+            elif timeline.freshness(found, eligible) != "ready":
+                item = {"kind": "rollup", "withheld": "stale", "id": child["id"],
+                        "period": found["kind"], "key": found["period_key"]}
+            else:
+                item = recent.rollup_item(found, per_item)
         elif child["kind"] == "node":
-            item = _node_summary(nodes[child["id"]], access, per_item)
+            item = (_node_summary(found, access, per_item) if access.node_ok(found) else
+                    {"kind": "node", "withheld": "out of scope", "id": child["id"]})
         else:
-            item = message_item(rows[child["id"]], access, budget=per_item, exact_ref=exact_ref)
+            item = (message_item(found, access, budget=per_item, exact_ref=exact_ref)
+                    if access.message_ok(found) else
+                    {"kind": "message", "withheld": "out of scope", "id": child["id"]})
         item["ordinal"] = child["ordinal"]
         items.append(item)
     return items
@@ -233,10 +252,10 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
         extra_nodes=([] if scope == "all" else
                      list(ctx.dag.get_nodes(ctx.dag.carried_node_ids(current)).values())),
         node_ok=access.node_ok, message_ok=access.message_ok,
-        rollup_ok=lambda r: all(access.allows_session(s)
-                                for s in timeline.sessions_of(r["rollup_id"])),
-        time_zone=ctx.config.timezone, eligible=policy_for(ctx.config).feeds_rollups,
-        message_cap=RECENT_MESSAGE_CAP)
+        session_ok=access.allows_session,
+        rollup_ok=lambda r: _rollup_readable(timeline, access, r),
+        owners=access.rollup_owners(), time_zone=ctx.config.timezone,
+        eligible=policy_for(ctx.config).feeds_rollups, message_cap=RECENT_MESSAGE_CAP)
     page = found.items[offset:offset + limit]
     per_item = budget_chars(cap, len(page))
     payload["used"] = found.used
@@ -246,6 +265,9 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     _set_cursor(payload, offset, len(page), "total", "next_offset")
     if found.skipped_stale:
         payload["stale_rollups_skipped"] = found.skipped_stale
+    if found.sessions_capped:
+        payload["sessions_note"] = (f"only the {recent.SESSION_SCAN} sessions active last in "
+                                    "this period are listed; narrow the period")
     if found.messages_capped:
         payload["note"] = (f"only the newest {RECENT_MESSAGE_CAP} unsummarized messages are "
                            "listed; narrow the period or use trove_load_session")
@@ -264,4 +286,29 @@ def _recent_item(kind: str, row: dict, access: Access, per_item: int) -> dict:
         return recent.rollup_item(row, per_item)
     if kind == "node":
         return _node_summary(row, access, per_item)
+    if kind == "session":
+        return _session_digest(row, access, per_item)
     return message_item(row, access, budget=per_item)
+
+
+def _session_digest(row: dict, access: Access, per_item: int) -> dict:
+    """A session of the period without summaries, in a few lines, with the handle
+    that pages its raw messages from the first one of the period."""
+    session = row["session_id"]
+    item = {"kind": "session", "session_id": session, "from": iso(row["first_at"]),
+            "to": iso(row["last_at"]), "message_count": row["message_count"],
+            "first_request": (row["first_request"] or "")[:max(40, per_item // 2)] or None,
+            "key_terms": row["key_terms"]}
+    if row.get("first_request_truncated") or (
+            row["first_request"] and len(row["first_request"]) > max(40, per_item // 2)):
+        item["first_request_truncated"] = True
+    args: dict = {"after_store_id": row["first_store_id"] - 1}
+    if session != access.current:
+        args["session_id"] = session
+    item["load"] = {"tool": "trove_load_session", "args": args}
+    return item
+
+
+def _rollup_readable(timeline: Timeline, access: Access, rollup: dict) -> bool:
+    """Whether a caller may read a rollup: every session under it is in its scope."""
+    return all(access.allows_session(s) for s in timeline.sessions_of(rollup["rollup_id"]))

@@ -52,20 +52,41 @@ class Access:
         self._closure: set[int] | None = None
 
     def owns(self, session: str) -> bool:
-        """Whether ``session`` (canonical) belongs to the caller's owner."""
-        return (self.every_owner or session == self.current
-                or self._owners.owner_of(session) == self.owner)
+        """Whether ``session`` (canonical) belongs to the caller's owner. A session
+        with no owner recorded (the caller's own or the other) is nobody's: only
+        itself and operators read it (fail closed)."""
+        if self.every_owner or session == self.current:
+            return True
+        return self.owner is not None and self._owners.owner_of(session) == self.owner
 
     def search_sessions(self) -> tuple[str, ...] | None:
         """Sessions whose raw rows a search covers (None = all)."""
         if self.scope == "all":
-            if self.every_owner or not self._owners.others_exist(self.owner):
+            if self.every_owner:
                 return None  # every session is readable: no filter at all
+            if self.owner is None:
+                return (self.current,)   # an unknown owner reads only its own session
+            if not self._owners.others_exist(self.owner):
+                return None  # every session is this owner's: no filter at all
             if self._owned is None:
                 self._owned = tuple(sorted(
                     {*self._owners.canonical_sessions_of(self.owner), self.current}))
             return self._owned
         return (self.named,) if self.named else (self.current,)
+
+    def rollup_owners(self) -> tuple[str, ...] | None:
+        """Whose rollups this call may list (None = every owner's): the caller's own
+        owner's, or every owner's for operators and ``TROVE_CROSS_OWNER_RECALL``; a
+        session with no owner has none."""
+        if self.every_owner:
+            return None
+        return (self.owner,) if self.owner is not None else ()
+
+    def owns_rollup(self, rollup: dict) -> bool:
+        """Whether a rollup is of an owner this call may read (another owner's is "not
+        found": its existence is not revealed)."""
+        owners = self.rollup_owners()
+        return owners is None or rollup.get("owner") in owners
 
     def carried(self) -> set[int]:
         """Nodes carried into this session and everything under them."""
