@@ -683,9 +683,16 @@ class TroveEngine(SessionBinding, ToolSide, Maintenance, ContextEngine):
 
         # 1. a count-protected tail within a share of the room; 2. as much of it as
         # fits beside the block; 3. only the newest user message and tool group.
-        passes = [(cfg.fresh_tail_count, assemble.tail_token_cap(room, cfg.fresh_tail_max_tokens),
-                   cfg.condense_fanout), (cfg.fresh_tail_count, None, cfg.condense_fanout),
-                  (1, 0, 2)]
+        first_cap = assemble.tail_token_cap(room, cfg.fresh_tail_max_tokens)
+        newest, _ = assemble.choose_tail(live_msgs, units, max_count=1, max_tokens=0,
+                                         count=tail_cost)
+        if sum(tail_cost(live_msgs[i]) for i in newest) > first_cap \
+                and not cfg.fresh_tail_max_tokens:
+            # a big newest turn does not starve the rest: older turns that fit beside
+            # the block's minimum still stay raw
+            first_cap = max(first_cap, room - min(2_000, room))
+        passes = [(cfg.fresh_tail_count, first_cap, cfg.condense_fanout),
+                  (cfg.fresh_tail_count, None, cfg.condense_fanout), (1, 0, 2)]
         result, omitted, host_final, final = messages, [], 0, 0
         block_cost, gave_way, tail_cut, frontier_ids = 0, False, False, None
         for max_count, max_tokens, fanout in passes:

@@ -45,10 +45,10 @@ def load(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> l
 def each(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> Iterator[View]:
     """The session's views, newest first, read one at a time (a reader that is
     answered by the newest few never decodes the rest)."""
-    cursor = conn.execute(
+    rows = conn.execute(
         "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id = ?"
-        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit))
-    for row in iter(cursor.fetchone, None):
+        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
+    for row in rows:  # fetched at once (no statement left open), decoded as needed
         yield _view(row)
 
 

@@ -83,9 +83,10 @@ def _undo_and_retry(server, home):
     rows = [r[0] for r in db.execute(
         "SELECT content FROM messages WHERE role = 'user' ORDER BY store_id")]
     # Every user turn the host ran is stored once, in order: the 30 (the undone one
-    # stays stored), the three after the /undo; /retry re-sends that same "continue".
+    # stays stored), the two after the /undo, and the /retry's re-send, which the user
+    # sent again: a row of its own (storage/identity, rule 2).
     assert rows == ["continue"] * 30 + ["something else: deploy to staging instead",
-                                        "continue", "continue"]
+                                        "continue", "continue", "continue"]
     covered = [r[0] for r in db.execute(
         "SELECT child_store_id FROM node_edges WHERE child_store_id IS NOT NULL")]
     assert len(covered) == len(set(covered))

@@ -45,6 +45,10 @@ def two_sessions(home):
     second = make_engine(home, session="second")
     second.ingest([{"role": "user", "content": "note this down"},
                    {"role": "assistant", "content": FACT}])
+    import threading   # the background FTS check reads on a connection of its own
+    for thread in threading.enumerate():
+        if thread.name.startswith("trove-") and thread is not threading.current_thread():
+            thread.join(timeout=30)
     close_databases()
 
 
