@@ -312,17 +312,14 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
     ``turn_index`` is where the turn's user message stands (rule 2). Gaps are
     returned for the caller to look up in the store (``align_gap``)."""
     best: tuple[int, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
-    present = [fp for fp in shown if fp is not None]
-    wanted = len(present)
+    wanted = sum(1 for fp in shown if fp is not None)
     for view in views:  # newest first; ``views`` may be a lazy iterator
         ids, matched = read_against(shown, view)
         # The engine's own block is the strongest evidence of which list this is.
         score = sum(1 for sid in ids if sid is not None)
         if matched and score > best[0]:
             best = (score, matched, ids, view)
-        # Explained entirely, or the list just goes on from this view: older views
-        # cannot explain it better.
-        if score >= wanted or (matched and present[:len(view.entries)] == view.fingerprints()):
+        if score >= wanted:  # explained entirely: no older view can do better
             break
     _, matched, ids, view = best
     if turn_index is not None:
