@@ -1,0 +1,371 @@
+"""Which stored row each shown message is: the store's half of ``storage/identity``.
+
+``Store`` inherits these methods (``Alignment``): ``_identify`` applies identity's rules
+inside the ingest transaction (the session's views, the rows a gap may be, another
+session's views for a handed-over list), and the legacy anchored alignment serves
+lists no view explains. All SQL here reads messages, nodes' lineage and views; the
+rows themselves are written by ``store.Store.ingest``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from . import identity, views
+
+# At most this many stored copies of the first shown message are tried as anchors.
+ANCHOR_CANDIDATES = 16
+# Stored rows read past the shown list's length when aligning (room for skipped rows).
+ALIGN_SLACK = 64
+# A block whose tail is unknown is aligned against unsummarized rows among this many
+# times the shown list's length of the session's newest rows.
+FRESH_SCAN_FACTOR = 8
+
+
+@dataclass
+class _Identified:
+    """Identity's answer for one list: store_ids (None: new), the engine's own
+    elements, and the elements of another session's list (never stored)."""
+
+    store_ids: list[int | None]
+    engine: list[bool]
+    foreign: frozenset[int] = frozenset()
+    foreign_of: str | None = None
+
+
+def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
+                 flags: Sequence[bool]) -> list[tuple[str, int]]:
+    """A list's view: each element's fingerprint with its row, or with
+    ``BLOCK_ID``/``ACK_ID`` for the engine's own; elements with neither are left out."""
+    fps = shown.reading_fps(flags)
+    entries = []
+    for i, fp in enumerate(fps):
+        if fp is None:
+            continue
+        if flags[i]:
+            entries.append((fp, identity.ACK_ID if i in shown.ack_at else identity.BLOCK_ID))
+        elif alignment[i] is not None:
+            entries.append((fp, int(alignment[i])))
+    return entries
+
+
+@dataclass(frozen=True)
+class KnownTail:
+    """What the engine returned after one of its summary blocks: the raw messages
+    after it were ``store_ids``; ``nodes`` was the highest node_id when the block
+    was rendered (summaries above it were written later; None when not known).
+
+    A list carrying that block starts with those messages, as far as the host
+    did not rewrite them (/undo, /retry, edits). What follows is aligned in order
+    against unsummarized rows after the last match: rows stored later (by a
+    hook), or newer turns the host keeps verbatim beside a manual /compress of
+    the older part; anything else is new."""
+
+    store_ids: tuple[int, ...]
+    low: int
+    nodes: int | None = None
+
+
+
+class Alignment:
+    """The identity half of ``store.Store`` (a mixin: it uses only the connection
+    the caller passes and ``self.db``)."""
+
+    def _identify(self, conn, session_id: str, shown: identity.Shown,
+                  hashes: list[str | None], hint: identity.View | None,
+                  known: KnownTail | None) -> "_Identified":
+        """Which row each shown element is (``storage/identity``, rules 1-5)."""
+        if hint is not None and hint.session == session_id:
+            fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
+            if fast is not None:
+                return fast
+        known_blocks = views.block_fps(conn, session_id)
+        if shown.copy_from:  # a /branch shows its parent's block before it has views
+            known_blocks |= views.block_fps(conn, shown.copy_from)
+        found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
+                                 gaps=True, known_blocks=known_blocks)
+        if found is not None and not found.foreign:
+            open_ = self._unexplained(shown, found)
+            if open_:
+                # Part of it is no view's: a whole-transcript list from before the ring
+                # (a stale copy, a replay) may line up with the history as it stands.
+                legacy = self._legacy_alignment(conn, session_id, self._masked(
+                    shown, hashes, found.engine), known, any(found.engine))
+                if identity.matched_count(legacy) > sum(
+                        1 for sid in found.store_ids if sid is not None):
+                    return _Identified(legacy, found.engine)
+        if found is not None:
+            return found
+        # No view explains the list: another session's list, or one from before views.
+        flags = shown.engine_flags(known_blocks)
+        body = [i for i, fp in enumerate(shown.fps) if fp is not None and not flags[i]
+                and (shown.turn_index is None or i < shown.turn_index)]
+        owner = identity.foreign_owner([shown.fps[i] for i in body], 0,
+                                       views.load_others(conn, session_id)
+                                       ) if shown.handover else None
+        if owner is not None and owner.session != shown.copy_from:
+            return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
+                               foreign_of=owner.session)
+        alignment = self._legacy_alignment(conn, session_id, self._masked(shown, hashes, flags),
+                                           known, any(flags) or bool(shown.preinserted))
+        return _Identified(alignment, flags)
+
+    @staticmethod
+    def _masked(shown: identity.Shown, hashes: list[str | None],
+                flags: list[bool]) -> list[str | None]:
+        """Content hashes for the legacy rule: none for the engine's own elements, and
+        none from the turn's user message on (rule 2: those are new)."""
+        out = [None if flags[i] else h for i, h in enumerate(hashes)]
+        if shown.turn_index is not None:
+            out = out[:shown.turn_index] + [None] * (len(out) - shown.turn_index)
+        return out
+
+    @staticmethod
+    def _unexplained(shown: identity.Shown, found: "_Identified") -> list[int]:
+        """Conversational elements before the turn that no row explains yet."""
+        limit = len(shown.fps) if shown.turn_index is None else shown.turn_index
+        return [i for i in range(limit) if shown.fps[i] is not None and not found.engine[i]
+                and found.store_ids[i] is None]
+
+    def _read_views(self, conn, session_id: str, shown: identity.Shown,
+                    candidates: Iterable[identity.View], *, gaps: bool,
+                    known_blocks: set[str] | None = None) -> "_Identified | None":
+        """Read the list against ``candidates`` (newest first); None when they explain
+        nothing (or, without ``gaps``, when the list is not explained whole)."""
+        candidates = iter(candidates)
+        if known_blocks is None:
+            candidates = list(candidates)
+            known_blocks = {fp for v in candidates for fp, sid in v.entries
+                            if sid == identity.BLOCK_ID}
+        flags = shown.engine_flags(known_blocks)
+        fps = shown.reading_fps(flags)
+        blocks = {fps[i] for i, flag in enumerate(flags) if flag}
+        if blocks:  # a list carrying one of the engine's blocks is read against its views
+            candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
+        reading = identity.read(fps, candidates, turn_index=shown.turn_index)
+        if reading.view is None:
+            return None
+        ids = reading.store_ids
+        if not gaps:  # the fast path: the one view explains every element before the turn
+            if reading.gaps:
+                return None
+            return _Identified(identity.replies_follow(
+                [sid if sid is not None and sid > 0 else None for sid in ids], fps,
+                shown.roles, flags), flags)
+        taken = {sid for sid in ids if sid is not None and sid > 0}
+        for start, end, before, after in reading.gaps:
+            run = fps[start:end]
+            # After the engine's block only rows no summary covers are candidates: the
+            # block stands for the summarized ones (a repeated "ok" is never mapped
+            # onto an old, summarized copy and dropped from the prompt).
+            rows = self._gap_rows(conn, session_id, before, after,
+                                  sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
+                                  fresh_only=any(flags[:start]))
+            for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
+                                                            taken=taken)):
+                if sid is not None:
+                    ids[start + offset] = sid
+                    taken.add(sid)
+        alignment = identity.replies_follow(
+            [sid if sid is not None and sid > 0 else None for sid in ids], fps,
+            shown.roles, flags)
+        limit = len(fps) if shown.turn_index is None else shown.turn_index
+        open_ = [i for i in range(limit) if fps[i] is not None and not flags[i]
+                 and alignment[i] is None]
+        wanted = sum(1 for i in range(limit) if fps[i] is not None and not flags[i])
+        if shown.handover and len(open_) >= 2 and len(open_) * 2 > wanted:
+            # Most of it is unexplained: it may be another session's list (rule 4).
+            owner = identity.foreign_owner([fps[i] for i in range(limit) if not flags[i]],
+                                           wanted - len(open_),
+                                           views.load_others(conn, session_id))
+            if owner is not None and owner.session != shown.copy_from:
+                return _Identified(alignment, flags, foreign=frozenset(open_),
+                                   foreign_of=owner.session)
+        return _Identified(alignment, flags)
+
+    @staticmethod
+    def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
+                  limit: int, *, fresh_only: bool) -> list[tuple[int, str]]:
+        """``(store_id, fingerprint)`` of the session's rows a gap may be: between
+        its neighbours' rows, before the first (the newest of them) or after the last;
+        with ``fresh_only`` only rows no summary covers."""
+        columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
+        fresh = (" AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                 " WHERE e.child_store_id = m.store_id)" if fresh_only else "")
+        head = f"SELECT {columns} FROM messages AS m WHERE session_id = ?{fresh}"
+        if before is not None and after is not None:
+            rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
+                                f" ORDER BY store_id LIMIT ?",
+                                (session_id, before, after, limit)).fetchall()
+        elif before is not None:
+            rows = conn.execute(f"{head} AND store_id > ? ORDER BY store_id LIMIT ?",
+                                (session_id, before, limit)).fetchall()
+        else:
+            rows = conn.execute(f"{head} AND store_id < ? ORDER BY store_id DESC LIMIT ?",
+                                (session_id, after, limit)).fetchall()[::-1]
+        return [(r[0], identity.fingerprint(r[1], r[2], r[3], r[4], r[5])) for r in rows]
+
+    def _remember(self, conn, session_id: str, shown: identity.Shown,
+                  alignment: list[int | None], flags: list[bool], now: float
+                  ) -> identity.View | None:
+        """Save the view this list gives (its elements' fingerprints and rows)."""
+        entries = view_entries(shown, alignment, flags)
+        if not entries or not shown.origin:
+            return None
+        views.save(conn, session_id, shown.origin, entries, now=now)
+        return identity.View(entries=entries, session=session_id, origin=shown.origin)
+
+    def save_view(self, session_id: str, origin: str, entries: list[tuple[str, int]],
+                  meta: dict | None = None) -> identity.View | None:
+        """Remember a list the engine returned (``compress``): the host shows it back."""
+        if not entries or not origin:
+            return None
+        with self.db.transaction() as conn:
+            canonical = self._canonical(conn, session_id)
+            views.save(conn, canonical, f"{origin}/returned", entries, now=time.time(),
+                       meta=meta, ring=views.RETURNED_RING)
+        return identity.View(entries=list(entries), session=canonical, origin=origin,
+                             meta=dict(meta or {}))
+
+    def known_blocks(self, session_id: str) -> set[str]:
+        """Fingerprints of the summary blocks the session's views hold."""
+        with self.db.reading() as conn:
+            canonical = self._canonical(conn, session_id)
+            return views.block_fps(conn, canonical)
+
+    def block_meta(self, session_id: str, block_fp: str) -> dict | None:
+        """What the engine recorded with the view that holds this block (the frontier
+        it rendered), or None."""
+        with self.db.reading() as conn:
+            canonical = self._canonical(conn, session_id)
+            for view in views.load(conn, canonical):
+                if view.meta and any(fp == block_fp and sid == identity.BLOCK_ID
+                                     for fp, sid in view.entries):
+                    return view.meta
+        return None
+
+    def _legacy_alignment(self, conn, session_id: str, hashes: list[str | None],
+                          known: KnownTail | None, after_block: bool) -> list[int | None]:
+        """Rule 5 of ``storage/identity``: where a list no view explains starts in
+        the stored history (a known tail, the unsummarized rows after a block, or
+        the anchored whole-history search)."""
+        if known is not None:
+            return self._align_known(conn, session_id, hashes, known)
+        if after_block:
+            return self._align_fresh(conn, session_id, hashes)
+        return self._align(conn, session_id, hashes)
+
+    def _align_known(self, conn, session_id: str, hashes: list[str | None],
+                     known: KnownTail) -> list[int | None]:
+        """Align a list that follows the engine's summary block.
+
+        The shown messages line up with the known tail's store_ids as far as they
+        agree (an /undo, /retry or edit changes the list from some point on);
+        what follows is aligned, in order, against the rows after the last match:
+        rows a hook stored later, the verbatim turns beside a manual /compress, or
+        nothing (then it is new). A row already summarized when the block was
+        rendered (by a node up to ``nodes``) is never a candidate; a row only a
+        later compaction summarized is: a stale view shown again must still line
+        up with it.
+        """
+        real = [i for i, h in enumerate(hashes) if h is not None]
+        ids = list(known.store_ids)
+        stored = dict(self._hashes_of(conn, ids))
+        alignment: list[int | None] = [None] * len(hashes)
+        matched, last = 0, known.low - 1
+        for pos, store_id in zip(real, ids):
+            if stored.get(store_id) != hashes[pos] or store_id <= last:
+                break
+            alignment[pos], last, matched = store_id, store_id, matched + 1
+        rest = real[matched:]
+        if rest:
+            window = [(r[0], r[1]) for r in conn.execute(
+                "SELECT store_id, content_hash FROM messages AS m WHERE session_id = ?"
+                " AND store_id > ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                " WHERE e.child_store_id = m.store_id AND e.parent_id <= ?)"
+                " ORDER BY store_id LIMIT ?",
+                (session_id, last, 2**62 if known.nodes is None else known.nodes,
+                 len(rest) + ALIGN_SLACK))]
+            for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest], window)):
+                alignment[pos] = store_id
+        return alignment
+
+    @staticmethod
+    def _fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
+        """``(store_id, hash)`` of the session's newest ``limit`` rows that no summary
+        covers, in store order (looking at most ``FRESH_SCAN_FACTOR * limit`` rows back)."""
+        rows = [(r[0], r[1]) for r in conn.execute(
+            "SELECT store_id, content_hash FROM (SELECT store_id, content_hash FROM messages"
+            " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?) AS m WHERE NOT EXISTS"
+            " (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
+            " ORDER BY store_id DESC LIMIT ?", (session_id, FRESH_SCAN_FACTOR * limit, limit))]
+        return rows[::-1]
+
+    @staticmethod
+    def _hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
+        found = []
+        for start in range(0, len(store_ids), 500):
+            chunk = store_ids[start:start + 500]
+            found += [(r[0], r[1]) for r in conn.execute(
+                f"SELECT store_id, content_hash FROM messages WHERE store_id IN"
+                f" ({','.join('?' * len(chunk))})", chunk)]
+        return found
+
+    def _align_fresh(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
+        """Align a list that follows a summary block whose tail is not known: only
+        the newest rows no summary covers are candidates, anchored at each stored
+        copy of the first shown message; the longest in-order match wins."""
+        wanted = sum(1 for h in hashes if h is not None)
+        first = next((h for h in hashes if h is not None), None)
+        window = self._fresh_rows(conn, session_id, wanted + ALIGN_SLACK)
+        return _best_anchor(hashes, (window[i:] for i, (_, digest) in enumerate(window)
+                                     if digest == first))
+
+    def _align(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
+        """Find where a list without a summary block starts in the stored history.
+
+        Such a list is a whole-transcript view (the host before any compaction, a
+        replay, an import), so any row may match, summarized or not. Candidates
+        are the newest and the oldest stored copies of its first message; from
+        each the list is aligned in order, and the candidate lining up the most
+        messages wins (a list that starts with something new is new throughout).
+        """
+        first = next((h for h in hashes if h is not None), None)
+        if first is None:
+            return [None] * len(hashes)
+        candidates: list[int] = []
+        # The newest copies (a tail shown again) and the oldest (a whole
+        # transcript replayed), both found through the identity index.
+        for order in ("DESC", "ASC"):
+            for r in conn.execute(
+                    f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
+                    f" ORDER BY ordinal {order} LIMIT ?",
+                    (session_id, first, ANCHOR_CANDIDATES)):
+                if r[0] not in candidates:
+                    candidates.append(r[0])
+        span = sum(1 for h in hashes if h is not None) + ALIGN_SLACK
+        windows = ([(r[0], r[1]) for r in conn.execute(
+            "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
+            " AND store_id >= ? ORDER BY store_id LIMIT ?", (session_id, store_id, span))]
+            for store_id in candidates)
+        return _best_anchor(hashes, windows)
+
+def _best_anchor(hashes: list[str | None],
+                 windows: Iterable[Sequence[tuple[int, str]]]) -> list[int | None]:
+    """The in-order alignment that lines up the most shown messages, over candidate
+    windows each starting at a stored copy of the first shown message (the first
+    window wins a tie; all new when there is none)."""
+    wanted = sum(1 for h in hashes if h is not None)
+    best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
+    for window in windows:
+        alignment = identity.align(hashes, window)
+        score = identity.matched_count(alignment)
+        if score > best[0]:
+            best = (score, alignment)
+        if score == wanted:
+            break
+    return best[1]
+
+
