@@ -1,0 +1,204 @@
+"""What the host shows the engine, stored once (a mixin of ``TroveEngine``): the
+ingest entry points, the turn's user message (``pre_llm_call`` / ``post_llm_call``),
+the engine's own blocks in a shown list, per-message counts in both units and the
+real overhead learned after a turn. Which shown message is which row is
+``storage/identity``'s decision; this side prepares what it reads.
+
+Pure moves out of ``engine.py``; the methods read the engine's own attributes
+(``store``, ``policy``, ``config``, ``_memo``, ``counter``...).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from ..binding import forks
+from ..compaction import assemble, known_tails, tokens
+from ..compaction.budget import host_estimator
+from ..storage import codec, identity
+from ..store import KnownTail
+
+log = logging.getLogger(__name__.rsplit(".", 2)[0] + ".engine")  # the engine's own log
+
+
+class IngestSide:
+    """The engine's ingest methods."""
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, messages: list, into: str | None = None) -> list[int | None]:
+        """Store every shown message once; return store_ids aligned with ``messages``.
+
+        ``into`` names the host session the messages belong to when the host says so
+        (``on_session_end``): a session this copy is not bound to gets them, never
+        the bound one. A review fork's turns (from its harness prompt on) are never
+        stored."""
+        return self._ingest(messages, into=into)[0]
+
+    def _ingest(self, messages: list, *, into: str | None = None, system_prompt: bool = True,
+                handover: bool = False) -> tuple[list[int | None], list[bool]]:
+        """Store every shown message once: store_ids aligned with ``messages`` and which
+        of them the engine itself inserted. Only those, a leading system prompt
+        (``system_prompt``) and messages the ignore patterns match are not stored.
+        Which shown message is which row is ``storage/identity``'s decision."""
+        canonical = self._ensure_bound()
+        own = into is None or self.store.canonical_session(into) == canonical
+        if self.review_fork or not (self.stores if own else self._stores_session(into)):
+            # ignored, stateless or a fork: nothing is written
+            return [None] * len(messages), [False] * len(messages)
+        if not own:
+            canonical = self.store.ensure_session(into, conversation_id=self.conversation_id,
+                                                  source=self.platform)
+        user_part = forks.user_part(messages)
+        if user_part is not messages:
+            ids, inserted = self._ingest(user_part, into=into, system_prompt=system_prompt,
+                                         handover=handover)
+            rest = len(messages) - len(user_part)
+            return ids + [None] * rest, inserted + [False] * rest
+        messages = [m if isinstance(m, dict) else {} for m in messages]
+        legacy, known = self._read_blocks(messages)
+        if not own:
+            known = None  # the known tails are this copy's own session's
+        prepare = self.policy.prepare
+        encoded = [None if legacy[i] or (system_prompt and i == 0 and m.get("role") == "system")
+                   else self._memo.encoded(m, prepare) for i, m in enumerate(messages)]
+        fps = [None if e is None else self._memo.fingerprint(m, prepare)
+               for m, e in zip(messages, encoded)]
+        shown = identity.Shown(
+            fps=fps, block_fps={i: identity.fingerprint_block(m.get("content"))
+                                for i, m in enumerate(messages) if assemble.is_block_candidate(m)},
+            ack_at=frozenset(i for i, m in enumerate(messages)
+                             if m.get("role") == "assistant" and assemble.is_trove_message(m)),
+            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
+            origin=self._view_origin(), turn_index=self._turn_index(messages, fps, canonical),
+            copy_from=self._copy_from if own else None,
+            roles=tuple(str(m.get("role") or "") for m in messages), handover=handover)
+        result = self.store.ingest(canonical, messages, skip=[e is None for e in encoded],
+                                   encoded=encoded, conversation_id=self.conversation_id,
+                                   source=self.platform, count_tokens=self.count_message,
+                                   known=known, shown=shown,
+                                   hint=self._view if own else None)
+        self._after_ingest(canonical, messages, fps, shown, result, own)
+        found = self._semantic()
+        if found is not None and found.worker is not None:
+            found.worker.poke()   # embedding happens on the worker's thread, never here
+        return result.store_ids, list(result.engine or [False] * len(messages))
+
+    def _after_ingest(self, canonical: str, messages: list, fps: list, shown, result,
+                      own: bool) -> None:
+        """What one ingest tells this copy: its newest view, the turn's user row, and
+        a list that was another session's (said once)."""
+        if own and result.view is not None:
+            self._view = result.view
+        if result.foreign_of and (canonical, result.foreign_of) not in self._foreign_noted:
+            self._foreign_noted.add((canonical, result.foreign_of))
+            log.info("hermes-trove: a list handed over for session %s is session %s's "
+                     "transcript; nothing of it was stored again", canonical,
+                     result.foreign_of)
+        engine_own = result.engine or [False] * len(messages)
+        newest = next((i for i in range(len(messages) - 1, -1, -1)
+                       if assemble.is_real_user(messages[i]) and not engine_own[i]), None)
+        if shown.turn_index is not None:
+            self._pending_turn = None  # the turn's user message has its row now
+        elif newest is not None and newest in result.new_positions:
+            self._turn_inserted = (canonical, fps[newest])
+        if own:
+            for sid, message in zip(reversed(result.store_ids), reversed(messages)):
+                if sid is not None and assemble.is_real_user(message):
+                    self.current_turn_store_id = sid
+                    break
+
+    def _view_origin(self) -> str:
+        """This copy's name in the views table (a new one per copy and binding)."""
+        if not self._origin:
+            self._origin = uuid.uuid4().hex[:12]
+        return self._origin
+
+    def _turn_index(self, messages: list, fps: list, canonical: str) -> int | None:
+        """Where the turn's user message (``note_user_turn``) stands in this list,
+        while it has no row yet: the very object, else the newest user message with
+        its fingerprint."""
+        pending = self._pending_turn
+        if pending is None or pending[2] != canonical:
+            return None
+        obj, fp = pending[0], pending[1]
+        users = [i for i, m in enumerate(messages) if assemble.is_real_user(m)]
+        for i in reversed(users):
+            if messages[i] is obj:
+                return i
+        if users and fps[users[-1]] == fp:
+            return users[-1]
+        return None
+
+    def note_user_turn(self, message: dict | None) -> None:
+        """``pre_llm_call``: the user just sent ``message``. It is a new message even
+        when its text equals an undone or retried one, so the first list showing it
+        stores it as a new row (``storage/identity`` rule 2), unless this turn's
+        compaction already did."""
+        if not isinstance(message, dict) or not self.canonical_id or not self.stores:
+            return
+        try:
+            fp = self._memo.fingerprint(message, self.policy.prepare)
+        except Exception:  # bookkeeping must never break the turn
+            return
+        done, self._turn_inserted = self._turn_inserted, None
+        if fp is None or done == (self.canonical_id, fp):
+            self._pending_turn = None
+            return
+        self._pending_turn = (message, fp, self.canonical_id)
+
+    def turn_done(self) -> None:
+        """``post_llm_call``: the turn is over; the next user message is a new turn."""
+        self._turn_inserted = None
+
+    def stored_form(self, message: dict) -> dict:
+        """The message as its row holds it (redacted, payloads externalized): what
+        summaries are made from, so no secret or inline payload reaches them."""
+        encoded = self._memo.encoded(message, self.policy.prepare)
+        return message if encoded is None else codec.decode_encoded(encoded)
+
+    def count_message(self, message: dict) -> int:
+        """Tokens of one message, counted once per message object."""
+        return self._memo.tokens(message, self.counter.count_message)
+
+    def count_messages(self, messages: list) -> int:
+        """Tokens of a list of messages (memoized per message)."""
+        return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
+
+    def _engine_own(self, messages: list) -> list[bool]:
+        """Which shown messages are the engine's own block and acknowledgement (a
+        block a view of the session holds, or one an older version remembered)."""
+        legacy, _ = self._read_blocks(messages)
+        candidates = {i: identity.fingerprint_block(m.get("content"))
+                      for i, m in enumerate(messages) if assemble.is_block_candidate(m)}
+        if not candidates or not self.canonical_id:
+            return legacy
+        shown = identity.Shown(
+            fps=[None] * len(messages), block_fps=candidates,
+            ack_at=frozenset(i for i, m in enumerate(messages)
+                             if m.get("role") == "assistant" and assemble.is_trove_message(m)),
+            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag))
+        return shown.engine_flags(self.store.known_blocks(self.canonical_id))
+
+    def _read_blocks(self, messages: list) -> tuple[list[bool], KnownTail | None]:
+        """Which shown messages the engine inserted, and what it returned after the
+        block the list carries (see ``known_tails.read``)."""
+        def state() -> dict:
+            if not self.canonical_id:
+                return {}
+            return (self.store.get_session(self.canonical_id) or {}).get("state", {})
+        self._known_tails, inserted, known = known_tails.read(messages, self._known_tails, state)
+        return inserted, known
+
+    def rough_message(self, message: dict) -> int:
+        """The host's own rough estimate of one message (memoized per object)."""
+        return self._memo.rough(message, host_estimator())
+
+    def learn_overhead(self, history: list) -> None:
+        """After a turn: the provider's real prompt tokens minus trove's exact count of
+        what was sent (everything before the final reply) is the real overhead."""
+        prompt = tokens.as_count(self.last_prompt_tokens)
+        if not prompt or prompt <= 0 or not history:
+            return
+        sent = history[:-1] if history[-1].get("role") == "assistant" else history
+        self._real_overhead = max(0, prompt - self.count_messages(sent))
