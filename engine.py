@@ -712,7 +712,10 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
     def _remember_returned(self, result: list, tail: list, frontier_ids: list | None, *,
                            has_block: bool) -> None:
         """The list ``compress`` returns is what the host shows next: remember it as a
-        view (its block, acknowledgement and each tail message's row)."""
+        view (its block, acknowledgement and each tail message's row), and the newest
+        row it was shown: rows it dropped (an empty reply, an orphan result) are not
+        what the host appends next."""
+        seen = max((sid for _, sid in (self._view.entries if self._view else ())), default=0)
         body = result[1:] if result and result[0].get("role") == "system" else result
         entries = []
         if has_block and body:
@@ -726,7 +729,8 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 entries.append((fp, int(sid)))
         try:
             view = self.store.save_view(self.canonical_id, self._view_origin(), entries,
-                                        meta={"frontier": frontier_ids or []})
+                                        meta={"frontier": frontier_ids or [],
+                                              "seen": seen})
         except Exception as exc:  # the next list is then read against the stored history
             self.errors.append(f"view: {exc}")
             return

@@ -141,7 +141,7 @@ class Alignment:
                             if sid == identity.BLOCK_ID}
         flags = shown.engine_flags(known_blocks)
         fps = shown.reading_fps(flags)
-        blocks = {fps[i] for i, flag in enumerate(flags) if flag}
+        blocks = {fps[i] for i, flag in enumerate(flags) if flag and i not in shown.ack_at}
         if blocks:  # a list carrying one of the engine's blocks is read against its views
             candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
         reading = identity.read(fps, candidates, turn_index=shown.turn_index)
@@ -160,6 +160,9 @@ class Alignment:
             # After the engine's block only rows no summary covers are candidates: the
             # block stands for the summarized ones (a repeated "ok" is never mapped
             # onto an old, summarized copy and dropped from the prompt).
+            if after is None and reading.view is not None:
+                # after a returned list: not onto rows that compaction saw and dropped
+                before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                                   fresh_only=any(flags[:start]))

@@ -291,13 +291,27 @@ class Reading:
     gaps: list[tuple[int, int, int | None, int | None]] = field(default_factory=list)
 
 
+def continues(shown: Sequence[str | None], view: View) -> bool:
+    """Whether the list starts with the whole view (and may go on after it)."""
+    fps = view.fingerprints()
+    present = [fp for fp in shown if fp is not None]
+    return bool(fps) and present[:len(fps)] == fps
+
+
 def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | None], int]:
     """The store_ids a view gives the shown fingerprints (engine elements as
     ``BLOCK_ID``/``ACK_ID``) and how many conversational elements it matched."""
     ids: list[int | None] = [None] * len(shown)
     matched = 0
     fps = view.fingerprints()
-    for i, j in lcs_pairs(list(shown), fps):
+    present = [i for i, fp in enumerate(shown) if fp is not None]
+    if len(present) >= len(fps) and all(shown[present[j]] == fp for j, fp in enumerate(fps)):
+        # The list goes on from this view: the view is its start, the rest is new (a
+        # repeated "ok" at its end is not the view's last "ok").
+        pairs = [(present[j], j) for j in range(len(fps))]
+    else:
+        pairs = lcs_pairs(list(shown), fps)
+    for i, j in pairs:
         ids[i] = view.entries[j][1]
         if ids[i] > 0:
             matched += 1
@@ -315,8 +329,11 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
     wanted = sum(1 for fp in shown if fp is not None)
     for view in views:  # newest first; ``views`` may be a lazy iterator
         ids, matched = read_against(shown, view)
-        # The engine's own block is the strongest evidence of which list this is.
+        # The engine's own block is the strongest evidence of which list this is; a
+        # list that goes on from a view is that view's, unless another explains it all.
         score = sum(1 for sid in ids if sid is not None)
+        if score < wanted and continues(shown, view):
+            score = wanted - 0.5
         if matched and score > best[0]:
             best = (score, matched, ids, view)
         if score >= wanted:  # explained entirely: no older view can do better
