@@ -21,7 +21,6 @@ whichever is more.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -98,11 +97,6 @@ class Budget:
     def cost(self, exact: int, rough: int) -> int:
         """A message's price in real-token equivalents (see the module)."""
         return max(int(exact), int(rough * self.scale + 0.999))
-
-    def fits(self, *, exact_total: int, rough_total: int) -> bool:
-        """Whether messages of these totals keep both estimates under the target."""
-        return (self.real_overhead + self.system_exact + exact_total < self.target
-                and self.host_overhead + self.system_rough + rough_total < self.target)
 
     def describe(self) -> dict:
         """What status shows of the budget (which number is which counter)."""

@@ -287,7 +287,6 @@ class Reading:
     store_ids: list[int | None]
     view: View | None
     matched: int
-    new_from: int | None = None
     gaps: list[tuple[int, int, int | None, int | None]] = field(default_factory=list)
 
 
@@ -347,7 +346,7 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 ids[k] = None
     if matched <= 0:  # what matched was only the turn itself: nothing is explained
         view = None
-    reading = Reading(store_ids=ids, view=view, matched=matched, new_from=turn_index)
+    reading = Reading(store_ids=ids, view=view, matched=matched)
     if view is None:
         return reading
     # Views may hold the same row twice (a list that showed a message twice): a
