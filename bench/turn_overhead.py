@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Per-turn engine overhead at growing history sizes (no compaction needed).
 
-One host turn through the engine: persist the transcript with one new message
-(what the post_llm_call hook does), ``should_compress`` and ``compress`` when
-nothing needs compacting. The live session holds 90% of the rows, compacted
+One host turn through the engine, as the hooks run it: ``note_user_turn``
+(pre_llm_call), persist the list with the user's message, ``should_compress``
+and ``compress`` when nothing needs compacting, then persist it with the reply
+(post_llm_call) and ``turn_done``. The live session holds 90% of the rows, compacted
 into a DAG except its newest 60 messages, like a long-running agent.
 
     .venv/bin/python bench/turn_overhead.py 1000 100000      # sizes
@@ -67,11 +68,19 @@ def _measure(path: Path, n_messages: int) -> dict:
     messages = engine.compress(tail, current_tokens=1, force=True)  # the block + tail
     timings = []
     for turn in range(TURNS):
-        messages = messages + [{"role": "user", "content": f"bench turn {n_messages} {turn}"}]
+        # The host's turn: pre_llm_call names the user's message, the turn's check
+        # and compress() see the list with it, post_llm_call persists the turn with
+        # the reply (then the turn is over).
+        user = {"role": "user", "content": f"bench turn {n_messages} {turn}"}
+        messages = messages + [user]
         started = time.perf_counter()
+        engine.note_user_turn(user)
         engine.ingest(messages)
         engine.should_compress(1000)
         messages = engine.compress(messages, current_tokens=1000)
+        messages = messages + [{"role": "assistant", "content": f"reply {turn}"}]
+        engine.ingest(messages)
+        engine.turn_done()
         timings.append((time.perf_counter() - started) * 1000)
     database.forget_database(path)
     timings.sort()

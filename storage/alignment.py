@@ -76,7 +76,7 @@ class Alignment:
     def _identify(self, conn, session_id: str, shown: identity.Shown,
                   hashes: list[str | None], hint: identity.View | None,
                   known: KnownTail | None) -> "_Identified":
-        """Which row each shown element is (``storage/identity``, rules 1-5)."""
+        """Which row each shown element is (``storage/identity``, rules 1-6)."""
         if hint is not None and hint.session == session_id:
             fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
             if fast is not None:
@@ -149,7 +149,7 @@ class Alignment:
             return None
         ids = reading.store_ids
         if not gaps:  # the fast path: the one view explains every element before the turn
-            if reading.gaps:
+            if reading.gaps and not self._only_new_after(conn, session_id, reading.gaps):
                 return None
             return _Identified(identity.replies_follow(
                 [sid if sid is not None and sid > 0 else None for sid in ids], fps,
@@ -187,6 +187,16 @@ class Alignment:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)
         return _Identified(alignment, flags)
+
+    @staticmethod
+    def _only_new_after(conn, session_id: str, gaps) -> bool:
+        """Whether the only gap is a run after the last matched row while the session
+        has no row after that one: nothing stored can be that run, it is new."""
+        if len(gaps) != 1 or gaps[0][3] is not None or gaps[0][2] is None:
+            return False
+        newest = conn.execute("SELECT MAX(store_id) FROM messages WHERE session_id = ?",
+                              (session_id,)).fetchone()[0]
+        return newest is not None and newest <= gaps[0][2]
 
     @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
@@ -251,7 +261,7 @@ class Alignment:
 
     def _legacy_alignment(self, conn, session_id: str, hashes: list[str | None],
                           known: KnownTail | None, after_block: bool) -> list[int | None]:
-        """Rule 5 of ``storage/identity``: where a list no view explains starts in
+        """Rule 6 of ``storage/identity``: where a list no view explains starts in
         the stored history (a known tail, the unsummarized rows after a block, or
         the anchored whole-history search)."""
         if known is not None:

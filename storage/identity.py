@@ -35,7 +35,12 @@ explains most of it wins. Then:
    transcript handed over at exit after /new or /resume, a review fork replaying
    its parent), is not this session's: nothing is stored from it. A /branch's
    first list is its parent's history, and the branch stores its own copy.
-5. **A list no view explains at all** (a database written before views existed,
+5. **A repeated block replays what followed it.** A list that shows the engine's
+   block a second time (the host appended its copy of a returned list to its
+   transcript twice, and a /resume restores both) shows the same messages again
+   after it: the elements after the later copy that repeat, in order, those
+   after the earlier copy are those rows, not new ones.
+6. **A list no view explains at all** (a database written before views existed,
    an import, a replay) is aligned against the stored history by the older
    anchored rule (``align`` below and ``store.Store``).
 
@@ -52,6 +57,7 @@ import difflib
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -227,12 +233,20 @@ def decode_entries(text: str) -> list[tuple[str, int]]:
 
 def lcs_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
     """Index pairs (i, j) of a longest common subsequence of ``a`` and ``b``
-    (``None`` never matches): common prefix and suffix first, a DP table between
-    them when it is small, difflib's matching blocks when it is not."""
+    (``None`` never matches), preferring the latest copies of a repeated element:
+    common prefix and suffix first, a DP table between them when it is small,
+    difflib's matching blocks when it is not."""
     n, m = len(a), len(b)
     pairs: list[tuple[int, int]] = []
+    # The common prefix is matched directly while its element has no later copy in
+    # ``a`` (a list restored with older copies before it pairs its later ones; one
+    # cut short by /undo keeps its prefix).
+    later = Counter(a)
     lo = 0
     while lo < n and lo < m and a[lo] is not None and a[lo] == b[lo]:
+        later[a[lo]] -= 1
+        if later[a[lo]]:
+            break
         pairs.append((lo, lo))
         lo += 1
     hi_a, hi_b = n, m
@@ -324,15 +338,17 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
 
     ``turn_index`` is where the turn's user message stands (rule 2). Gaps are
     returned for the caller to look up in the store (``align_gap``)."""
-    best: tuple[int, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
-    wanted = sum(1 for fp in shown if fp is not None)
+    best: tuple[float, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
+    limit = len(shown) if turn_index is None else turn_index
+    wanted = sum(1 for fp in shown[:limit] if fp is not None)
     for view in views:  # newest first; ``views`` may be a lazy iterator
         ids, matched = read_against(shown, view)
-        # The engine's own block is the strongest evidence of which list this is; a
-        # list that goes on from a view is that view's, unless another explains it all.
-        score = sum(1 for sid in ids if sid is not None)
-        if score < wanted and continues(shown, view):
-            score = wanted - 0.5
+        # The view that explains most of what precedes the turn wins (the engine's own
+        # block counts: it is the strongest evidence of which list this is); between
+        # two that explain as much, the newer, or one the list simply goes on from.
+        score: float = sum(1 for sid in ids[:limit] if sid is not None)
+        if continues(shown, view):
+            score += 0.25
         if matched and score > best[0]:
             best = (score, matched, ids, view)
         if score >= wanted:  # explained entirely: no older view can do better
@@ -358,7 +374,7 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 ids[k] = None
                 reading.matched -= 1
             seen.add(sid)
-    limit = len(shown) if turn_index is None else turn_index
+    reading.matched += _replays(shown, ids, limit)
     k = 0
     while k < limit:
         if shown[k] is None or ids[k] is not None:
@@ -374,6 +390,39 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
         if before is not None or after is not None:
             reading.gaps.append((start, k, before, after))
     return reading
+
+
+def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int) -> int:
+    """Rule 5: elements after a repeated block that repeat, in order, those after
+    the block's other copy share their rows (``ids`` is updated, whichever copy the
+    view matched); how many got a row."""
+    at: dict[str, list[int]] = {}
+    for k in range(limit):
+        if shown[k] is not None and ids[k] in (None, BLOCK_ID):
+            at.setdefault(shown[k], []).append(k)
+    repeated = [ks for ks in at.values() if len(ks) > 1 and any(ids[k] == BLOCK_ID for k in ks)]
+    copies = sorted(k for ks in repeated for k in ks)
+    for k in copies:
+        ids[k] = BLOCK_ID
+
+    def run_after(k: int) -> range:
+        return range(k + 1, next((c for c in copies if c > k), limit))
+
+    given = 0
+    for ks in repeated:
+        for first, second in zip(ks, ks[1:]):
+            earlier, later = run_after(first), run_after(second)
+            for e, l in lcs_pairs([shown[i] for i in earlier], [shown[i] for i in later]):
+                one, other = earlier[e], later[l]
+                if shown[one] is None:
+                    continue
+                if ids[one] is None and ids[other] is not None and ids[other] > 0:
+                    ids[one] = ids[other]
+                    given += 1
+                elif ids[other] is None and ids[one] is not None and ids[one] > 0:
+                    ids[other] = ids[one]
+                    given += 1
+    return given
 
 
 def align_gap(shown: Sequence[str | None], rows: Sequence[tuple[int, str]], *,
@@ -441,7 +490,7 @@ def foreign_owner(shown: Sequence[str | None], own_matched: int,
 
 # ---------------------------------------------------------------- legacy rule
 def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> list[int | None]:
-    """Rule 5, for lists no view explains: map each shown content hash to the
+    """Rule 6, for lists no view explains: map each shown content hash to the
     store_id it lines up with, or None when it is new.
 
     ``stored`` is the candidate rows from an anchor on, as ``(store_id, hash)``

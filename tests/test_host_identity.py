@@ -394,3 +394,31 @@ def test_retry_then_resume_stores_nothing_again(tmp_path, server):
         talk.say("fourth message")
         talk.cli.exit()
         assert_stored_once(talk)
+
+
+def test_resume_after_compress_and_branch_stores_nothing_again(tmp_path, server):
+    """After a /compress and a /branch the host's state.db holds the compacted list
+    more than once, and a /resume restores the engine's block and the tail after it
+    twice: the second copy is the same messages (identity rule 5), not new ones."""
+    model = wk.ScriptedModel(seed=5, ok_share=0.0)
+    with ck.CliHost(tmp_path, server=server, responder=model) as host:
+        talk = Talk(host)
+        rng = random.Random(5)
+        for n in range(1, 9):
+            talk.say(f"[T{n}] " + wk.prose(rng, 4000))
+        first = talk.cli.session_id
+        talk.cli.compress()
+        history = list(talk.cli.history)
+        branch = talk.cli.branch()
+        talk.oracle.branched(branch, history)
+        talk.say("[T7] on the branch")
+        talk.cli.new()
+        talk.oracle.session(talk.cli.session_id)
+        talk.say("[T8] in another session")
+        talk.cli.resume(first)
+        blocks = [m for m in talk.cli.history if "[trove context" in ck.text_of(m.get("content"))]
+        talk.say("[T9] back in the first session")
+        talk.cli.exit()
+        assert blocks, "the restored history carries no summary block: the test proves nothing"
+        assert_stored_once(talk)
+

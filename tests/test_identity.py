@@ -105,6 +105,39 @@ def test_the_engines_block_decides_between_views():
     assert reading.view is returned and reading.store_ids == [identity.BLOCK_ID, 19, 20]
 
 
+def test_a_restored_list_with_older_copies_first_pairs_the_later_ones():
+    # /retry keeps its first attempt in the host's state.db: a restore shows
+    # u(1) ok(2) u(3) r(4) before u(5) ok(6), which this copy's view holds alone.
+    v = view(("u", 5), ("ok", 6), ("y", 7), ("a", 8))
+    reading = identity.read(["u", "ok", "u", "r", "u", "ok", "y", "a"], [v])
+    assert reading.store_ids[4:] == [5, 6, 7, 8]
+    # The older copies are a run before row 5, to look up among the rows before it.
+    assert reading.gaps == [(0, 4, None, 5)]
+    assert identity.lcs_pairs(["u", "ok", "u", "ok"], ["u", "ok"]) == [(2, 0), (3, 1)]
+
+
+def test_a_view_that_explains_more_wins_over_one_the_list_merely_goes_on_from():
+    short = view(("u", 5), ("ok", 6))
+    longer = view(("u", 5), ("ok", 6), ("y", 7), ("a", 8), ("z", 9))
+    reading = identity.read(["u", "ok", "y", "a", "z", "new"], [longer, short], turn_index=5)
+    assert reading.view is longer and reading.store_ids[:5] == [5, 6, 7, 8, 9]
+    reading = identity.read(["u", "ok", "y", "a", "z", "new"], [short, longer], turn_index=5)
+    assert reading.view is longer
+
+
+def test_a_repeated_block_replays_what_followed_it():
+    # The host appended the returned list [block, a, b] to its transcript twice; a
+    # /resume shows both copies, then the new turn.
+    returned = view(("blk", identity.BLOCK_ID), ("a", 20), ("b", 21))
+    shown = ["blk", "a", "b", "blk", "a", "b", "turn"]
+    reading = identity.read(shown, [returned], turn_index=6)
+    assert reading.store_ids[:6] == [identity.BLOCK_ID, 20, 21, identity.BLOCK_ID, 20, 21]
+    assert not reading.gaps
+    # Without a repeated block a repeated run is not a replay: it is looked up.
+    reading = identity.read(["blk", "a", "b", "a", "b", "turn"], [returned], turn_index=5)
+    assert reading.store_ids[3:5] == [None, None] and reading.gaps == [(3, 5, 21, None)]
+
+
 def test_replies_follow_the_message_they_answer():
     ids = identity.replies_follow([1, None, 3, 4, 5], ["u", "u2", "a", "u", "a"],
                                   ["user", "user", "assistant", "user", "assistant"],
