@@ -59,6 +59,20 @@ COMPACTION_LOCK_SECONDS = 120.0
 _breakers: dict[tuple, CircuitBreaker] = {}
 
 
+def _first_showings(live: list) -> list:
+    """Each stored row once, where the list first shows it: a list that shows one
+    message twice (the host restored its transcript twice) returns it once."""
+    seen: set[int] = set()
+    out = []
+    for message, sid in live:
+        if sid is not None:
+            if sid in seen:
+                continue
+            seen.add(sid)
+        out.append((message, sid))
+    return out
+
+
 def _clean(message: dict) -> dict:
     """A message as returned to the host: without host-internal ``_`` keys
     (the same object when it has none, so per-message memos keep hitting)."""
@@ -496,6 +510,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         live = [(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
                 if (sid is None and not ins) or (sid is not None and sid not in covered
                                                  and sid > floor)]
+        live = _first_showings(live)
         live_msgs = [m for m, _ in live]
         count = self.count_message
         budget = self._budget(messages, system, current_tokens, trigger)
