@@ -39,7 +39,8 @@ explains most of it wins. Then:
    block a second time (the host appended its copy of a returned list to its
    transcript twice, and a /resume restores both) shows the same messages again
    after it: the elements after the later copy that repeat, in order, those
-   after the earlier copy are those rows, not new ones.
+   after the earlier copy are those rows, not new ones (where neither copy has a
+   row yet, both share the one new row).
 6. **A list no view explains at all** (a database written before views existed,
    an import, a replay) is aligned against the stored history by the older
    anchored rule (``align`` below and ``store.Store``).
