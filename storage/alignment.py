@@ -229,15 +229,17 @@ class Alignment:
     @staticmethod
     def _only_new_after(conn, session_id: str, gaps, claimed: set[int]) -> bool:
         """Whether the only gap is a run after the last matched row while every row of
-        the session from the list's first row on is one the list claimed: nothing
-        stored can be that run (not even a row an /undo dropped from the view), it is
-        new."""
+        the session from the list's first row on that no summary covers is one the
+        list claimed: nothing stored can be that run (not even a row an /undo dropped
+        from the view), it is new."""
         if len(gaps) != 1 or gaps[0][3] is not None or gaps[0][2] is None or not claimed:
             return False
         low = min(claimed)
-        rows = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND store_id >= ?",
-                            (session_id, low)).fetchone()[0]
-        return rows == sum(1 for sid in claimed if sid >= low)
+        rows = conn.execute(
+            "SELECT COUNT(*) FROM messages AS m WHERE session_id = ? AND store_id >= ?"
+            " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)",
+            (session_id, low)).fetchone()[0]
+        return rows <= sum(1 for sid in claimed if sid >= low)
 
     @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
