@@ -11,6 +11,11 @@ Two things full-text scores alone get wrong in conversations:
   splits it off the text; the scorer then counts a query word that names the
   sender as a field match and gives that row a bonus, while the same name in
   the text of a row someone else sent weighs half (and makes no phrase).
+  Plain turns (``user``/``assistant``, no name anywhere) still name people:
+  the other person, addressing them ("thanks, Caroline!"). A name the query
+  writes capitalized that one role's turns use and the other's almost never
+  do is read as the other role's name (``addressed_roles``), so that role's
+  turns count as spoken by it and the addressing turns as mentions.
 - **Slots.** A result slot is precious and raw turns are the evidence. A
   summary repeats the words of the turns under it, so it scores as well as
   they do and used to crowd them out. ``place_summaries`` keeps raw hits first
@@ -46,6 +51,36 @@ def speaker_of(row: dict, text: str) -> tuple[str | None, str]:
     if row.get("role") in _SPEAKER_ROLES and row.get("tool_name"):
         return row["tool_name"], text
     return None, text
+
+
+ADDRESS_MIN = 3               # a role's turns name someone at least this often ...
+ADDRESS_SHARE = 0.8           # ... and hold this share of the name's uses: the other role is them
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+)\b")
+ROLES = ("user", "assistant")
+
+
+def proper_names(text: str) -> set[str]:
+    """Lower-cased words the query writes capitalized, not at the start of a sentence
+    ("When did Caroline go ..." gives ``{"caroline"}``): candidates for a person's name."""
+    return {m.group(1).lower() for m in _NAME.finditer(text.strip())}
+
+
+def addressed_roles(names: dict[str, dict[str, int]]) -> dict[str, set[str]]:
+    """``role -> names`` read from how plain turns address people.
+
+    ``names`` maps each candidate name to how many turns of each role use it. A
+    name used by one role at least ``ADDRESS_MIN`` times and in at least
+    ``ADDRESS_SHARE`` of its uses is the *other* role's name: people address
+    the one they talk to and rarely name themselves.
+    """
+    found: dict[str, set[str]] = {}
+    for name, counts in names.items():
+        total = sum(counts.values())
+        for role in ROLES:
+            other = ROLES[1 - ROLES.index(role)]
+            if counts.get(other, 0) >= ADDRESS_MIN and counts[other] >= ADDRESS_SHARE * total:
+                found.setdefault(role, set()).add(name)
+    return found
 
 
 def place_summaries(order: Sequence[Hashable], matched: dict[Hashable, Iterable[str]],

@@ -57,6 +57,43 @@ def test_a_question_naming_a_person_prefers_that_persons_turns(tmp_path):
         db.close()
 
 
+def test_plain_turns_name_the_person_the_other_role_addresses(tmp_path):
+    """Plain user/assistant turns: the assistant calls the user Caroline, so the user's
+    turn about the support group outscores the assistant's question that names her (in
+    the full-text arm; the context arm then lifts each beside the other)."""
+    messages = [{"role": "assistant", "content": "Hey Caroline, good to see you!"},
+                {"role": "user", "content": "You too. Busy week."},
+                {"role": "assistant", "content": "Thanks Caroline, talk soon."},
+                {"role": "user", "content": "Bye for now."},
+                {"role": "assistant", "content": "Caroline, how was the support group?"},
+                {"role": "user", "content": "The support group was so powerful, everyone shared."},
+                {"role": "assistant", "content": "Morning Caroline!"}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        query = {"query": "What did Caroline say about the support group?", "explain": True}
+        def best_match(out):
+            return next(r for r in out["results"] if r["score_parts"]["ranks"].get("messages") == 1)
+
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        best = best_match(out)
+        assert best["store_id"] == ids[5] and best["score_parts"]["speaker_bonus"] > 0
+        assert {r["store_id"] for r in out["results"][:2]} == {ids[4], ids[5]}
+        # a lower-case query names nobody: the address turn matches more words and wins
+        query["query"] = query["query"].lower()
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        assert best_match(out)["store_id"] == ids[4]
+    finally:
+        db.close()
+
+
+def test_addressed_roles_needs_a_name_one_role_uses_and_the_other_does_not():
+    assert ranking.proper_names("When did Caroline go? Did Mel see LGBTQ events") == {
+        "caroline", "mel"}
+    assert ranking.addressed_roles({"caroline": {"user": 0, "assistant": 7},
+                                    "mel": {"user": 2, "assistant": 2},
+                                    "jo": {"user": 2, "assistant": 0}}) == {"user": {"caroline"}}
+
+
 def test_summaries_do_not_crowd_out_the_turns_under_them(tmp_path):
     messages = [{"role": "user", "content": f"filler line number {i} about nothing"}
                 for i in range(6)]
