@@ -89,9 +89,14 @@ def test_plain_turns_name_the_person_the_other_role_addresses(tmp_path):
 def test_addressed_roles_needs_a_name_one_role_uses_and_the_other_does_not():
     assert ranking.proper_names("When did Caroline go? Did Mel see LGBTQ events") == {
         "caroline", "mel"}
-    assert ranking.addressed_roles({"caroline": {"user": 0, "assistant": 7},
-                                    "mel": {"user": 2, "assistant": 2},
-                                    "jo": {"user": 2, "assistant": 0}}) == {"user": {"caroline"}}
+    hey = [("assistant", "Hey Caroline!"), ("assistant", "thanks, Caroline"),
+           ("assistant", "Caroline, how was it?"), ("user", "I told Caroline about it")]
+    told = [("user", "I love Japan"), ("user", "Japan, the food!"), ("user", "back to Japan"),
+            ("user", "in Japan, it rains")]
+    both = [("user", "hi Mel"), ("assistant", "hi Mel"), ("user", "bye Mel"),
+            ("assistant", "bye Mel"), ("user", "thanks Mel")]
+    assert ranking.addressed_roles({"caroline": ("caroline", hey), "japan": ("japan", told),
+                                    "mel": ("mel", both)}) == {"user": {"caroline"}}
 
 
 def test_summaries_do_not_crowd_out_the_turns_under_them(tmp_path):
@@ -299,5 +304,40 @@ def test_a_date_in_the_question_prefers_that_days_turns(tmp_path):
         assert dated["results"][0]["store_id"] == ids[0]
         assert any("2018-05-05" in note for note in dated.get("notes", []))
         assert len(dated["results"]) == 2                           # a preference, not a filter
+    finally:
+        db.close()
+
+
+def test_a_question_of_two_sentences_searches_each_by_its_own_vector(tmp_path):
+    from fake_openai import FakeOpenAIServer
+    from hermes_trove.recall import arms, embeddings, semantic
+    assert arms._clauses("Where is the trail near Moab?") == []
+    assert arms._clauses("Where is the trail near Moab? Also, which cake did Jo bake?") == [
+        "Where is the trail near Moab?", "Also, which cake did Jo bake?"]
+    filler = [{"role": "user", "content": f"small talk number {i}"} for i in range(30)]
+    messages = filler[:10] + [
+        {"role": "user", "content": "the trail near Moab starts at the arch"},
+    ] + filler[10:20] + [{"role": "assistant", "content": "Jo baked a carrot cake"}] + filler[20:]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        with FakeOpenAIServer() as fake:
+            config = load_config(environ={
+                "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+                "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
+                hermes_home=tmp_path)
+            state = embeddings.open_provider(config)
+            semantic.backfill(db, state.provider, config, apply=True)
+            ctx = tools.ToolContext(
+                store=store, dag=dag, config=config, count_tokens=COUNTER.count_text,
+                session_id="s", conversation_id=None,
+                current_turn_store_id=store.last_store_id() + 1, status=dict,
+                llm_call=None, data_dir=tmp_path, semantic=semantic.Semantic(db, config, state))
+            out = json.loads(tools.dispatch("trove_grep", {
+                "query": "Where does the trail near Moab start? Also, which cake did Jo bake?",
+                "mode": "semantic", "explain": True}, ctx))
+        ranks = {r["store_id"]: r["score_parts"]["ranks"] for r in out["results"]}
+        assert ranks[ids[10]].get("vector_clause0") == 1
+        assert ranks[ids[21]].get("vector_clause1") == 1
+        assert {ids[10], ids[21]} <= set(list(ranks)[:3])
     finally:
         db.close()
