@@ -335,14 +335,12 @@ class MessageCorpus:
         """The turns before and after each key in its session (``Store.neighbour_ids``)."""
         return self.store.neighbour_ids(keys)
 
-    def role_counts(self, body: str) -> dict[str, int]:
-        """How many rows of each speaking role match ``body`` in this scope (to read
-        who a name in plain turns is: ``ranking.addressed_roles``)."""
-        sessions = None if self.dense else self.scope.session_ids
-        return {role: self.count(scoped(body, tag_scope(sessions, role=role,
-                                                        source=self.scope.source)),
-                                 cap=DF_CAP)
-                for role in ranking.ROLES}
+    def speaking_rows(self, body: str, limit: int) -> list[tuple[str, str]]:
+        """``(role, text)`` of the newest user/assistant rows in scope matching ``body``
+        (to read who a name in plain turns is: ``ranking.addressed_roles``)."""
+        loaded = self.load(self.match(scoped(body, self.scope_expr()), limit=limit))
+        return [(row["role"], text) for row, text in loaded.values()
+                if row["role"] in ranking.ROLES]
 
     def substring(self, needles, *, limit):
         sessions = self.scope.session_ids or (None,)
@@ -528,7 +526,7 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
              for key, (name, _) in speakers.items()}
     plain = [key for key, (name, _) in speakers.items()
              if name is None and loaded[key][0].get("role") in ranking.ROLES]
-    if plain and hasattr(corpus, "role_counts"):
+    if plain and hasattr(corpus, "speaking_rows"):
         for role, spoken in _plain_speakers(corpus, plan).items():
             for key in plain:
                 if loaded[key][0].get("role") == role:
@@ -552,10 +550,11 @@ def _plain_speakers(corpus: "MessageCorpus", plan: QueryPlan) -> dict[str, froze
     concepts = [c for c in plan.concepts if wanted.intersection(c.variants)]
     if not concepts or corpus.scope.role:
         return {}
-    counts = {c.key: corpus.role_counts(concept_expr(c)) for c in concepts}
+    uses = {c.key: (c.key, corpus.speaking_rows(concept_expr(c), ranking.ADDRESS_SAMPLE))
+            for c in concepts}
     forms = {c.key: c.variants for c in concepts}
     return {role: frozenset(v for key in keys for v in forms[key])
-            for role, keys in ranking.addressed_roles(counts).items()}
+            for role, keys in ranking.addressed_roles(uses).items()}
 
 
 def context_hits(corpus: MessageCorpus, hits: Sequence[Hit], top: int) -> list[Hit]:
