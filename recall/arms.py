@@ -22,7 +22,7 @@ from .query_plan import QueryPlan
 CONTEXT_TOP = 20              # hits whose neighbouring turns the context arm scores
 CONTEXT_WEIGHT = 0.5          # that arm's weight beside the full-text arms' (0 = off)
 VECTOR_CONTEXT = True         # the same for the vector arms' best hits
-DATE_BOOST = 1.0              # a hit inside a date the question names scores (1 + this) times
+DATE_BOOST = 3.0              # a hit inside a date the question names scores (1 + this) times
 DATE_SLACK = 86400.0          # ... a window widened by this much on each side
 CLAUSE_WEIGHT = 0.5           # a question of several sentences: each one's own vector arm,
 MAX_CLAUSES = 4               # ... sharing this much of the vector weight (0 = off)

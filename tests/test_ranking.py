@@ -33,11 +33,24 @@ def _db(tmp_path, messages, session="s"):
     return db, store, dag, ids
 
 
-def _ctx(store, dag, tmp_path, session="s"):
-    return tools.ToolContext(store=store, dag=dag, config=load_config(environ={}, hermes_home=tmp_path),
+def _ctx(store, dag, tmp_path, session="s", config=None, found=None):
+    config = config or load_config(environ={}, hermes_home=tmp_path)
+    return tools.ToolContext(store=store, dag=dag, config=config,
                              count_tokens=COUNTER.count_text, session_id=session,
                              conversation_id=None, current_turn_store_id=store.last_store_id() + 1,
-                             status=dict, llm_call=None, data_dir=tmp_path)
+                             status=dict, llm_call=None, data_dir=tmp_path, semantic=found)
+
+
+def _embedded(db, tmp_path, fake):
+    """A config and ``Semantic`` over the fake server's embeddings, every row embedded."""
+    from hermes_trove.recall import embeddings, semantic
+    config = load_config(environ={
+        "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+        "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
+        hermes_home=tmp_path)
+    state = embeddings.open_provider(config)
+    semantic.backfill(db, state.provider, config, apply=True)
+    return config, semantic.Semantic(db, config, state)
 
 
 def test_a_question_naming_a_person_prefers_that_persons_turns(tmp_path):
@@ -225,7 +238,7 @@ def test_full_text_lists_matches_only_and_context_lifts_a_match_beside_a_better_
 def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
                                                                       monkeypatch):
     from fake_openai import FakeOpenAIServer
-    from hermes_trove.recall import arms, embeddings, semantic
+    from hermes_trove.recall import arms
     # the filler shares a word with the query (so its vectors are not orthogonal to it);
     # the reply shares none
     filler = [{"role": "user" if i % 2 else "assistant", "content": f"talk {i}: which was it"}
@@ -237,20 +250,10 @@ def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
     db, store, dag, ids = _db(tmp_path, messages)
     try:
         with FakeOpenAIServer() as fake:
-            config = load_config(environ={
-                "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
-                "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
-                hermes_home=tmp_path)
-            state = embeddings.open_provider(config)
-            semantic.backfill(db, state.provider, config, apply=True)
-            found = semantic.Semantic(db, config, state)
+            config, found = _embedded(db, tmp_path, fake)
 
             def ranks():
-                ctx = tools.ToolContext(
-                    store=store, dag=dag, config=config, count_tokens=COUNTER.count_text,
-                    session_id="s", conversation_id=None,
-                    current_turn_store_id=store.last_store_id() + 1, status=dict,
-                    llm_call=None, data_dir=tmp_path, semantic=found)
+                ctx = _ctx(store, dag, tmp_path, config=config, found=found)
                 out = json.loads(tools.dispatch("trove_grep", {
                     "query": "Which hiking trail near Moab was recommended?", "limit": 20}, ctx))
                 assert out["mode"] == "hybrid"
@@ -310,7 +313,7 @@ def test_a_date_in_the_question_prefers_that_days_turns(tmp_path):
 
 def test_a_question_of_two_sentences_searches_each_by_its_own_vector(tmp_path):
     from fake_openai import FakeOpenAIServer
-    from hermes_trove.recall import arms, embeddings, semantic
+    from hermes_trove.recall import arms
     assert arms._clauses("Where is the trail near Moab?") == []
     assert arms._clauses("Where is the trail near Moab? Also, which cake did Jo bake?") == [
         "Where is the trail near Moab?", "Also, which cake did Jo bake?"]
@@ -321,17 +324,8 @@ def test_a_question_of_two_sentences_searches_each_by_its_own_vector(tmp_path):
     db, store, dag, ids = _db(tmp_path, messages)
     try:
         with FakeOpenAIServer() as fake:
-            config = load_config(environ={
-                "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
-                "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
-                hermes_home=tmp_path)
-            state = embeddings.open_provider(config)
-            semantic.backfill(db, state.provider, config, apply=True)
-            ctx = tools.ToolContext(
-                store=store, dag=dag, config=config, count_tokens=COUNTER.count_text,
-                session_id="s", conversation_id=None,
-                current_turn_store_id=store.last_store_id() + 1, status=dict,
-                llm_call=None, data_dir=tmp_path, semantic=semantic.Semantic(db, config, state))
+            config, found = _embedded(db, tmp_path, fake)
+            ctx = _ctx(store, dag, tmp_path, config=config, found=found)
             out = json.loads(tools.dispatch("trove_grep", {
                 "query": "Where does the trail near Moab start? Also, which cake did Jo bake?",
                 "mode": "semantic", "explain": True}, ctx))
