@@ -13,10 +13,17 @@ the most conversations of at least ``MIN_TURNS`` turns are taken, up to
 ``max_sessions`` sessions each.
 
 Questions are derived by rule, never picked by hand or by a ranking. A
-*question turn* is a turn whose last message ends with ``?`` and has at least
-``MIN_QUESTION_TERMS`` content words (stop words out, plurals folded, as BM25
-reads them); the other person's next turn, with at least
-``MIN_REPLY_TERMS`` content words, is its *reply*. The question message is
+*question turn* is a turn whose last message is one self-contained question a
+reader could answer from the reply alone: a single sentence ending with ``?``
+that starts with a question word (``QUESTION_WORDS``: "what", "do", "have",
+...), refers back to nothing said before (none of ``BACK_REFERENCES``: "it",
+"that", "there", ...) and has at least ``MIN_QUESTION_TERMS`` content words
+(stop words out, plurals folded, as BM25 reads them). The other person's next
+turn is its *reply* when it has at least ``MIN_REPLY_TERMS`` content words and
+does not open with a question of its own (a counter-question answers nothing).
+The first rules (any message ending with ``?``) let in questions nobody could
+answer from their evidence ("Besides my chosen super power?", "Noodles? do you
+plan on using dynomite?"); these rules keep the questions a person could. The question message is
 taken out of the stored history (the rest of its turn stays; a turn left
 empty goes), so the question is asked later, at the end of the history, as a
 new turn, and only the reply can answer it. Kinds:
@@ -45,6 +52,7 @@ assistant), ``named`` (``[Name] text``, every turn role user, names from
 from __future__ import annotations
 
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -53,7 +61,11 @@ import chats
 from hermes_trove.recall import query_plan
 
 MIN_TURNS = 8               # a conversation shorter than this is left out
-MIN_QUESTION_TERMS = 4
+MIN_QUESTION_TERMS = 2
+QUESTION_WORDS = frozenset("""what when where who whom whose which why how do does did have has
+had are is was were can could would will should ever""".split())
+BACK_REFERENCES = frozenset("it that this those these they them he she him her there".split())
+_SENTENCE_END = re.compile(r"[.!?]\s")
 SIMILAR = 0.4               # two questions are alike when their content words overlap this much
 MIN_REPLY_TERMS = 5
 PER_KIND = 6
@@ -135,6 +147,15 @@ def histories(n_histories: int, max_sessions: int) -> list[History]:
     return result
 
 
+def self_contained(question: str) -> bool:
+    """True for one question sentence that opens with a question word and points back
+    at nothing said before (the rules of the module docstring)."""
+    words = re.findall(r"[a-z']+", question.lower())
+    return (question.endswith("?") and bool(words) and words[0] in QUESTION_WORDS
+            and not _SENTENCE_END.search(question[:-1])
+            and not BACK_REFERENCES.intersection(words))
+
+
 def _derive(rank: int, sessions: list) -> History:
     """Questions of one history by the rules of the module docstring."""
     first = sessions[0][0][0]
@@ -149,11 +170,12 @@ def _derive(rank: int, sessions: list) -> History:
         s, speaker, messages, _ = raw[i]
         nxt = raw[i + 1]
         question = messages[-1]
-        if not question.endswith("?") or nxt[0] != s or nxt[1] == speaker:
+        if nxt[0] != s or nxt[1] == speaker or not self_contained(question):
             continue
         q_terms = _terms(question)
         reply_terms = _terms("\n".join(nxt[2]))
-        if len(q_terms) < MIN_QUESTION_TERMS or len(reply_terms) < MIN_REPLY_TERMS:
+        if len(q_terms) < MIN_QUESTION_TERMS or len(reply_terms) < MIN_REPLY_TERMS \
+                or nxt[2][0].rstrip().endswith("?"):
             continue
         candidates.append((frozenset(q_terms), question, i, i + 1, bool(q_terms & reply_terms)))
     alike: dict[int, list] = defaultdict(list)      # question turn -> similar questions

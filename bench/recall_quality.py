@@ -256,6 +256,8 @@ def main(argv: list[str]) -> int:
                         help="turn the local embedding model on and add the mode runs")
     parser.add_argument("--model", default="",
                         help="with --embeddings: the local model (TROVE_EMBEDDING_MODEL)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="run only these methods (e.g. grep recall; default: all)")
     parser.add_argument("--misses", action="store_true", help="print each question missed")
     parser.add_argument("--fusion", choices=["score", "rrf"], default="score",
                         help="how arms are fused (ranking.FUSION)")
@@ -279,6 +281,8 @@ def main(argv: list[str]) -> int:
         environ = {"TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "local",
                    "TROVE_EMBEDDING_MODEL": args.model}
         methods += ["grep:full_text", "grep:semantic", "grep:hybrid"]
+    if args.methods:
+        methods = [m for m in methods if m in args.methods]
     n_chats = args.chats or (10 if args.data == "generated" else 12)
     convs = conversations(args.data, n_chats, args.sessions)
     print(f"data {args.data}: {len(convs)} conversations, "

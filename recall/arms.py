@@ -10,6 +10,7 @@ notes and stages for ``explain``. ``placed`` then applies the slot rules of
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..dag import Dag
@@ -21,8 +22,11 @@ from .query_plan import QueryPlan
 CONTEXT_TOP = 20              # hits whose neighbouring turns the context arm scores
 CONTEXT_WEIGHT = 0.5          # that arm's weight beside the full-text arms' (0 = off)
 VECTOR_CONTEXT = True         # the same for the vector arms' best hits
-DATE_BOOST = 1.0              # a hit inside a date the question names scores (1 + this) times
+DATE_BOOST = 3.0              # a hit inside a date the question names scores (1 + this) times
 DATE_SLACK = 86400.0          # ... a window widened by this much on each side
+CLAUSE_WEIGHT = 0.5           # a question of several sentences: each one's own vector arm,
+MAX_CLAUSES = 4               # ... sharing this much of the vector weight (0 = off)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
@@ -77,6 +81,16 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         found_arms, found_hits = semantic.vector_arms(
             ctx.semantic, choice.vector, search.MessageCorpus(ctx.store, message_scope),
             summaries, limit, own)
+        clauses = _clauses(plan.text) if CLAUSE_WEIGHT > 0 else []
+        for index, clause in enumerate(clauses):
+            vector = ctx.semantic.query_vector(clause)
+            if vector is None:
+                continue
+            more_arms, more_hits = semantic.vector_arms(
+                ctx.semantic, vector, search.MessageCorpus(ctx.store, message_scope), None, limit)
+            found_arms[f"vector_clause{index}"] = more_arms["vector_messages"]
+            for key, hit in more_hits.items():
+                found_hits.setdefault(key, hit)
         for key, hit in found_hits.items():
             hits.setdefault(key, hit).parts["cosine"] = hit.parts["cosine"]
         if choice.mode == "semantic":
@@ -93,6 +107,9 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     for arm in ("context", "vector_context"):
         if arm in arms:
             weights[arm] *= CONTEXT_WEIGHT
+    clause_arms = [arm for arm in arms if arm.startswith("vector_clause")]
+    for arm in clause_arms:
+        weights[arm] *= CLAUSE_WEIGHT / len(clause_arms)
     fused = ranking.fuse_arms(arms, families={arm: _family(arm) for arm in arms},
                               weights=weights)
     if dated is not None:
@@ -103,6 +120,14 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         notes.append(f"read {window.label!r} in the query as a preference for that time "
                      f"(pass period to filter by it)")
     return [ranking.Fused(*f) for f in fused], hits, notes, stages
+
+
+def _clauses(text: str) -> list[str]:
+    """The sentences of a question that asks several things ("Where did she go? Also,
+    what did she buy?"), each with two words or more; none for a one-sentence query."""
+    found = [c for c in _SENTENCE.split(text.strip())
+             if len(query_plan.parse_query(c).concepts) >= 2]
+    return found[:MAX_CLAUSES] if len(found) >= 2 else []
 
 
 def _dated(ctx: Any, plan: QueryPlan):
@@ -148,4 +173,6 @@ def _family(arm: str) -> str:
     corpus = "summaries" if arm.endswith("summaries") else "messages"
     if arm.endswith("context"):
         corpus = "context"           # added to a turn's own score, not a rival for its maximum
+    if arm.startswith("vector_clause"):
+        corpus = arm                 # each sentence's best counts beside the whole question's
     return f"{_method(arm)}:{corpus}"

@@ -11,6 +11,12 @@ Two things full-text scores alone get wrong in conversations:
   splits it off the text; the scorer then counts a query word that names the
   sender as a field match and gives that row a bonus, while the same name in
   the text of a row someone else sent weighs half (and makes no phrase).
+  Plain turns (``user``/``assistant``, no name anywhere) still name people:
+  the other person, addressing them ("hey Caroline", "thanks, Caroline!"). A
+  name the query writes capitalized that one role's turns address and the
+  other's almost never do is read as the other role's name
+  (``addressed_roles``; a place one person talks about is no address), so that
+  role's turns count as spoken by it and the addressing turns as mentions.
 - **Slots.** A result slot is precious and raw turns are the evidence. A
   summary repeats the words of the turns under it, so it scores as well as
   they do and used to crowd them out. ``place_summaries`` keeps raw hits first
@@ -46,6 +52,51 @@ def speaker_of(row: dict, text: str) -> tuple[str | None, str]:
     if row.get("role") in _SPEAKER_ROLES and row.get("tool_name"):
         return row["tool_name"], text
     return None, text
+
+
+ADDRESS_MIN = 3               # a role's turns address someone at least this often ...
+ADDRESS_SHARE = 0.8           # ... and hold this share of the addresses: the other role is them
+ADDRESS_SAMPLE = 100          # newest turns naming someone read for addresses
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+)\b")
+_GREETING = (r"(?:hey|hi|hello|thanks|thank you|bye|goodbye|morning|good morning|night|"
+             r"good night|wow|oh|congrats|congratulations|sorry|dear|aww|welcome|yes|no)")
+ROLES = ("user", "assistant")
+
+
+def proper_names(text: str) -> set[str]:
+    """Lower-cased words the query writes capitalized, not at the start of a sentence
+    ("When did Caroline go ..." gives ``{"caroline"}``): candidates for a person's name."""
+    return {m.group(1).lower() for m in _NAME.finditer(text.strip())}
+
+
+def addresses(name: str, text: str) -> bool:
+    """True when ``text`` speaks *to* ``name``: "Hey Caroline", "Caroline, ...",
+    "..., Caroline!". A name merely told about ("I love Japan") is not an address."""
+    n = re.escape(name)
+    return re.search(rf"(?:\b{_GREETING}[ ,]+{n}\b|^\W*{n}\s*[,!]|,\s*{n}\s*(?:[,.!?]|$))",
+                     text.lower()) is not None
+
+
+def addressed_roles(uses: dict[str, tuple[str, list[tuple[str, str]]]]) -> dict[str, set[str]]:
+    """``role -> names`` read from how plain turns address people.
+
+    ``uses`` maps a key to ``(name, [(role, text), ...])``: the turns that use the
+    name. A name one role addresses at least ``ADDRESS_MIN`` times, in at least
+    ``ADDRESS_SHARE`` of all addresses to it, is the *other* role's name: people
+    address the one they talk to and rarely address themselves.
+    """
+    found: dict[str, set[str]] = {}
+    for key, (name, rows) in uses.items():
+        counts = {role: 0 for role in ROLES}
+        for role, text in rows:
+            if role in counts and addresses(name, text):
+                counts[role] += 1
+        total = sum(counts.values())
+        for role in ROLES:
+            other = ROLES[1 - ROLES.index(role)]
+            if counts[other] >= ADDRESS_MIN and counts[other] >= ADDRESS_SHARE * total:
+                found.setdefault(role, set()).add(key)
+    return found
 
 
 def place_summaries(order: Sequence[Hashable], matched: dict[Hashable, Iterable[str]],

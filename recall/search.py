@@ -335,6 +335,13 @@ class MessageCorpus:
         """The turns before and after each key in its session (``Store.neighbour_ids``)."""
         return self.store.neighbour_ids(keys)
 
+    def speaking_rows(self, body: str, limit: int) -> list[tuple[str, str]]:
+        """``(role, text)`` of the newest user/assistant rows in scope matching ``body``
+        (to read who a name in plain turns is: ``ranking.addressed_roles``)."""
+        loaded = self.load(self.match(scoped(body, self.scope_expr()), limit=limit))
+        return [(row["role"], text) for row, text in loaded.values()
+                if row["role"] in ranking.ROLES]
+
     def substring(self, needles, *, limit):
         sessions = self.scope.session_ids or (None,)
         found: list[int] = []
@@ -517,6 +524,13 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
     avg_terms = sum(len(t.tokens) for t in tokenized.values()) / len(tokenized)
     names = {key: frozenset(fts_tokens(name)) if name else frozenset()
              for key, (name, _) in speakers.items()}
+    plain = [key for key, (name, _) in speakers.items()
+             if name is None and loaded[key][0].get("role") in ranking.ROLES]
+    if plain and hasattr(corpus, "speaking_rows"):
+        for role, spoken in _plain_speakers(corpus, plan).items():
+            for key in plain:
+                if loaded[key][0].get("role") == role:
+                    names[key] = spoken
     senders = frozenset().union(*names.values())
     scorer.people = frozenset(c.key for c in plan.concepts if senders.intersection(c.variants))
     hits = []
@@ -527,6 +541,20 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
             hits.append(hit)
     hits.sort(key=lambda h: (-h.score, -h.key))
     return hits
+
+
+def _plain_speakers(corpus: "MessageCorpus", plan: QueryPlan) -> dict[str, frozenset[str]]:
+    """``role -> name forms`` of the query's names that plain turns show to be that
+    role's (``ranking.addressed_roles``); empty when the query names nobody."""
+    wanted = ranking.proper_names(plan.text)
+    concepts = [c for c in plan.concepts if wanted.intersection(c.variants)]
+    if not concepts or corpus.scope.role:
+        return {}
+    uses = {c.key: (c.key, corpus.speaking_rows(concept_expr(c), ranking.ADDRESS_SAMPLE))
+            for c in concepts}
+    forms = {c.key: c.variants for c in concepts}
+    return {role: frozenset(v for key in keys for v in forms[key])
+            for role, keys in ranking.addressed_roles(uses).items()}
 
 
 def context_hits(corpus: MessageCorpus, hits: Sequence[Hit], top: int) -> list[Hit]:

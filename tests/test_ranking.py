@@ -33,11 +33,24 @@ def _db(tmp_path, messages, session="s"):
     return db, store, dag, ids
 
 
-def _ctx(store, dag, tmp_path, session="s"):
-    return tools.ToolContext(store=store, dag=dag, config=load_config(environ={}, hermes_home=tmp_path),
+def _ctx(store, dag, tmp_path, session="s", config=None, found=None):
+    config = config or load_config(environ={}, hermes_home=tmp_path)
+    return tools.ToolContext(store=store, dag=dag, config=config,
                              count_tokens=COUNTER.count_text, session_id=session,
                              conversation_id=None, current_turn_store_id=store.last_store_id() + 1,
-                             status=dict, llm_call=None, data_dir=tmp_path)
+                             status=dict, llm_call=None, data_dir=tmp_path, semantic=found)
+
+
+def _embedded(db, tmp_path, fake):
+    """A config and ``Semantic`` over the fake server's embeddings, every row embedded."""
+    from hermes_trove.recall import embeddings, semantic
+    config = load_config(environ={
+        "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
+        "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
+        hermes_home=tmp_path)
+    state = embeddings.open_provider(config)
+    semantic.backfill(db, state.provider, config, apply=True)
+    return config, semantic.Semantic(db, config, state)
 
 
 def test_a_question_naming_a_person_prefers_that_persons_turns(tmp_path):
@@ -55,6 +68,48 @@ def test_a_question_naming_a_person_prefers_that_persons_turns(tmp_path):
         assert out["results"][0]["score_parts"]["speaker_bonus"] > 0
     finally:
         db.close()
+
+
+def test_plain_turns_name_the_person_the_other_role_addresses(tmp_path):
+    """Plain user/assistant turns: the assistant calls the user Caroline, so the user's
+    turn about the support group outscores the assistant's question that names her (in
+    the full-text arm; the context arm then lifts each beside the other)."""
+    messages = [{"role": "assistant", "content": "Hey Caroline, good to see you!"},
+                {"role": "user", "content": "You too. Busy week."},
+                {"role": "assistant", "content": "Thanks Caroline, talk soon."},
+                {"role": "user", "content": "Bye for now."},
+                {"role": "assistant", "content": "Caroline, how was the support group?"},
+                {"role": "user", "content": "The support group was so powerful, everyone shared."},
+                {"role": "assistant", "content": "Morning Caroline!"}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        query = {"query": "What did Caroline say about the support group?", "explain": True}
+        def best_match(out):
+            return next(r for r in out["results"] if r["score_parts"]["ranks"].get("messages") == 1)
+
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        best = best_match(out)
+        assert best["store_id"] == ids[5] and best["score_parts"]["speaker_bonus"] > 0
+        assert {r["store_id"] for r in out["results"][:2]} == {ids[4], ids[5]}
+        # a lower-case query names nobody: the address turn matches more words and wins
+        query["query"] = query["query"].lower()
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        assert best_match(out)["store_id"] == ids[4]
+    finally:
+        db.close()
+
+
+def test_addressed_roles_needs_a_name_one_role_uses_and_the_other_does_not():
+    assert ranking.proper_names("When did Caroline go? Did Mel see LGBTQ events") == {
+        "caroline", "mel"}
+    hey = [("assistant", "Hey Caroline!"), ("assistant", "thanks, Caroline"),
+           ("assistant", "Caroline, how was it?"), ("user", "I told Caroline about it")]
+    told = [("user", "I love Japan"), ("user", "Japan, the food!"), ("user", "back to Japan"),
+            ("user", "in Japan, it rains")]
+    both = [("user", "hi Mel"), ("assistant", "hi Mel"), ("user", "bye Mel"),
+            ("assistant", "bye Mel"), ("user", "thanks Mel")]
+    assert ranking.addressed_roles({"caroline": ("caroline", hey), "japan": ("japan", told),
+                                    "mel": ("mel", both)}) == {"user": {"caroline"}}
 
 
 def test_summaries_do_not_crowd_out_the_turns_under_them(tmp_path):
@@ -183,7 +238,7 @@ def test_full_text_lists_matches_only_and_context_lifts_a_match_beside_a_better_
 def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
                                                                       monkeypatch):
     from fake_openai import FakeOpenAIServer
-    from hermes_trove.recall import arms, embeddings, semantic
+    from hermes_trove.recall import arms
     # the filler shares a word with the query (so its vectors are not orthogonal to it);
     # the reply shares none
     filler = [{"role": "user" if i % 2 else "assistant", "content": f"talk {i}: which was it"}
@@ -195,20 +250,10 @@ def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
     db, store, dag, ids = _db(tmp_path, messages)
     try:
         with FakeOpenAIServer() as fake:
-            config = load_config(environ={
-                "TROVE_EMBEDDINGS_ENABLED": "true", "TROVE_EMBEDDING_PROVIDER": "openai",
-                "TROVE_EMBEDDING_MODEL": "fake-embed", "TROVE_EMBEDDING_BASE_URL": fake.base_url},
-                hermes_home=tmp_path)
-            state = embeddings.open_provider(config)
-            semantic.backfill(db, state.provider, config, apply=True)
-            found = semantic.Semantic(db, config, state)
+            config, found = _embedded(db, tmp_path, fake)
 
             def ranks():
-                ctx = tools.ToolContext(
-                    store=store, dag=dag, config=config, count_tokens=COUNTER.count_text,
-                    session_id="s", conversation_id=None,
-                    current_turn_store_id=store.last_store_id() + 1, status=dict,
-                    llm_call=None, data_dir=tmp_path, semantic=found)
+                ctx = _ctx(store, dag, tmp_path, config=config, found=found)
                 out = json.loads(tools.dispatch("trove_grep", {
                     "query": "Which hiking trail near Moab was recommended?", "limit": 20}, ctx))
                 assert out["mode"] == "hybrid"
@@ -262,5 +307,31 @@ def test_a_date_in_the_question_prefers_that_days_turns(tmp_path):
         assert dated["results"][0]["store_id"] == ids[0]
         assert any("2018-05-05" in note for note in dated.get("notes", []))
         assert len(dated["results"]) == 2                           # a preference, not a filter
+    finally:
+        db.close()
+
+
+def test_a_question_of_two_sentences_searches_each_by_its_own_vector(tmp_path):
+    from fake_openai import FakeOpenAIServer
+    from hermes_trove.recall import arms
+    assert arms._clauses("Where is the trail near Moab?") == []
+    assert arms._clauses("Where is the trail near Moab? Also, which cake did Jo bake?") == [
+        "Where is the trail near Moab?", "Also, which cake did Jo bake?"]
+    filler = [{"role": "user", "content": f"small talk number {i}"} for i in range(30)]
+    messages = filler[:10] + [
+        {"role": "user", "content": "the trail near Moab starts at the arch"},
+    ] + filler[10:20] + [{"role": "assistant", "content": "Jo baked a carrot cake"}] + filler[20:]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        with FakeOpenAIServer() as fake:
+            config, found = _embedded(db, tmp_path, fake)
+            ctx = _ctx(store, dag, tmp_path, config=config, found=found)
+            out = json.loads(tools.dispatch("trove_grep", {
+                "query": "Where does the trail near Moab start? Also, which cake did Jo bake?",
+                "mode": "semantic", "explain": True}, ctx))
+        ranks = {r["store_id"]: r["score_parts"]["ranks"] for r in out["results"]}
+        assert ranks[ids[10]].get("vector_clause0") == 1
+        assert ranks[ids[21]].get("vector_clause1") == 1
+        assert {ids[10], ids[21]} <= set(list(ranks)[:3])
     finally:
         db.close()

@@ -37,6 +37,20 @@ def test_an_asked_question_is_not_stored_and_its_evidence_is_the_other_persons_t
                 assert first["speaker"] == second["speaker"]
 
 
+def test_questions_stand_alone_and_replies_answer(histories):
+    assert realchats.self_contained("What do you like to do for fun?")
+    for unfair in ("Besides my chosen super power?", "Noodles? do you plan on using dynomite?",
+                   "what did you do there?", "Is it fun"):
+        assert not realchats.self_contained(unfair)
+    for history in histories:
+        for q in history.questions:
+            asked = q.text.split(": ", 1)[1] if q.kind == "temporal" else q.text
+            for part in asked.split(" Also, "):
+                assert realchats.self_contained(part)
+            for e in q.evidence:
+                assert not history.turns[e]["text"].split("\n")[0].rstrip().endswith("?")
+
+
 def test_open_domain_replies_share_no_content_word_with_the_question(histories):
     for history in histories:
         for q in history.questions:
