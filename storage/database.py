@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import migrations
+from .postgres.connection import is_url
 
 BUSY_TIMEOUT_MS = 5000
 REQUIRED_OBJECTS = (
@@ -50,8 +51,11 @@ class DatabaseError(RuntimeError):
 class Database:
     """A connection plus the lock that serializes its use across threads."""
 
+    dialect = "sqlite"
+
     def __init__(self, path: str, read_only: bool = False):
         self.path = path
+        self.display = path  # what reports print (a server URL's is without password)
         self.read_only = read_only
         self.lock = threading.RLock()
         self.opened_at = time.time()
@@ -153,6 +157,8 @@ def trove_file_problem(path: str | os.PathLike, allow_older: bool = False) -> st
     an unrelated SQLite file (Hermes's ``state.db``) or an empty file is named,
     never converted. A trove schema newer or older than this code is reported
     too: a read must not migrate (``allow_older`` for a writing command, which may)."""
+    if is_url(path):
+        return None  # a server: opening it says what is wrong (never the password)
     file = Path(path).expanduser()
     if file.is_dir():
         return f"{file} is a directory, not a trove database file"
@@ -200,7 +206,7 @@ def open_read_only(path: str | os.PathLike) -> Database:
     with _registry_lock:
         db = _read_only.get(key)
         if db is None:
-            db = Database(key, read_only=True)
+            db = _open(key, read_only=True)
             _read_only[key] = db
         return db
 
@@ -214,7 +220,7 @@ def structural_check(conn: sqlite3.Connection) -> list[str]:
 def resolve_path(path: str | os.PathLike) -> str:
     """The canonical key for a database file (absolute, symlinks resolved)."""
     text = str(path)
-    if text == ":memory:":
+    if text == ":memory:" or is_url(text):
         return text
     return str(Path(text).expanduser().resolve())
 
@@ -224,7 +230,7 @@ def get_database(path: str | os.PathLike) -> Database:
     no file system can name (a NUL byte, a lone surrogate) is a ``DatabaseError``,
     so the engine's fault handling keeps the agent running and says why."""
     text = os.fspath(path)
-    if isinstance(text, str) and ("\0" in text or not _encodable(text)):
+    if isinstance(text, str) and not is_url(text) and ("\0" in text or not _encodable(text)):
         raise DatabaseError(f"the trove database path {text[:200]!r} is not a usable file name "
                             "(it holds a NUL byte or an unpaired surrogate): fix "
                             "TROVE_DATABASE_PATH")
@@ -232,9 +238,20 @@ def get_database(path: str | os.PathLike) -> Database:
     with _registry_lock:
         db = _registry.get(key)
         if db is None:
-            db = Database(key)
+            db = _open(key)
             _registry[key] = db
         return db
+
+
+def _open(key: str, read_only: bool = False):
+    """A ``Database`` for a SQLite file, a ``PgDatabase`` for a ``postgresql://`` URL
+    (``TROVE_DATABASE_URL``): the same contract, so no caller asks which it got
+    unless it needs SQL only one engine has (``db.dialect``)."""
+    if is_url(key):
+        from .postgres.database import PgDatabase
+        return PgDatabase(key, error=DatabaseError, too_new=migrations.SchemaTooNewError,
+                          read_only=read_only)
+    return Database(key, read_only=read_only)
 
 
 def _encodable(text: str) -> bool:

@@ -20,7 +20,8 @@ from _bootstrap import load_package  # noqa: E402  (the same loader the scripts 
 
 def _isolate_environment() -> None:
     """Never touch the developer's ~/.hermes or inherit their TROVE_* settings."""
-    for key in [k for k in os.environ if k.startswith("TROVE_")]:
+    keep = ("TROVE_TEST_PG_URL", "TROVE_REQUIRE_PG")  # the harness's, not plugin settings
+    for key in [k for k in os.environ if k.startswith("TROVE_") and k not in keep]:
         del os.environ[key]
     os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="trove-test-home-")
     os.environ.pop("HERMES_SESSION_ID", None)
@@ -28,3 +29,5 @@ def _isolate_environment() -> None:
 
 _isolate_environment()
 load_package()
+
+from pgkit import backend  # noqa: E402,F401  (the two-engine fixture of the contract tests)

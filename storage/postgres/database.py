@@ -1,0 +1,75 @@
+"""``PgDatabase``: the PostgreSQL twin of ``storage.database.Database``.
+
+Same contract: one shared connection per server database per process, serialized
+by a re-entrant lock; ``transaction()`` is one unit of work that holds the writer
+lock (a transaction-scoped advisory lock, as ``BEGIN IMMEDIATE`` holds SQLite's
+write lock), ``reading()`` the connection for reads. Opening applies pending
+migrations (``schema``) and runs the structural check. ``path`` is the URL without
+its password is ``display``, what status and errors print (``path`` is the URL
+itself, the registry's key; it is never printed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from . import schema
+from .connection import Connection, display_name
+
+DIALECT = "postgresql"
+
+
+class PgDatabase:
+    """A PostgreSQL connection plus the lock that serializes its use across threads."""
+
+    dialect = DIALECT
+
+    def __init__(self, url: str, *, error: type[Exception], too_new: type[Exception],
+                 read_only: bool = False):
+        self.path = url
+        self.display = display_name(url)
+        self.read_only = read_only
+        self.lock = threading.RLock()
+        self.opened_at = time.time()
+        started = time.perf_counter()
+        try:
+            self.conn = Connection(url)
+            if not read_only:
+                schema.migrate(self.conn, too_new)
+            self.missing_objects = schema.structural_check(self.conn)
+        except too_new:
+            raise
+        except Exception as exc:  # psycopg missing, server down, bad credentials
+            raise error(f"cannot open trove database {self.display}: {exc}") from None
+        self.open_seconds = time.perf_counter() - started
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One unit of work: BEGIN + the writer lock ... COMMIT, rolled back on any error."""
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """Exclusive use of the connection for reads (each statement its own snapshot)."""
+        with self.lock:
+            yield self.conn
+
+    def schema_version(self) -> int:
+        """The applied PostgreSQL schema version."""
+        with self.lock:
+            return schema.schema_version(self.conn)
+
+    def close(self) -> None:
+        """Close the connection (tests and scripts; the engine never closes it)."""
+        with self.lock:
+            self.conn.close()

@@ -1,0 +1,363 @@
+"""The PostgreSQL schema: numbered migrations, applied once each, in order, recorded.
+
+The tables and columns are those of the SQLite schema at its migration 11 (see
+``storage/migrations.py`` and docs/architecture.md), so every statement the store
+runs means the same on both engines. What differs is how search is indexed:
+
+* full-text: a stored ``fts`` tsvector column per searchable table (body words at
+  weight A, the scope tags ``s<hex session> r<hex role> p<hex source>`` at weight
+  D) with a GIN index. Words are split the way SQLite's unicode61 tokenizer splits
+  them (every run of letters and digits, case folded), so a query built for FTS5
+  finds the same rows; the first ``FTS_CHARS`` characters of a message are indexed
+  (a tsvector is capped at 1 MB).
+* substring: a pg_trgm GIN index when the extension can be created (migration 2).
+
+Each migration runs in one transaction under the writer lock, so two processes
+opening a new database at once apply it once. The ledger is ``trove_migrations``;
+the version is its highest row.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from .connection import Connection
+
+FTS_CHARS = 262_144
+# How words are split for the index and for queries: unicode61's rule, in SQL.
+WORDS = "regexp_replace(lower({0}), '[^[:alnum:]]+', ' ', 'g')"
+
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = []
+
+
+def migration(version: int):
+    """Register ``fn`` as PostgreSQL schema migration number ``version``."""
+
+    def decorate(fn):
+        if MIGRATIONS and MIGRATIONS[-1][0] != version - 1:
+            raise ValueError(f"migration {version} registered out of order")
+        MIGRATIONS.append((version, fn.__name__, fn))
+        return fn
+
+    return decorate
+
+
+def latest_version() -> int:
+    """The PostgreSQL schema version this code writes."""
+    return MIGRATIONS[-1][0]
+
+
+def schema_version(conn: Connection) -> int:
+    """The highest applied migration (0 for an empty schema)."""
+    if not conn.execute("SELECT to_regclass('trove_migrations')").fetchone()[0]:
+        return 0
+    return conn.execute("SELECT COALESCE(max(version), 0) FROM trove_migrations").fetchone()[0]
+
+
+def migrate(conn: Connection, too_new: type[Exception]) -> list[int]:
+    """Apply every pending migration, each in its own transaction; return those applied.
+    A schema newer than this code raises ``too_new``."""
+    current = schema_version(conn)
+    if current > latest_version():
+        raise too_new(
+            f"trove schema version {current} on the PostgreSQL server is newer than this "
+            f"hermes-trove (supports up to {latest_version()}); update the plugin")
+    applied = []
+    for version, name, fn in MIGRATIONS:
+        if version <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = schema_version(conn)  # another process may have applied it meanwhile
+            if version <= current:
+                conn.execute("COMMIT")
+                continue
+            conn.execute("CREATE TABLE IF NOT EXISTS trove_migrations (version INTEGER PRIMARY"
+                         " KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)")
+            fn(conn)
+            conn.execute("INSERT INTO trove_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                         (version, name, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(version)
+    return applied
+
+
+def _tags(*parts: str) -> str:
+    return " || ' ' || ".join(parts)
+
+
+def _hex(prefix: str, column: str) -> str:
+    return f"'{prefix}' || trove_hex({column})"
+
+
+MESSAGE_BODY = "COALESCE(search_text, content, '')"
+MESSAGE_FTS = (
+    f"setweight(to_tsvector('simple', {WORDS.format(f'left({MESSAGE_BODY}, {FTS_CHARS})')}), 'A')"
+    f" || setweight(to_tsvector('simple', "
+    f"{_tags(_hex('s', 'session_id'), _hex('r', 'role'), _hex('p', 'source'))}), 'D')")
+_NODE_TAGS = _tags(_hex("s", "session_id"), "'d' || depth")
+NODE_FTS = (
+    f"setweight(to_tsvector('simple', {WORDS.format(f'left(text, {FTS_CHARS})')}), 'A')"
+    f" || setweight(to_tsvector('simple', {_NODE_TAGS}), 'D')")
+
+_SCHEMA = [
+    # lower-case hex of the UTF-8 bytes, as SQLite's lower(hex(x)) (convert_to is only
+    # STABLE because of client encodings; the server's UTF-8 bytes of a text are fixed)
+    "CREATE OR REPLACE FUNCTION trove_hex(value text) RETURNS text LANGUAGE sql IMMUTABLE"
+    " PARALLEL SAFE AS $$ SELECT encode(convert_to(value, 'UTF8'), 'hex') $$",
+    "CREATE TABLE trove_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        canonical_id TEXT NOT NULL,
+        conversation_id TEXT,
+        source TEXT NOT NULL DEFAULT 'unknown' CHECK (source <> ''),
+        parent_session_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        replay_floor BIGINT NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT '{}')""",
+    "CREATE INDEX sessions_canonical ON sessions(canonical_id)",
+    "CREATE INDEX sessions_conversation ON sessions(conversation_id)",
+    f"""CREATE TABLE messages (
+        store_id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        conversation_id TEXT,
+        source TEXT NOT NULL DEFAULT 'unknown' CHECK (source <> ''),
+        role TEXT NOT NULL,
+        content TEXT,
+        content_format TEXT NOT NULL CHECK (content_format IN ('text', 'json', 'null', 'absent')),
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        tool_name TEXT,
+        extra TEXT,
+        search_text TEXT,
+        content_hash TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        message_at DOUBLE PRECISION,
+        created_at DOUBLE PRECISION NOT NULL,
+        token_count INTEGER NOT NULL DEFAULT 0,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        fts tsvector GENERATED ALWAYS AS ({MESSAGE_FTS}) STORED,
+        UNIQUE (session_id, content_hash, ordinal))""",
+    "CREATE INDEX messages_session ON messages(session_id, store_id)",
+    "CREATE INDEX messages_fts ON messages USING gin (fts)",
+    "CREATE INDEX messages_rollup_time ON messages((COALESCE(message_at, created_at)))",
+    f"""CREATE TABLE nodes (
+        node_id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        depth INTEGER NOT NULL CHECK (depth >= 0),
+        text TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        source_token_count INTEGER NOT NULL,
+        message_count INTEGER NOT NULL,
+        first_store_id BIGINT,
+        last_store_id BIGINT,
+        time_from DOUBLE PRECISION,
+        time_to DOUBLE PRECISION,
+        level INTEGER NOT NULL,
+        model TEXT NOT NULL DEFAULT '',
+        topics TEXT NOT NULL DEFAULT '[]',
+        created_at DOUBLE PRECISION NOT NULL,
+        fts tsvector GENERATED ALWAYS AS ({NODE_FTS}) STORED)""",
+    "CREATE INDEX nodes_session ON nodes(session_id, depth, node_id)",
+    "CREATE INDEX nodes_time ON nodes(time_to, time_from)",
+    "CREATE INDEX nodes_fts ON nodes USING gin (fts)",
+    """CREATE TABLE node_edges (
+        parent_id BIGINT NOT NULL REFERENCES nodes(node_id),
+        ordinal INTEGER NOT NULL,
+        child_node_id BIGINT REFERENCES nodes(node_id),
+        child_store_id BIGINT REFERENCES messages(store_id),
+        CHECK ((child_node_id IS NULL) <> (child_store_id IS NULL)),
+        PRIMARY KEY (parent_id, ordinal))""",
+    "CREATE INDEX edges_child_node ON node_edges(child_node_id, parent_id)"
+    " WHERE child_node_id IS NOT NULL",
+    "CREATE INDEX edges_child_message ON node_edges(child_store_id, parent_id)"
+    " WHERE child_store_id IS NOT NULL",
+    """CREATE TABLE session_carry (
+        session_id TEXT NOT NULL,
+        node_id BIGINT NOT NULL REFERENCES nodes(node_id),
+        ordinal INTEGER NOT NULL,
+        PRIMARY KEY (session_id, node_id))""",
+    """CREATE TABLE import_ledger (
+        import_id TEXT NOT NULL,
+        source_kind TEXT NOT NULL,
+        source_key TEXT NOT NULL,
+        target_kind TEXT NOT NULL,
+        target_id TEXT NOT NULL,
+        imported_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (import_id, source_kind, source_key))""",
+    """CREATE TABLE session_owners (
+        session_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        platform TEXT,
+        user_id TEXT,
+        chat_id TEXT,
+        conversation_id TEXT,
+        recorded_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX session_owners_owner ON session_owners(owner, session_id)",
+    """CREATE TABLE prep_summaries (
+        session_id TEXT NOT NULL,
+        first_store_id BIGINT NOT NULL,
+        last_store_id BIGINT NOT NULL,
+        store_ids TEXT NOT NULL,
+        source_hash TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('claimed', 'ready')),
+        owner TEXT NOT NULL,
+        lease_until DOUBLE PRECISION NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        summary TEXT,
+        PRIMARY KEY (session_id, first_store_id))""",
+    """CREATE TABLE prep_condensed (
+        session_id TEXT NOT NULL,
+        group_key TEXT NOT NULL,
+        depth INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('claimed', 'ready')),
+        owner TEXT NOT NULL,
+        lease_until DOUBLE PRECISION NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        summary TEXT,
+        PRIMARY KEY (session_id, group_key))""",
+    """CREATE TABLE evidence_assertions (
+        assertion_id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        subject_key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        valid_from DOUBLE PRECISION,
+        store_id BIGINT NOT NULL,
+        start INTEGER NOT NULL,
+        "end" INTEGER NOT NULL,
+        quote TEXT NOT NULL,
+        extractor TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (store_id, start, "end", kind, subject_key))""",
+    "CREATE INDEX evidence_assertions_subject ON evidence_assertions(subject_key, valid_from)",
+    "CREATE INDEX evidence_assertions_session ON evidence_assertions(session_id, valid_from)",
+    "CREATE TABLE evidence_scan (session_id TEXT PRIMARY KEY, last_store_id BIGINT NOT NULL)",
+    """CREATE TABLE evidence_views (
+        view_id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        question TEXT NOT NULL,
+        body TEXT NOT NULL,
+        trace_hash TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX evidence_views_session ON evidence_views(session_id, created_at)",
+    """CREATE TABLE rollups (
+        rollup_id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('day', 'week', 'month')),
+        period_key TEXT NOT NULL,
+        time_zone TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        period_start DOUBLE PRECISION NOT NULL,
+        period_end DOUBLE PRECISION NOT NULL,
+        text TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        source_token_count INTEGER NOT NULL,
+        level INTEGER NOT NULL,
+        model TEXT NOT NULL DEFAULT '',
+        message_count INTEGER NOT NULL,
+        session_count INTEGER NOT NULL,
+        time_from DOUBLE PRECISION,
+        time_to DOUBLE PRECISION,
+        watermark TEXT NOT NULL,
+        built_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (kind, period_key, time_zone, owner))""",
+    "CREATE INDEX rollups_period ON rollups(time_zone, owner, period_start, period_end)",
+    """CREATE TABLE rollup_sources (
+        rollup_id BIGINT NOT NULL REFERENCES rollups(rollup_id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL,
+        child_rollup_id BIGINT REFERENCES rollups(rollup_id),
+        child_node_id BIGINT,
+        child_store_id BIGINT,
+        PRIMARY KEY (rollup_id, ordinal),
+        CHECK ((child_rollup_id IS NOT NULL)::int + (child_node_id IS NOT NULL)::int
+               + (child_store_id IS NOT NULL)::int = 1))""",
+    "CREATE INDEX rollup_sources_rollup ON rollup_sources(child_rollup_id)"
+    " WHERE child_rollup_id IS NOT NULL",
+    "CREATE INDEX rollup_sources_node ON rollup_sources(child_node_id)"
+    " WHERE child_node_id IS NOT NULL",
+    "CREATE INDEX rollup_sources_message ON rollup_sources(child_store_id)"
+    " WHERE child_store_id IS NOT NULL",
+    """CREATE TABLE rollup_sessions (
+        rollup_id BIGINT NOT NULL REFERENCES rollups(rollup_id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        PRIMARY KEY (rollup_id, session_id))""",
+    """CREATE TABLE embedding_spaces (
+        space_id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        revision TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (provider, model, revision, dim))""",
+    """CREATE TABLE embedding_vectors (
+        space_id BIGINT NOT NULL REFERENCES embedding_spaces(space_id),
+        kind TEXT NOT NULL,
+        ref_id BIGINT NOT NULL,
+        chunk INTEGER NOT NULL,
+        text_hash TEXT NOT NULL,
+        vector BYTEA)""",
+    "CREATE UNIQUE INDEX embedding_vectors_key ON embedding_vectors(space_id, kind, ref_id, chunk)",
+    "CREATE INDEX embedding_vectors_by_hash ON embedding_vectors(space_id, text_hash)",
+    """CREATE TABLE session_views (
+        session_id TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        digest TEXT NOT NULL,
+        entries TEXT NOT NULL,
+        meta TEXT,
+        PRIMARY KEY (session_id, origin, slot))""",
+    "CREATE INDEX session_views_recent ON session_views(session_id, updated_at)",
+    "CREATE INDEX session_views_updated ON session_views(updated_at)",
+    # The schema's object names where the store's SQL looks for them (an import
+    # ledger check, the doctor's structural check), as SQLite's catalogue shows them.
+    """CREATE VIEW sqlite_master AS
+        SELECT c.relname::text AS name, CASE c.relkind WHEN 'r' THEN 'table'
+               WHEN 'v' THEN 'view' WHEN 'i' THEN 'index' ELSE 'other' END AS type
+        FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace""",
+]
+
+
+@migration(1)
+def pg001_schema(conn: Connection) -> None:
+    """The whole schema as SQLite has it after its migration 11, with tsvector search."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+@migration(2)
+def pg002_trigram_index(conn: Connection) -> None:
+    """A pg_trgm index for substring search (CJK runs, symbols) when the server has the
+    extension; without it substring search scans, as on SQLite."""
+    available = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm')"
+    ).fetchone()[0]
+    if not available:
+        return
+    conn.execute("SAVEPOINT trgm")
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    except Exception:  # not allowed to create it here: an operator enables it (README)
+        conn.execute("ROLLBACK TO SAVEPOINT trgm")
+        return
+    trgm = conn.execute(
+        "SELECT n.nspname FROM pg_opclass o JOIN pg_namespace n ON n.oid = o.opcnamespace"
+        " WHERE o.opcname = 'gin_trgm_ops'").fetchone()[0]
+    conn.execute(f"CREATE INDEX messages_trgm ON messages USING gin"
+                 f" ((COALESCE(search_text, content)) {trgm}.gin_trgm_ops)")
+
+
+REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
+                    "session_carry", "trove_meta", "session_views", "session_owners")
+
+
+def structural_check(conn: Connection) -> list[str]:
+    """Names of required tables and search indexes that are missing (catalogue read only)."""
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    return [name for name in REQUIRED_OBJECTS if name not in present]
