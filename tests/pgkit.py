@@ -38,8 +38,9 @@ def require_pg() -> None:
 
 
 def schema_url(schema: str) -> str:
-    """The test server's URL with ``schema`` first on the search path."""
-    options = urllib.parse.quote(f"-csearch_path={schema},public")
+    """The test server's URL with ``schema`` alone on the search path (a table missing
+    from it must never be found in ``public``)."""
+    options = urllib.parse.quote(f"-csearch_path={schema}")
     return PG_URL + ("&" if "?" in PG_URL else "?") + f"options={options}"
 
 
@@ -50,6 +51,8 @@ class PgSchema:
         import psycopg
         self.name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(PG_URL, autocommit=True) as conn:
+            # pg_trgm once per database, in public (no test schema's drop takes it along)
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
             conn.execute(f"CREATE SCHEMA {self.name}")
         self.url = schema_url(self.name)
 

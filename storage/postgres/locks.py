@@ -16,24 +16,23 @@ COMPACTION = "compaction"
 HOLD = "hold"
 
 
-def _keys(conn, purpose: str, slot: int) -> tuple[int, int]:
-    first = zlib.crc32(f"{conn.schema}:{purpose}".encode()) - (1 << 31)
-    return first, (slot % (1 << 31))
+def _key(conn, purpose: str, slot: int) -> tuple[int]:
+    """One bigint: 32 bits of (schema, purpose), 31 bits of the session's slot."""
+    return ((zlib.crc32(f"{conn.schema}:{purpose}".encode()) << 31) | (slot % (1 << 31)),)
 
 
 def try_lock(db, purpose: str, slot: int, shared: bool = False) -> bool:
     """Take the advisory lock without waiting; whether it was granted."""
     fn = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
     with db.lock:
-        return bool(db.conn.execute(f"SELECT {fn}(?, ?)",
-                                    _keys(db.conn, purpose, slot)).fetchone()[0])
+        return bool(db.conn.execute(f"SELECT {fn}(?)", _key(db.conn, purpose, slot)).fetchone()[0])
 
 
 def unlock(db, purpose: str, slot: int, shared: bool = False) -> None:
     """Let the advisory lock go."""
     fn = "pg_advisory_unlock_shared" if shared else "pg_advisory_unlock"
     with db.lock:
-        db.conn.execute(f"SELECT {fn}(?, ?)", _keys(db.conn, purpose, slot))
+        db.conn.execute(f"SELECT {fn}(?)", _key(db.conn, purpose, slot))
 
 
 def held_elsewhere(db, purpose: str, slot: int) -> bool:
