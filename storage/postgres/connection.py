@@ -176,15 +176,21 @@ class Connection:
             return Cursor(self, cur)
 
     def executemany(self, sql: str, rows: Sequence[Sequence]) -> Cursor:
-        """Run one statement per parameter row; ``rowcount`` is the total."""
-        total = 0
-        last = None
-        for params in rows:
-            last = self.execute(sql, params)
-            total += max(0, last.rowcount)
-        if last is not None:
-            last.rowcount = total
-        return last if last is not None else _Empty()
+        """Run one statement per parameter row, pipelined (one round trip per batch,
+        not per row); ``rowcount`` is the total."""
+        rows = [tuple(map(escape_text, params)) for params in rows]
+        if not rows:
+            return _Empty()
+        psycopg = _psycopg()
+        with self._lock:
+            cur = self.raw.cursor()
+            try:
+                cur.executemany(translate(sql), rows)
+            except psycopg.IntegrityError as exc:
+                raise sqlite3.IntegrityError(_clean(exc, self.url)) from None
+            except psycopg.Error as exc:
+                raise sqlite3.OperationalError(_clean(exc, self.url)) from None
+            return Cursor(self, cur)
 
     def getlimit(self, category: int) -> int:
         """The bound-parameter limit (``sqlite3.Connection.getlimit``'s one use here)."""
