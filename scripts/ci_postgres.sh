@@ -4,7 +4,7 @@
 # initdb is missing (root + apt-get), creates a cluster in a temp dir (initdb refuses
 # root, so the cluster belongs to the "postgres" user when run as root), starts it on
 # a free 127.0.0.1 port with trust auth, enables pg_trgm, exports
-# TROVE_TEST_PG_URL and TROVE_REQUIRE_PG=1 (the PostgreSQL tests then fail rather
+# PG_TROVE_TEST_URL and PG_TROVE_REQUIRE=1 (the PostgreSQL tests then fail rather
 # than skip), and stops the server and removes the dir when the sourcing shell exits.
 trove_pg_bindir() {   # the Debian package's newest server, else whatever is on PATH
   local found
@@ -49,8 +49,8 @@ trove_pg_start() {
   TROVE_CI_PG_DIR="$dir"
   trap trove_pg_stop EXIT
   export PATH="$bindir:$PATH"   # pg_dump of the same version for the backup tests
-  export TROVE_TEST_PG_URL="postgresql://postgres@127.0.0.1:$port/postgres"
-  export TROVE_REQUIRE_PG=1
+  export PG_TROVE_TEST_URL="postgresql://postgres@127.0.0.1:$port/postgres"
+  export PG_TROVE_REQUIRE=1
   "$bindir/psql" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres \
     -c "CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public" >/dev/null
   echo "ci_postgres: PostgreSQL $("$bindir/pg_ctl" --version | awk '{print $3}') on 127.0.0.1:$port" >&2

@@ -20,8 +20,7 @@ from _bootstrap import load_package  # noqa: E402  (the same loader the scripts 
 
 def _isolate_environment() -> None:
     """Never touch the developer's ~/.hermes or inherit their TROVE_* settings."""
-    keep = ("TROVE_TEST_PG_URL", "TROVE_REQUIRE_PG")  # the harness's, not plugin settings
-    for key in [k for k in os.environ if k.startswith("TROVE_") and k not in keep]:
+    for key in [k for k in os.environ if k.startswith("TROVE_")]:
         del os.environ[key]
     os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="trove-test-home-")
     os.environ.pop("HERMES_SESSION_ID", None)

@@ -1,9 +1,9 @@
 """The second engine for the contract tests: a throw-away schema on a real PostgreSQL.
 
-``.ci/run`` starts a server and exports ``TROVE_TEST_PG_URL``; each test that asks
+``.ci/run`` starts a server and exports ``PG_TROVE_TEST_URL``; each test that asks
 for the ``backend`` fixture runs once on SQLite and once on PostgreSQL, in a schema
 of its own (dropped afterwards). Without a server the PostgreSQL pass skips with
-the reason, except where ``TROVE_REQUIRE_PG=1`` (CI), where it fails: CI must run it.
+the reason, except where ``PG_TROVE_REQUIRE=1`` (CI), where it fails: CI must run it.
 """
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import uuid
 
 import pytest
 
-PG_URL = os.environ.get("TROVE_TEST_PG_URL", "")
+PG_URL = os.environ.get("PG_TROVE_TEST_URL", "")
 BACKENDS = ("sqlite", "postgresql")
 
 
 def pg_unavailable() -> str | None:
     """Why the PostgreSQL pass cannot run here (None when it can)."""
     if not PG_URL:
-        return "no PostgreSQL server: set TROVE_TEST_PG_URL (.ci/run starts one)"
+        return "no PostgreSQL server: set PG_TROVE_TEST_URL (.ci/run starts one)"
     try:
         import psycopg  # noqa: F401
     except ImportError:
@@ -32,8 +32,8 @@ def require_pg() -> None:
     """Skip (or, in CI, fail) a test that needs the server."""
     reason = pg_unavailable()
     if reason:
-        if os.environ.get("TROVE_REQUIRE_PG") == "1":
-            pytest.fail(f"TROVE_REQUIRE_PG=1 but {reason}")
+        if os.environ.get("PG_TROVE_REQUIRE") == "1":
+            pytest.fail(f"PG_TROVE_REQUIRE=1 but {reason}")
         pytest.skip(reason)
 
 
