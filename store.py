@@ -400,6 +400,9 @@ class Store(Alignment):
         The scan goes page by page and takes the shared connection only for one
         page at a time, so a writer (another agent's compaction) waits at most one
         page; it stops after ``max_seconds`` with what it found so far."""
+        if getattr(self.db, "trigram", False) and needles and min(map(len, needles)) >= 3:
+            with self.db.reading() as conn:  # a server with pg_trgm: the index answers
+                return pg_search.substring_ids(conn, session_id, needles, limit=limit)
         conds = " AND ".join("instr(t, ?) > 0" for _ in needles) or "1"
         scope = "session_id = ? AND " if session_id else ""
         lowered = [n.lower() for n in needles]

@@ -40,6 +40,9 @@ class PgDatabase:
             if not read_only:
                 schema.migrate(self.conn, too_new)
             self.missing_objects = schema.structural_check(self.conn)
+            # substring search uses the pg_trgm index when migration 2 could build it
+            self.trigram = bool(self.conn.execute(
+                "SELECT to_regclass('messages_trgm')").fetchone()[0])
         except too_new:
             raise
         except Exception as exc:  # psycopg missing, server down, bad credentials

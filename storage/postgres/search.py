@@ -140,6 +140,19 @@ def match_ids(conn, table: str, key: str, expr: str, *, limit: int, ranked: bool
     return [(r[0], r[1]) for r in conn.execute(sql, [*query_params, *params, limit])]
 
 
+def substring_ids(conn, session_id: str | None, needles: Sequence[str], *, limit: int) -> list:
+    """store_ids (newest first) whose text contains every needle, case folded, through
+    the pg_trgm index (every row, not only the newest: the index finds them)."""
+    terms = ["COALESCE(search_text, content) LIKE ? ESCAPE '\\'" for _ in needles]
+    params: list = ["%" + re.sub(r"([\\%_])", r"\\\1", n) + "%" for n in needles]
+    if session_id:
+        terms.insert(0, "session_id = ?")
+        params.insert(0, session_id)
+    return [r[0] for r in conn.execute(
+        f"SELECT store_id FROM messages WHERE {' AND '.join(terms)}"
+        " ORDER BY store_id DESC LIMIT ?", [*params, limit])]
+
+
 def count_matches(conn, table: str, key: str, expr: str, *, cap: int,
                   where: Sequence[str] = (), params: Sequence = ()) -> int:
     """How many rows match ``expr``, counting no further than ``cap``."""
