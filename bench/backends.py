@@ -17,6 +17,12 @@ For every size and engine a fresh store is filled with ``search.Corpus`` message
             and identifiers, 60 of each after 10 warm-up: ms p50 / p95
   open      a new connection's open (connect, migration check, structural check),
             median of 5: ms
+  overlap   ranking on the same data: the fill is deterministic, so both engines hold
+            the same rows under the same store_ids; for every query, the share of
+            SQLite's top 10 trove_grep hits that PostgreSQL also returns in its top 10
+            (both rank candidates with recall/search's BM25; they differ where the
+            full-text engines' candidate sets differ), mean over the queries, and the
+            share of queries whose top 10 is identical in order
 
 The PostgreSQL server is the one in ``--pg-url`` (default $PG_TROVE_TEST_URL), each
 size in its own schema (dropped afterwards); the SQLite file is in a temp folder.
@@ -185,7 +191,7 @@ def grep(target: Target, corpus: Corpus) -> dict:
     queries = ([" ".join(corpus.draw(rng, rng.randint(1, 3))) for _ in range(70)]
                + [corpus.identifier(rng) for _ in range(70)])
     rng.shuffle(queries)
-    times = []
+    times, hits = [], {}
     for index, query in enumerate(queries):
         started = time.perf_counter()
         answer = json.loads(tools.dispatch("trove_grep", {"query": query}, ctx))
@@ -193,9 +199,22 @@ def grep(target: Target, corpus: Corpus) -> dict:
             raise RuntimeError(f"trove_grep {query!r}: {answer['error']}")
         if index >= 20:
             times.append((time.perf_counter() - started) * 1000)
+        hits[query] = [r.get("store_id") or f"n{r.get('node_id')}" for r in answer["results"]]
     times.sort()
     return {"grep_ms_p50": round(statistics.median(times), 1),
-            "grep_ms_p95": round(synth.percentile(times, 0.95), 1)}
+            "grep_ms_p95": round(synth.percentile(times, 0.95), 1), "hits": hits}
+
+
+def overlap(first: dict, second: dict) -> dict:
+    """How much of ``first``'s top 10 per query ``second`` also has, and same-order share."""
+    shares, same = [], 0
+    for query, ours in first.items():
+        theirs = second.get(query, [])
+        if ours:
+            shares.append(len(set(ours[:10]) & set(theirs[:10])) / len(ours[:10]))
+        same += ours[:10] == theirs[:10]
+    return {"top10_overlap": round(statistics.mean(shares), 3) if shares else None,
+            "same_top10_share": round(same / max(1, len(first)), 3)}
 
 
 def open_time(target: Target) -> dict:
@@ -220,6 +239,7 @@ def main(argv: list[str]) -> int:
     corpus = Corpus()
     rows = []
     for size in args.sizes:
+        ranked = {}
         for engine in args.engines:
             target = Target(engine, size, args.pg_url)
             try:
@@ -231,13 +251,17 @@ def main(argv: list[str]) -> int:
                 row.update(open_time(target))
             finally:
                 target.drop()
+            ranked[engine] = row.pop("hits")
+            if len(ranked) == 2:
+                row.update(overlap(ranked["sqlite"], ranked["postgresql"]))
             rows.append(row)
             print(json.dumps(row), flush=True)
     header = ("engine", "messages", "fill_msg_s", "host_msg_s", "raw_msg_s", "ratio",
-              "turn_ms_p50", "turn_ms_p95", "grep_ms_p50", "grep_ms_p95", "open_ms")
+              "turn_ms_p50", "turn_ms_p95", "grep_ms_p50", "grep_ms_p95", "open_ms",
+              "top10_overlap", "same_top10_share")
     print(" | ".join(header))
     for row in rows:
-        print(" | ".join(str(row[h]) for h in header))
+        print(" | ".join(str(row.get(h, "")) for h in header))
     synth.save_results("backends", rows=rows)
     return 0
 
