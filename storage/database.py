@@ -48,7 +48,38 @@ class DatabaseError(RuntimeError):
     """The trove database cannot be opened or is structurally broken."""
 
 
-class Database:
+class Connected:
+    """The unit-of-work contract both engines keep: ``conn`` used under ``lock``."""
+
+    lock: threading.RLock
+    conn: sqlite3.Connection
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One unit of work: BEGIN IMMEDIATE ... COMMIT, rolled back on any error (on a
+        server BEGIN IMMEDIATE also takes the writer lock, see storage/postgres)."""
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """Exclusive use of the connection for reads (no transaction is opened)."""
+        with self.lock:
+            yield self.conn
+
+    def close(self) -> None:
+        """Close the connection (tests and scripts; the engine never closes it)."""
+        with self.lock:
+            self.conn.close()
+
+
+class Database(Connected):
     """A connection plus the lock that serializes its use across threads."""
 
     dialect = "sqlite"
@@ -72,29 +103,6 @@ class Database:
         except sqlite3.Error as exc:
             raise DatabaseError(f"cannot open trove database {path}: {exc}") from exc
         self.open_seconds = time.perf_counter() - started
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One unit of work: BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
-        with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-
-    @contextmanager
-    def reading(self) -> Iterator[sqlite3.Connection]:
-        """Exclusive use of the connection for reads (no transaction is opened)."""
-        with self.lock:
-            yield self.conn
-
-    def close(self) -> None:
-        """Close the connection (tests and scripts; the engine never closes it)."""
-        with self.lock:
-            self.conn.close()
 
 
 def _open_with_retry(path: str) -> sqlite3.Connection:

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator
 
+from ..database import Connected
 from . import schema
 from .connection import Connection, display_name
 
 DIALECT = "postgresql"
 
 
-class PgDatabase:
-    """A PostgreSQL connection plus the lock that serializes its use across threads."""
+class PgDatabase(Connected):
+    """A PostgreSQL connection plus the lock that serializes its use across threads
+    (``transaction``, ``reading`` and ``close`` are ``Connected``'s)."""
 
     dialect = DIALECT
 
@@ -49,30 +49,7 @@ class PgDatabase:
             raise error(f"cannot open trove database {self.display}: {exc}") from None
         self.open_seconds = time.perf_counter() - started
 
-    @contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        """One unit of work: BEGIN + the writer lock ... COMMIT, rolled back on any error."""
-        with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-
-    @contextmanager
-    def reading(self) -> Iterator[Connection]:
-        """Exclusive use of the connection for reads (each statement its own snapshot)."""
-        with self.lock:
-            yield self.conn
-
     def schema_version(self) -> int:
         """The applied PostgreSQL schema version."""
         with self.lock:
             return schema.schema_version(self.conn)
-
-    def close(self) -> None:
-        """Close the connection (tests and scripts; the engine never closes it)."""
-        with self.lock:
-            self.conn.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..migrations import apply_pending, registrar
 from .connection import Connection
 
 FTS_CHARS = 262_144
@@ -31,16 +32,7 @@ WORDS = "regexp_replace(lower({0}), '[^[:alnum:]]+', ' ', 'g')"
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = []
 
 
-def migration(version: int):
-    """Register ``fn`` as PostgreSQL schema migration number ``version``."""
-
-    def decorate(fn):
-        if MIGRATIONS and MIGRATIONS[-1][0] != version - 1:
-            raise ValueError(f"migration {version} registered out of order")
-        MIGRATIONS.append((version, fn.__name__, fn))
-        return fn
-
-    return decorate
+migration = registrar(MIGRATIONS)
 
 
 def latest_version() -> int:
@@ -63,27 +55,14 @@ def migrate(conn: Connection, too_new: type[Exception]) -> list[int]:
         raise too_new(
             f"trove schema version {current} on the PostgreSQL server is newer than this "
             f"hermes-trove (supports up to {latest_version()}); update the plugin")
-    applied = []
-    for version, name, fn in MIGRATIONS:
-        if version <= current:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            current = schema_version(conn)  # another process may have applied it meanwhile
-            if version <= current:
-                conn.execute("COMMIT")
-                continue
-            conn.execute("CREATE TABLE IF NOT EXISTS trove_migrations (version INTEGER PRIMARY"
-                         " KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)")
-            fn(conn)
-            conn.execute("INSERT INTO trove_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                         (version, name, time.time()))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        applied.append(version)
-    return applied
+    return apply_pending(
+        conn, MIGRATIONS, current, schema_version,
+        lambda: conn.execute("CREATE TABLE IF NOT EXISTS trove_migrations (version INTEGER"
+                             " PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION"
+                             " NOT NULL)"),
+        lambda version, name: conn.execute(
+            "INSERT INTO trove_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+            (version, name, time.time())))
 
 
 def _tags(*parts: str) -> str:
