@@ -251,6 +251,12 @@ def get_database(path: str | os.PathLike) -> Database:
         return db
 
 
+def open_private(target: str | os.PathLike):
+    """A connection of its own (not the shared one) for a background worker that must
+    not wait behind the turn's statements: a file's or a server's, as ``target`` names."""
+    return _open(resolve_path(target))
+
+
 def _open(key: str, read_only: bool = False):
     """A ``Database`` for a SQLite file, a ``PgDatabase`` for a ``postgresql://`` URL
     (``TROVE_DATABASE_URL``): the same contract, so no caller asks which it got
