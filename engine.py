@@ -59,6 +59,20 @@ COMPACTION_LOCK_SECONDS = 120.0
 _breakers: dict[tuple, CircuitBreaker] = {}
 
 
+def _first_showings(live: list) -> list:
+    """Each stored row once, where the list first shows it: a list that shows one
+    message twice (the host restored its transcript twice) returns it once."""
+    seen: set[int] = set()
+    out = []
+    for message, sid in live:
+        if sid is not None:
+            if sid in seen:
+                continue
+            seen.add(sid)
+        out.append((message, sid))
+    return out
+
+
 def _clean(message: dict) -> dict:
     """A message as returned to the host: without host-internal ``_`` keys
     (the same object when it has none, so per-message memos keep hitting)."""
@@ -496,6 +510,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         live = [(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
                 if (sid is None and not ins) or (sid is not None and sid not in covered
                                                  and sid > floor)]
+        live = _first_showings(live)
         live_msgs = [m for m, _ in live]
         count = self.count_message
         budget = self._budget(messages, system, current_tokens, trigger)
@@ -536,22 +551,47 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 max_tokens = max(0, room - block_cost)
             keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                              max_tokens=max_tokens, count=tail_cost)
-            tail_cut = cut
-            gave_way = cut and len(keep) <= self._minimal_tail(live_msgs, units)
-            backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
-                       for i in range(len(live_msgs)) if i not in keep and live[i][1] is not None]
+            # Turns the share cut off but that may fit beside the block as it turns out
+            # are held back from the first summary pass (only the first pass, and not
+            # under an explicit tail cap): the block's real size decides them.
+            held: set[int] = set()
+            if cut and max_tokens == first_cap and not cfg.fresh_tail_max_tokens:
+                block_floor = self._block_cost(self.dag.frontier(session), text_cost)
+                wider, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
+                                                max_tokens=max(0, room - block_floor),
+                                                count=tail_cost)
+                held = wider - keep
             compactor = self._compactor(room)
             if swept is not None:
                 compactor.summarizer = swept.bound(compactor.summarizer)
-            if backlog:
+
+            def summarize(indices: list[int], may_defer: bool) -> set[int]:
+                """Leaf summaries of these live messages; the store_ids left raw."""
+                backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
+                           for i in indices if live[i][1] is not None]
+                if not backlog:
+                    return set()
                 raw = prepare.leaf_pass(compactor, self.store.db, session, backlog,
                                         chunk_tokens=self._chunk_tokens(backlog), focus=focus,
                                         deterministic_only=deterministic, report=report,
-                                        may_defer=max_count == cfg.fresh_tail_count,
-                                        wait_seconds=wait)
-                keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
+                                        may_defer=may_defer, wait_seconds=wait)
                 self._collect_transcript_garbage([r[0] for r in backlog if r[0] not in raw])
                 self._extract_assertions(session, max((r[0] or 0) for r in backlog))
+                return raw
+
+            raw = summarize([i for i in range(len(live_msgs)) if i not in keep and i not in held],
+                            may_defer=max_count == cfg.fresh_tail_count and not held)
+            keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
+            if held:
+                # the held turns that fit beside the block as it stands stay raw
+                room_now = room - self._block_cost(self.dag.frontier(session), text_cost)
+                fits, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
+                                               max_tokens=max(0, room_now), count=tail_cost)
+                summarize(sorted(held - fits), may_defer=False)
+                keep = keep | (held & fits)
+                cut = len(keep) < min(max_count, len(live_msgs))
+            tail_cut = cut
+            gave_way = cut and len(keep) <= self._minimal_tail(live_msgs, units)
             if swept is None or swept.should_condense(
                     self.dag.frontier(session), lambda n: n["token_count"],
                     target_tokens=cfg.summary_prefix_target_tokens,
@@ -598,6 +638,15 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                             trigger=trigger, budget=budget, report=report, gave_way=gave_way,
                             tail_cut=tail_cut, omitted=omitted, started=started, tail=live,
                             frontier_ids=frontier_ids)
+
+    @staticmethod
+    def _block_cost(frontier: list, text_cost) -> int:
+        """What a summary block holding ``frontier`` costs (header, sections and the
+        acknowledgement that may follow it), before any node is left out."""
+        if not frontier:
+            return 0
+        return (text_cost(assemble.BLOCK_HEADER) + text_cost(assemble.ACK_TEXT)
+                + sum(text_cost(assemble.node_section(n)) for n in frontier))
 
     def _minimal_tail(self, messages: list, units: list) -> int:
         """How many messages the tail keeps when it gives way entirely: the newest

@@ -231,6 +231,10 @@ class Store(Alignment):
             alignment = found.store_ids
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None
                    and not found.engine[i] and i not in found.foreign]
+            # an element that replays a new one in the same list shares its new row
+            fresh = set(new)
+            replays = {i: j for i, j in found.same_as.items() if i in fresh and j in fresh}
+            new = [i for i in new if i not in replays]
             next_ordinal = self._next_ordinals(conn, canonical,
                                                {encoded[i].content_hash for i in new})
             per_statement = _rows_per_statement(conn)
@@ -260,6 +264,8 @@ class Store(Alignment):
                 last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 for offset, i in enumerate(new):
                     alignment[i] = last - inserted + 1 + offset
+                for i, j in replays.items():
+                    alignment[i] = alignment[j]
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?",
                              (stamp, session_id))
             view = None

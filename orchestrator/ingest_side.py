@@ -72,7 +72,10 @@ class IngestSide:
             preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
             origin=self._view_origin(), turn_index=self._turn_index(messages, fps, canonical),
             copy_from=self._copy_from if own else None,
-            roles=tuple(str(m.get("role") or "") for m in messages), handover=handover)
+            roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
+            copies=identity.timed_copies(
+                [None if assemble.is_block_candidate(m) else fp for m, fp in zip(messages, fps)],
+                [m.get("timestamp") for m in messages]))
         result = self.store.ingest(canonical, messages, skip=[e is None for e in encoded],
                                    encoded=encoded, conversation_id=self.conversation_id,
                                    source=self.platform, count_tokens=self.count_message,

@@ -10,7 +10,7 @@ rows themselves are written by ``store.Store.ingest``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from . import identity, views
@@ -33,6 +33,7 @@ class _Identified:
     engine: list[bool]
     foreign: frozenset[int] = frozenset()
     foreign_of: str | None = None
+    same_as: dict[int, int] = field(default_factory=dict)  # a replay -> what it replays
 
 
 def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
@@ -76,7 +77,24 @@ class Alignment:
     def _identify(self, conn, session_id: str, shown: identity.Shown,
                   hashes: list[str | None], hint: identity.View | None,
                   known: KnownTail | None) -> "_Identified":
-        """Which row each shown element is (``storage/identity``, rules 1-6)."""
+        """Which row each shown element is (``storage/identity``, rules 1-7)."""
+        copies = shown.copies
+        if not copies:
+            return self._identify_once(conn, session_id, shown, hashes, hint, known)
+        # rule 7: a later copy of an element is read as nothing, then shares its row
+        masked = replace(shown, fps=[None if i in copies else fp
+                                     for i, fp in enumerate(shown.fps)], copies={})
+        found = self._identify_once(conn, session_id, masked,
+                                    [None if i in copies else h for i, h in enumerate(hashes)],
+                                    hint, known)
+        found.store_ids = identity.share_rows(found.store_ids, copies)
+        found.same_as = {**copies, **found.same_as}
+        return found
+
+    def _identify_once(self, conn, session_id: str, shown: identity.Shown,
+                       hashes: list[str | None], hint: identity.View | None,
+                       known: KnownTail | None) -> "_Identified":
+        """Rules 1-6 for a list without copies of its own elements."""
         if hint is not None and hint.session == session_id:
             fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
             if fast is not None:
@@ -144,6 +162,9 @@ class Alignment:
         blocks = {fps[i] for i, flag in enumerate(flags) if flag and i not in shown.ack_at}
         if blocks:  # a list carrying one of the engine's blocks is read against its views
             candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
+        if not gaps:
+            # the fast path serves only a list that goes on from the view (the next turn)
+            candidates = [v for v in candidates if identity.continues(fps, v)]
         reading = identity.read(fps, candidates, turn_index=shown.turn_index)
         if reading.view is None:
             return None
@@ -151,9 +172,9 @@ class Alignment:
         if not gaps:  # the fast path: the one view explains every element before the turn
             if reading.gaps and not self._only_new_after(conn, session_id, reading.gaps):
                 return None
-            return _Identified(identity.replies_follow(
+            return _Identified(identity.share_rows(identity.replies_follow(
                 [sid if sid is not None and sid > 0 else None for sid in ids], fps,
-                shown.roles, flags), flags)
+                shown.roles, flags), reading.same_as), flags, same_as=reading.same_as)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         for start, end, before, after in reading.gaps:
             run = fps[start:end]
@@ -171,22 +192,23 @@ class Alignment:
                 if sid is not None:
                     ids[start + offset] = sid
                     taken.add(sid)
-        alignment = identity.replies_follow(
+        alignment = identity.share_rows(identity.replies_follow(
             [sid if sid is not None and sid > 0 else None for sid in ids], fps,
-            shown.roles, flags)
+            shown.roles, flags), reading.same_as)
         limit = len(fps) if shown.turn_index is None else shown.turn_index
         open_ = [i for i in range(limit) if fps[i] is not None and not flags[i]
                  and alignment[i] is None]
         wanted = sum(1 for i in range(limit) if fps[i] is not None and not flags[i])
-        if shown.handover and len(open_) >= 2 and len(open_) * 2 > wanted:
-            # Most of it is unexplained: it may be another session's list (rule 4).
+        if shown.handover and open_:
+            # Part of it is unexplained: it may be another session's list (rule 4), when
+            # another session's view explains more of it than this session's do.
             owner = identity.foreign_owner([fps[i] for i in range(limit) if not flags[i]],
                                            wanted - len(open_),
                                            views.load_others(conn, session_id))
             if owner is not None and owner.session != shown.copy_from:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)
-        return _Identified(alignment, flags)
+        return _Identified(alignment, flags, same_as=reading.same_as)
 
     @staticmethod
     def _only_new_after(conn, session_id: str, gaps) -> bool:

@@ -39,10 +39,16 @@ explains most of it wins. Then:
    block a second time (the host appended its copy of a returned list to its
    transcript twice, and a /resume restores both) shows the same messages again
    after it: the elements after the later copy that repeat, in order, those
-   after the earlier copy are those rows, not new ones.
+   after the earlier copy are those rows, not new ones (where neither copy has a
+   row yet, both share the one new row).
 6. **A list no view explains at all** (a database written before views existed,
    an import, a replay) is aligned against the stored history by the older
    anchored rule (``align`` below and ``store.Store``).
+7. **A message shown twice in one list is one message.** Two elements with the
+   same fingerprint and the same host timestamp (the host wrote its transcript to
+   its database twice, e.g. after an /undo, and restores both copies) share one
+   row; the later copy is left out of the reading. A re-sent text has a timestamp
+   of its own, and a message without one is never such a copy.
 
 Fingerprints ignore what the host is known to rewrite: whitespace around text,
 the memory-context fences ``sanitize_context`` removes, host-internal keys, the
@@ -175,6 +181,7 @@ class Shown:
     copy_from: str | None = None
     roles: tuple = ()
     handover: bool = False   # a list the host handed over at a session end (rule 4)
+    copies: dict[int, int] = field(default_factory=dict)  # rule 7: later -> earlier copy
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
         """Which elements are the engine's own: ``preinserted`` ones, a block whose
@@ -302,6 +309,8 @@ class Reading:
     view: View | None
     matched: int
     gaps: list[tuple[int, int, int | None, int | None]] = field(default_factory=list)
+    # position -> earlier position it replays (rule 5): one row for both, new or not
+    same_as: dict[int, int] = field(default_factory=dict)
 
 
 def continues(shown: Sequence[str | None], view: View) -> bool:
@@ -322,6 +331,10 @@ def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | No
         # The list goes on from this view: the view is its start, the rest is new (a
         # repeated "ok" at its end is not the view's last "ok").
         pairs = [(present[j], j) for j in range(len(fps))]
+    elif present and all(shown[i] == fps[j] for j, i in enumerate(present)):
+        # The list is the view cut short (an /undo): each element is the view's at
+        # its place (the undone reply's newer twin is not the one that stayed).
+        pairs = [(i, j) for j, i in enumerate(present)]
     else:
         pairs = lcs_pairs(list(shown), fps)
     for i, j in pairs:
@@ -374,7 +387,7 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 ids[k] = None
                 reading.matched -= 1
             seen.add(sid)
-    reading.matched += _replays(shown, ids, limit)
+    reading.matched += _replays(shown, ids, limit, reading.same_as)
     k = 0
     while k < limit:
         if shown[k] is None or ids[k] is not None:
@@ -392,10 +405,12 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
     return reading
 
 
-def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int) -> int:
+def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
+             same_as: dict[int, int]) -> int:
     """Rule 5: elements after a repeated block that repeat, in order, those after
     the block's other copy share their rows (``ids`` is updated, whichever copy the
-    view matched); how many got a row."""
+    view matched; where neither copy has a row yet, ``same_as`` records that the
+    later one is the earlier one, so both get the one new row); how many got a row."""
     at: dict[str, list[int]] = {}
     for k in range(limit):
         if shown[k] is not None and ids[k] in (None, BLOCK_ID):
@@ -422,7 +437,39 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int) -> 
                 elif ids[other] is None and ids[one] is not None and ids[one] > 0:
                     ids[other] = ids[one]
                     given += 1
+                elif ids[one] is None and ids[other] is None:
+                    same_as[other] = same_as.get(one, one)
     return given
+
+
+def timed_copies(fps: Sequence[str | None], stamps: Sequence[object]) -> dict[int, int]:
+    """Rule 7: elements of one list with the same fingerprint and the same host
+    timestamp are one message shown twice (the host wrote its transcript twice and
+    restored both copies): later position -> the first one. Elements without a
+    timestamp are never copies (a re-sent text is a new message)."""
+    first: dict[tuple, int] = {}
+    out: dict[int, int] = {}
+    for i, (fp, stamp) in enumerate(zip(fps, stamps)):
+        if fp is None or stamp is None or stamp == "" or isinstance(stamp, bool):
+            continue
+        key = (fp, repr(stamp))
+        if key in first:
+            out[i] = first[key]
+        else:
+            first[key] = i
+    return out
+
+
+def share_rows(store_ids: list[int | None], same_as: dict[int, int]) -> list[int | None]:
+    """Rules 5 and 7 after the gaps are looked up: an element that replays another
+    shares the row either one found (``same_as``: later -> earlier)."""
+    out = list(store_ids)
+    for later, earlier in sorted(same_as.items()):
+        if out[later] is None and out[earlier] is not None:
+            out[later] = out[earlier]
+        elif out[earlier] is None and out[later] is not None:
+            out[earlier] = out[later]
+    return out
 
 
 def align_gap(shown: Sequence[str | None], rows: Sequence[tuple[int, str]], *,

@@ -50,10 +50,17 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
                          f"replay: python bench/soak.py --seed {seed} --steps {STEPS} --walk-steps {STEPS}")
 
 
-# Walks that once failed (seed: steps), replayed as the soak ran them: seed 5 stored the tail after a doubled block again on a /resume after
-# /compress and /branch (step 26), and a second CLI's restore that starts with a
-# retried message's older attempts again (step 47).
-REPLAYS = {5: 48}
+# Walks that once failed (seed: steps), replayed as the soak ran them: seed 5 stored
+# the tail after a doubled block again on a /resume after /compress and /branch
+# (step 26), and a second CLI's restore that starts with a retried message's older
+# attempts again (step 47). Seed 2 starved the tail beside a big newest turn (step
+# 14) and stored a retried exchange twice that both copies of a doubled block
+# showed (step 54); seed 12 stored a transcript the host had written to its
+# state.db twice after two /undo (step 52); seed 16 returned the rows of a doubled
+# restore twice from a /compress, and the next turn stored the second copies (step
+# 36); seed 18 stored the parent's transcript, handed over at exit under its
+# branch's id after /new and /resume, in the branch (exit after step 59).
+REPLAYS = {2: 56, 5: 48, 12: 54, 16: 38, 18: 60}
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))

@@ -162,6 +162,36 @@ def test_a_list_is_another_sessions_only_when_that_session_explains_it():
     assert identity.foreign_owner(["a", "b", "c"], 3, [other]) is None  # its own explain it
 
 
+def test_a_list_cut_short_keeps_each_element_at_its_place():
+    # /retry replaced the last reply with one of the same text, then /undo cut the
+    # list back: the remaining reply is the view's at its place, not the twin.
+    v = view(("u", 1), ("ok", 2), ("u", 3), ("ok", 4), ("u", 5), ("ok", 9))
+    reading = identity.read(["u", "ok", "u", "ok"], [v])
+    assert reading.store_ids == [1, 2, 3, 4]
+
+
+def test_copies_of_new_elements_after_a_repeated_block_share_one_row():
+    # Both copies of a restored list show an exchange no view knows: one row for both.
+    returned = view(("blk", identity.BLOCK_ID), ("a", 20))
+    shown = ["blk", "a", "x", "y", "blk", "a", "x", "y", "turn"]
+    reading = identity.read(shown, [returned], turn_index=8)
+    assert reading.store_ids[5] == 20
+    assert reading.same_as == {6: 2, 7: 3}
+    assert identity.share_rows([None, 4, None], {2: 0}) == [None, 4, None]
+    assert identity.share_rows([7, None, None], {2: 0}) == [7, None, 7]
+    assert identity.share_rows([None, None, 8], {2: 0}) == [8, None, 8]
+
+
+def test_timed_copies_are_one_message_shown_twice():
+    fps = ["u", "a", "u", "a", "u"]
+    stamps = [1.5, 2.5, 1.5, 2.5, 9.0]
+    assert identity.timed_copies(fps, stamps) == {2: 0, 3: 1}
+    # A re-sent text has its own timestamp; without timestamps nothing is a copy.
+    assert identity.timed_copies(["u", "u"], [1.0, 2.0]) == {}
+    assert identity.timed_copies(["u", "u"], [None, None]) == {}
+    assert identity.timed_copies([None, None], [1.0, 1.0]) == {}
+
+
 # ---------------------------------------------------------------- through the engine
 def compact(engine, messages: list[dict]) -> list[dict]:
     return engine.compress(messages, current_tokens=host_tokens(messages), force=True)
@@ -274,3 +304,48 @@ def test_two_copies_on_one_session_see_each_others_compactions(tmp_path):
     assert len(rows) == expected, "a message was stored twice or lost"
     assert out_b  # b's own prompt is still valid
     assert assemble.sequence_problems(out_a) == []
+
+
+def stamped(messages: list[dict], start: float = 1_796_000_000.0) -> list[dict]:
+    """Messages as the host restores them from its state.db: each with a timestamp."""
+    return [dict(m, timestamp=start + k * 0.37) for k, m in enumerate(messages)]
+
+
+def test_a_transcript_the_host_restores_twice_is_stored_once(tmp_path):
+    # After an /undo the CLI may write its whole list to state.db again; a later
+    # /resume restores both copies, with the original timestamps.
+    engine = make_engine(tmp_path, window=64_000)
+    history = stamped(long_history(5))
+    engine.ingest(history)
+    rows = len(stored(engine))
+    doubled = history + copy.deepcopy(history) + [{"role": "user", "content": "go on"}]
+    engine.note_user_turn(doubled[-1])
+    ids = engine.ingest(doubled)
+    assert len(stored(engine)) == rows + 1
+    assert ids[:len(history)] == ids[len(history):2 * len(history)]
+    # A fresh engine copy that never saw the list (a restart) stores it once too.
+    fresh = make_engine(tmp_path / "second", window=64_000)
+    fresh.ingest(stamped(long_history(3)) * 2)
+    assert len(stored(fresh)) == 6
+
+
+def test_a_repeated_block_with_new_messages_after_both_copies_stores_them_once(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = compact(engine, long_history(30))
+    rows = len(stored(engine))
+    extra = turn("a question the engine never saw", "its answer")
+    restored = out + extra + copy.deepcopy(out) + copy.deepcopy(extra)
+    engine.ingest(restored + [{"role": "user", "content": "next"}])
+    contents = [c for _, c in stored(engine)]
+    assert len(contents) == rows + 3
+    assert contents.count("a question the engine never saw") == 1
+
+
+def test_compress_returns_a_message_shown_twice_once(tmp_path):
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=40)
+    history = stamped(long_history(6))
+    doubled = history + copy.deepcopy(history) + [{"role": "user", "content": "go on"}]
+    out = engine.compress(doubled, current_tokens=host_tokens(doubled), force=True)
+    texts = [m.get("content") for m in out if not assemble.is_trove_message(m)]
+    assert texts == [m["content"] for m in history] + ["go on"]
+

@@ -573,10 +573,12 @@ class Walk:
     def _resumable(self) -> List[str]:
         db = self.cli.cli._session_db
         out = []
+        # in the order the sessions first appeared (their ids end in random hex: sorting
+        # them would make a seed's walk differ from run to run)
         for session, counter in self.oracle.expected.items():
             if session != self.cli.session_id and counter and db is not None and db.get_session(session):
                 out.append(session)
-        return sorted(out)
+        return out
 
     def do_chat(self) -> None:
         self._chat(self.cli, self._text())
