@@ -119,6 +119,10 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
     return out
 
 
+# Below this many matches a newest-first match reads them all from the GIN index.
+FEW_MATCHES = 5000
+
+
 def tsquery(expr: str) -> tuple[str, list]:
     """The SQL of the tsquery equivalent to an FTS5 expression, and its parameters."""
     parser = _Parser(expr)
@@ -131,13 +135,25 @@ def match_ids(conn, table: str, key: str, expr: str, *, limit: int, ranked: bool
     """``(id, rank)`` of ``table`` rows matching ``expr``: ranked best first, or newest
     first with rank None; ``where`` holds extra terms on the row alias ``m``; with
     ``session`` each row's session id comes instead of the rank."""
+    # The tsquery is written inline (not in a subquery): its functions are immutable, so
+    # the planner folds it with the bound values and estimates from the column's
+    # statistics: the GIN index for rare words, the newest rows first for common ones.
     query, query_params = tsquery(expr)
-    second = "m.session_id" if session else ("-ts_rank(m.fts, q.q)" if ranked else "NULL")
-    order = "2" if ranked and not session else f"m.{key} DESC"
-    terms = " AND ".join(["m.fts @@ q.q", *where])
-    sql = (f"SELECT m.{key}, {second} FROM {table} m, (SELECT {query} AS q) q"
-           f" WHERE {terms} ORDER BY {order} LIMIT ?")
-    return [(r[0], r[1]) for r in conn.execute(sql, [*query_params, *params, limit])]
+    rank = ranked and not session
+    second = "m.session_id" if session else (f"-ts_rank(m.fts, {query})" if rank else "NULL")
+    order = "2" if rank else f"m.{key} DESC"
+    terms = " AND ".join([f"m.fts @@ {query}", *where])
+    bound = [*query_params] * (2 if rank else 1) + [*params, limit]
+    if not rank and count_matches(conn, table, key, expr, cap=FEW_MATCHES, where=where,
+                                  params=params) < FEW_MATCHES:
+        # Few matches: take them all through the GIN index, then the newest. (Left to
+        # itself the planner walks the newest rows testing each tsvector, which reads
+        # the whole table when the words are rare: it cannot see how rare they are.)
+        sql = (f"WITH hits AS MATERIALIZED (SELECT m.{key}, {second} FROM {table} m"
+               f" WHERE {terms}) SELECT * FROM hits ORDER BY 1 DESC LIMIT ?")
+    else:
+        sql = f"SELECT m.{key}, {second} FROM {table} m WHERE {terms} ORDER BY {order} LIMIT ?"
+    return [(r[0], r[1]) for r in conn.execute(sql, bound)]
 
 
 def substring_ids(conn, session_id: str | None, needles: Sequence[str], *, limit: int) -> list:
@@ -157,7 +173,7 @@ def count_matches(conn, table: str, key: str, expr: str, *, cap: int,
                   where: Sequence[str] = (), params: Sequence = ()) -> int:
     """How many rows match ``expr``, counting no further than ``cap``."""
     query, query_params = tsquery(expr)
-    terms = " AND ".join(["m.fts @@ q.q", *where])
+    terms = " AND ".join([f"m.fts @@ {query}", *where])
     return conn.execute(
-        f"SELECT count(*) FROM (SELECT m.{key} FROM {table} m, (SELECT {query} AS q) q"
-        f" WHERE {terms} LIMIT ?) found", [*query_params, *params, cap]).fetchone()[0]
+        f"SELECT count(*) FROM (SELECT m.{key} FROM {table} m WHERE {terms} LIMIT ?) found",
+        [*query_params, *params, cap]).fetchone()[0]
