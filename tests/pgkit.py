@@ -62,6 +62,7 @@ class PgSchema:
         from hermes_trove.storage import database
         database.forget_database(self.url)
         with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '30s'")  # a leaked connection fails, never hangs
             conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
 
 
