@@ -22,7 +22,7 @@ from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, prepare, spend, sweep, tokens
 from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, bounded_real_overhead,
-                                 host_text_cost)
+                                 host_overhead_floor, host_text_cost)
 from .storage import codec, faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -835,14 +835,22 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         """What the host adds around the messages (system prompt, tool schemas), in
         the host's own units: ``current_tokens`` is its rough estimate of the whole
         request, so the difference with its estimate of the messages is exact.
-        Remembered from the last time without it, else the documented default."""
+        Remembered from the last time without it, else the documented default.
+
+        A sample below what this copy saw before is not believed (the host may
+        estimate a list other than the one it hands over, e.g. without the message
+        just re-sent): system prompt and schemas change rarely, and an overhead
+        taken too small overflows the host's trigger, one taken too large only
+        keeps a shorter tail. Once the provider's usage is known, the host's
+        overhead is never taken below ``budget.host_overhead_floor`` of it."""
         if current_tokens and current_tokens > 0:
             shown = sum(self.rough_message(m) for m in messages)
             limit = max(0, self.context_length // 2) or current_tokens
-            self._overhead_tokens = max(0, min(current_tokens - shown, limit))
+            sample = max(0, min(current_tokens - shown, limit))
+            self._overhead_tokens = max(sample, self._overhead_tokens or 0)
         if self._overhead_tokens is None:
             return DEFAULT_OVERHEAD_TOKENS
-        return self._overhead_tokens
+        return max(self._overhead_tokens, host_overhead_floor(self._real_overhead))
 
     def _record(self, outcome: dict) -> None:
         """Keep the last compaction's outcome on the engine and in the session state."""

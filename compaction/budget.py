@@ -63,6 +63,16 @@ def bounded_real_overhead(learned: int | None, host_overhead: int) -> int:
     return max(0, min(int(learned), ceiling))
 
 
+# System prompt and schemas are text and JSON, where chars/4 is close to real
+# tokens: the host's estimate of them is not taken below this share of the real.
+HOST_OVERHEAD_FLOOR = 0.9
+
+
+def host_overhead_floor(real_overhead: int | None) -> int:
+    """The least host-unit overhead that the provider's real overhead allows."""
+    return int(real_overhead * HOST_OVERHEAD_FLOOR) if real_overhead else 0
+
+
 @dataclass(frozen=True)
 class Budget:
     """Room for one compaction's result (the messages after the system prompt).

@@ -170,7 +170,9 @@ class Alignment:
             return None
         ids = reading.store_ids
         if not gaps:  # the fast path: the one view explains every element before the turn
-            if reading.gaps and not self._only_new_after(conn, session_id, reading.gaps):
+            if reading.gaps and not self._only_new_after(
+                    conn, session_id, reading.gaps,
+                    {sid for sid in ids if sid is not None and sid > 0}):
                 return None
             return _Identified(identity.share_rows(identity.replies_follow(
                 [sid if sid is not None and sid > 0 else None for sid in ids], fps,
@@ -211,14 +213,17 @@ class Alignment:
         return _Identified(alignment, flags, same_as=reading.same_as)
 
     @staticmethod
-    def _only_new_after(conn, session_id: str, gaps) -> bool:
-        """Whether the only gap is a run after the last matched row while the session
-        has no row after that one: nothing stored can be that run, it is new."""
-        if len(gaps) != 1 or gaps[0][3] is not None or gaps[0][2] is None:
+    def _only_new_after(conn, session_id: str, gaps, claimed: set[int]) -> bool:
+        """Whether the only gap is a run after the last matched row while every row of
+        the session from the list's first row on is one the list claimed: nothing
+        stored can be that run (not even a row an /undo dropped from the view), it is
+        new."""
+        if len(gaps) != 1 or gaps[0][3] is not None or gaps[0][2] is None or not claimed:
             return False
-        newest = conn.execute("SELECT MAX(store_id) FROM messages WHERE session_id = ?",
-                              (session_id,)).fetchone()[0]
-        return newest is not None and newest <= gaps[0][2]
+        low = min(claimed)
+        rows = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND store_id >= ?",
+                            (session_id, low)).fetchone()[0]
+        return rows == sum(1 for sid in claimed if sid >= low)
 
     @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,

@@ -337,6 +337,12 @@ def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | No
         pairs = [(i, j) for j, i in enumerate(present)]
     else:
         pairs = lcs_pairs(list(shown), fps)
+        if len(present) == len(fps):
+            # As long as the view and no more matched than at their places: an edit in
+            # place (the replaced element is the new one, the others keep theirs).
+            placed = [(i, j) for j, i in enumerate(present) if shown[i] == fps[j]]
+            if len(placed) >= len(pairs):
+                pairs = placed
     for i, j in pairs:
         ids[i] = view.entries[j][1]
         if ids[i] > 0:

@@ -85,9 +85,12 @@ def save(conn: sqlite3.Connection, session_id: str, origin: str,
     identical view already there is only touched. Returns whether one was written."""
     digest = digest_of(entries)
     slots = conn.execute(
-        "SELECT slot, digest, updated_at FROM session_views WHERE session_id = ? AND origin = ?",
-        (session_id, origin)).fetchall()
+        "SELECT slot, digest, updated_at, meta FROM session_views"
+        " WHERE session_id = ? AND origin = ?", (session_id, origin)).fetchall()
     same = next((s for s in slots if s[1] == digest), None)
+    meta_text = json.dumps(meta) if meta else None
+    if same is not None and same[2] >= max(s[2] for s in slots) and same[3] == meta_text:
+        return False  # already this copy's newest view: a turn's repeated showing writes nothing
     if same is not None:
         conn.execute("UPDATE session_views SET updated_at = ?, meta = ? WHERE session_id = ?"
                      " AND origin = ? AND slot = ?",
