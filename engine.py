@@ -551,11 +551,13 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 max_tokens = max(0, room - block_cost)
             keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                              max_tokens=max_tokens, count=tail_cost)
-            # Turns the share cut off but that may fit beside the block as it turns out
-            # are held back from the first summary pass (only the first pass, and not
-            # under an explicit tail cap): the block's real size decides them.
+            # When the share left only the newest turn (a big one), the turns before it
+            # that may fit beside the block as it turns out are held back from the
+            # first summary pass (not under an explicit tail cap): the block's real
+            # size decides them.
             held: set[int] = set()
-            if cut and max_tokens == first_cap and not cfg.fresh_tail_max_tokens:
+            if cut and max_tokens == first_cap and not cfg.fresh_tail_max_tokens \
+                    and len(keep) <= self._minimal_tail(live_msgs, units):
                 block_floor = self._block_cost(self.dag.frontier(session), text_cost)
                 wider, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                                 max_tokens=max(0, room - block_floor),

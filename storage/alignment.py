@@ -89,6 +89,8 @@ class Alignment:
                                     hint, known)
         found.store_ids = identity.share_rows(found.store_ids, copies)
         found.same_as = {**copies, **found.same_as}
+        if found.foreign:  # a copy of another session's message is that session's too
+            found.foreign = found.foreign | {i for i, j in copies.items() if j in found.foreign}
         return found
 
     def _identify_once(self, conn, session_id: str, shown: identity.Shown,
@@ -118,17 +120,29 @@ class Alignment:
             return found
         # No view explains the list: another session's list, or one from before views.
         flags = shown.engine_flags(known_blocks)
-        body = [i for i, fp in enumerate(shown.fps) if fp is not None and not flags[i]
-                and (shown.turn_index is None or i < shown.turn_index)]
-        owner = identity.foreign_owner([shown.fps[i] for i in body], 0,
-                                       views.load_others(conn, session_id)
-                                       ) if shown.handover else None
-        if owner is not None and owner.session != shown.copy_from:
-            return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
-                               foreign_of=owner.session)
+        if shown.handover:
+            owner, body = self._foreign_list(conn, session_id, shown, known_blocks)
+            if owner is not None and owner.session != shown.copy_from:
+                return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
+                                   foreign_of=owner.session)
         alignment = self._legacy_alignment(conn, session_id, self._masked(shown, hashes, flags),
                                            known, any(flags) or bool(shown.preinserted))
         return _Identified(alignment, flags)
+
+    @staticmethod
+    def _foreign_list(conn, session_id: str, shown: identity.Shown,
+                      known_blocks: set[str]) -> tuple[identity.View | None, list[int]]:
+        """Rule 4 for a list no view of its session explains: the other session whose
+        view explains it, and the list's elements before the turn (the blocks that
+        session rendered count as its own, not as conversation)."""
+        others = list(views.load_others(conn, session_id))
+        blocks = known_blocks | {fp for v in others for fp, sid in v.entries
+                                 if sid == identity.BLOCK_ID}
+        fps = shown.reading_fps(shown.engine_flags(blocks))
+        body = [i for i, fp in enumerate(fps) if fp is not None
+                and (shown.turn_index is None or i < shown.turn_index)]
+        owner = identity.foreign_owner([fps[i] for i in body], 0, others)
+        return owner, [i for i in body if shown.fps[i] is not None]
 
     @staticmethod
     def _masked(shown: identity.Shown, hashes: list[str | None],

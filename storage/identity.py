@@ -535,8 +535,11 @@ def foreign_owner(shown: Sequence[str | None], own_matched: int,
     if wanted < 2:
         return None
     for view in others:
-        _, matched = read_against(shown, view)
-        if matched >= max(2, FOREIGN_SHARE * wanted) and matched > own_matched:
+        reading = read(shown, [view])  # with rule 5: a doubled restore counts whole
+        # the view's own blocks are that session's, not conversation to explain
+        own_blocks = sum(1 for sid in reading.store_ids if sid in (BLOCK_ID, ACK_ID))
+        matched = reading.matched
+        if matched >= max(2, FOREIGN_SHARE * (wanted - own_blocks)) and matched > own_matched:
             return view
     return None
 

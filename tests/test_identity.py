@@ -349,3 +349,15 @@ def test_compress_returns_a_message_shown_twice_once(tmp_path):
     texts = [m.get("content") for m in out if not assemble.is_trove_message(m)]
     assert texts == [m["content"] for m in history] + ["go on"]
 
+
+
+def test_a_doubled_transcript_of_the_previous_session_at_exit_stores_nothing(tmp_path):
+    # The CLI hands the previous session's list at exit under the new id; that list
+    # was restored twice from state.db (rule 7) and carries no block this session knows.
+    engine = make_engine(tmp_path, window=64_000)
+    history = stamped(long_history(6))
+    engine.ingest(history)
+    engine.on_session_start("other-session", platform="cli")
+    engine.on_session_end("other-session", history + copy.deepcopy(history))
+    assert stored(engine, "other-session") == []
+    assert len(stored(engine)) == len(history)
