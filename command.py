@@ -415,8 +415,9 @@ def format_retention(report: dict) -> str:
 # ---------------------------------------------------------------- backup, rotate
 def format_backup(report: dict) -> str:
     """Where the online backup went."""
-    return (f"trove backup: {report['path']} ({human_size(report['bytes'] or 0)}), "
-            "written with the SQLite online backup API")
+    how = ("pg_dump of the server's trove schema (restore with pg_restore)"
+           if str(report["path"]).endswith(".pgdump") else "the SQLite online backup API")
+    return f"trove backup: {report['path']} ({human_size(report['bytes'] or 0)}), written with {how}"
 
 
 def format_rotate(report: dict) -> str:

@@ -17,6 +17,7 @@ import fnmatch
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -122,6 +123,9 @@ class TroveConfig:
     database_path: str = _str(
         "", "SQLite file; empty = HERMES_HOME/trove.db; a relative path is taken "
         "under HERMES_HOME.")
+    database_url: str = _str(
+        "", "PostgreSQL server (postgresql://user:password@host:port/db; credentials may come "
+        "from PG* variables instead); empty = SQLite at TROVE_DATABASE_PATH. Needs psycopg.")
     fts_integrity_check_interval_hours: float = _float(
         24.0, "Hours between deep full-text-index integrity checks (0 = never).", low=0.0)
     enable_slash_command: bool = _bool(False, "Register the /trove slash command.")
@@ -279,6 +283,19 @@ class TroveConfig:
         return path if path.is_absolute() else self.hermes_home / path
 
     @property
+    def database_target(self) -> str:
+        """What ``get_database`` opens: the PostgreSQL URL when one is set, else the
+        SQLite file (so a user who sets nothing keeps the embedded default)."""
+        return self.database_url or str(self.resolved_database_path)
+
+    @property
+    def database_display(self) -> str:
+        """The database as status and doctor show it: the file, or the URL with its
+        password (in the authority or a ``password=`` option) replaced by ``***``."""
+        return redact_url(self.database_url) if self.database_url else str(
+            self.resolved_database_path)
+
+    @property
     def exposed_tool_names(self) -> tuple[str, ...]:
         """The trove_* tools the host is given, in ``KNOWN_TOOLS`` order: those
         ``TROVE_EXPOSED_TOOLS`` lists whose opt-in family (if any) is on."""
@@ -311,6 +328,8 @@ class TroveConfig:
         settings = {}
         for f in setting_fields():
             value = getattr(self, f.name)
+            if f.name == "database_url" and value:
+                value = redact_url(value)
             entry = {"value": list(value) if isinstance(value, tuple) else value,
                      "source": self.sources.get(f.name, "default")}
             settings[env_name(f.name)] = entry
@@ -318,10 +337,17 @@ class TroveConfig:
         settings[stub_env]["effective"] = self.large_output_active_replay_stubbing_effective
         return {
             "hermes_home": str(self.hermes_home),
-            "database_path": str(self.resolved_database_path),
+            "database_path": self.database_display,
             "settings": settings,
             "warnings": list(self.warnings),
         }
+
+
+def redact_url(url: str) -> str:
+    """A database URL fit to print: the password of ``user:password@`` and of a
+    ``password=`` option become ``***`` (the rest names the server for the reader)."""
+    text = re.sub(r"^([a-z][a-z0-9+.-]*://[^:@/?#]*):[^@/?#]*@", r"\1:***@", url, flags=re.I)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", text, flags=re.I)
 
 
 def setting_fields() -> tuple:
@@ -521,6 +547,11 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
         warnings.append(f"TROVE_DATABASE_PATH={path[:200]!r} holds a NUL byte or an unpaired "
                         "surrogate: no file can have that name, so trove keeps nothing until "
                         "it is fixed (the agent runs on; status says why)")
+    url = values["database_url"]
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        warnings.append(f"TROVE_DATABASE_URL={redact_url(url)[:200]!r} is not a "
+                        "postgresql:// URL; using SQLite at TROVE_DATABASE_PATH")
+        values["database_url"] = ""
     if not _known_zone(values["timezone"]):
         warnings.append(f"TROVE_TIMEZONE={values['timezone']!r} is not a known IANA time "
                         "zone; using 'UTC'")

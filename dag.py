@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Sequence
 
 from .storage import scans
 from .storage.database import Database
+from .storage.postgres import search as pg_search
 from .store import SCAN_PAGE_ROWS, SCAN_SECONDS, row_to_dict
 
 NODE_COLUMNS = (
@@ -276,6 +277,9 @@ class Dag:
     def fts_candidates(self, match: str, *, limit: int) -> list[tuple]:
         """Nodes matching an FTS5 expression built by ``search``: ``(node_id, bm25)``."""
         with self.db.reading() as conn:
+            if self.db.dialect == "postgresql":
+                return pg_search.match_ids(conn, "nodes", "node_id", match, limit=limit,
+                                           ranked=True)
             return [tuple(r) for r in conn.execute(
                 "SELECT rowid, rank FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY rank LIMIT ?",
                 (match, limit))]
@@ -287,6 +291,9 @@ class Dag:
         ``(node_id, bm25)``, or newest first ``(node_id, None)`` (unranked, cheap)."""
         rank, order = ("rank", "rank") if ranked else ("NULL", "rowid DESC")
         with self.db.reading() as conn:
+            if self.db.dialect == "postgresql":
+                return pg_search.match_ids(conn, "nodes", "node_id", match, limit=limit,
+                                           ranked=ranked)
             return [(r[0], r[1]) for r in conn.execute(
                 f"SELECT rowid, {rank} FROM nodes_fts WHERE nodes_fts MATCH ?"
                 f" ORDER BY {order} LIMIT ?", (match, limit))]
@@ -294,6 +301,8 @@ class Dag:
     def count_node_matches(self, match: str, *, cap: int) -> int:
         """How many nodes match an FTS5 expression, counting no further than ``cap``."""
         with self.db.reading() as conn:
+            if self.db.dialect == "postgresql":
+                return pg_search.count_matches(conn, "nodes", "node_id", match, cap=cap)
             return conn.execute(
                 "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ?"
                 " LIMIT ?)", (match, cap)).fetchone()[0]
@@ -314,7 +323,7 @@ class Dag:
 
         def page(cursor: int, size: int) -> tuple[str, list]:
             return (f"SELECT node_id, {conds} FROM (SELECT node_id, text FROM nodes"
-                    f" WHERE {scope}node_id < ? ORDER BY node_id DESC LIMIT ?)",
+                    f" WHERE {scope}node_id < ? ORDER BY node_id DESC LIMIT ?) AS page",
                     lowered + scoped + [cursor, size])
         return scans.newest_first(self.db, page, limit=limit, max_rows=max_rows,
                                   max_seconds=max_seconds, page_rows=page_rows)
@@ -369,9 +378,10 @@ class Dag:
 
     def fts_row_counts(self) -> dict:
         """Rows in ``nodes`` and documents in its FTS index (they should be equal)."""
+        docs = ("(SELECT count(*) FROM nodes WHERE fts IS NOT NULL)"
+                if self.db.dialect == "postgresql" else "(SELECT count(*) FROM nodes_fts_docsize)")
         with self.db.reading() as conn:  # one statement: both counts from one snapshot
-            rows, docs = conn.execute("SELECT (SELECT count(*) FROM nodes),"
-                                      " (SELECT count(*) FROM nodes_fts_docsize)").fetchone()
+            rows, docs = conn.execute(f"SELECT (SELECT count(*) FROM nodes), {docs}").fetchone()
         return {"rows": rows, "fts_docs": docs}
 
     # ------------------------------------------------------------------ operator maintenance
@@ -415,4 +425,5 @@ class Dag:
     def rebuild_node_fts(self) -> None:
         """Rebuild the summary full-text index from the nodes table (doctor repair)."""
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
+            conn.execute("REINDEX INDEX nodes_fts" if self.db.dialect == "postgresql"
+                         else "INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")

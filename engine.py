@@ -175,12 +175,12 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
     @property
     def store(self) -> Store:
         """The message store on the process-wide shared connection."""
-        return Store(get_database(self.config.resolved_database_path))
+        return Store(get_database(self.config.database_target))
 
     @property
     def dag(self) -> Dag:
         """Summary nodes on the same shared connection."""
-        return Dag(get_database(self.config.resolved_database_path))
+        return Dag(get_database(self.config.database_target))
 
     @property
     def counter(self) -> tokens.TokenCounter:
@@ -364,7 +364,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
     def _note_fault(self, exc: BaseException) -> None:
         """Remember what is wrong with the database: until it works again the engine
         keeps the prompt bounded without it and every tool says why."""
-        fault = self._faults.note(self.config.resolved_database_path, exc)
+        fault = self._faults.note(self.config.database_display, exc)
         self.errors.append(f"database: {fault['problem']}")
 
     def _usable_database(self) -> bool:

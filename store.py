@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 from .storage import codec, identity, scans, views
 from .storage.alignment import Alignment, KnownTail, _Identified  # noqa: F401 (KnownTail: the API)
 from .storage.database import Database
+from .storage.postgres import search as pg_search
 from .storage.writer import StatementWriter
 
 UNKNOWN_SOURCE = "unknown"
@@ -388,6 +389,9 @@ class Store(Alignment):
         """
         order = "ORDER BY rank" if ranked else ""
         with self.db.reading() as conn:
+            if self.db.dialect == "postgresql":
+                return pg_search.match_ids(conn, "messages", "store_id", match, limit=limit,
+                                           ranked=ranked)
             return [tuple(r) for r in conn.execute(
                 f"SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ? {order} LIMIT ?",
                 (match, limit))]
@@ -402,6 +406,9 @@ class Store(Alignment):
         The scan goes page by page and takes the shared connection only for one
         page at a time, so a writer (another agent's compaction) waits at most one
         page; it stops after ``max_seconds`` with what it found so far."""
+        if getattr(self.db, "trigram", False) and needles and min(map(len, needles)) >= 3:
+            with self.db.reading() as conn:  # a server with pg_trgm: the index answers
+                return pg_search.substring_ids(conn, session_id, needles, limit=limit)
         conds = " AND ".join("instr(t, ?) > 0" for _ in needles) or "1"
         scope = "session_id = ? AND " if session_id else ""
         lowered = [n.lower() for n in needles]
@@ -409,7 +416,7 @@ class Store(Alignment):
         def page(cursor: int, size: int) -> tuple[str, list]:
             return (f"SELECT store_id, {conds} FROM (SELECT store_id,"
                     f" lower(COALESCE(search_text, content, '')) AS t FROM messages"
-                    f" WHERE {scope}store_id < ? ORDER BY store_id DESC LIMIT ?)",
+                    f" WHERE {scope}store_id < ? ORDER BY store_id DESC LIMIT ?) AS page",
                     lowered + ([session_id] if session_id else []) + [cursor, size])
         return scans.newest_first(self.db, page, limit=limit, max_rows=max_rows,
                                   max_seconds=max_seconds, page_rows=page_rows)
@@ -461,6 +468,11 @@ class Store(Alignment):
 
         ``below_store_id`` hides the current turn; the time bounds apply to
         ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
+        if self.db.dialect == "postgresql":
+            where, params = _match_filters(match, below_store_id, time_from, time_to, "m.store_id")
+            with self.db.reading() as conn:
+                return pg_search.match_ids(conn, "messages", "store_id", match, limit=limit,
+                                           ranked=ranked, where=where[1:], params=params[1:])
         where, params = _match_filters(match, below_store_id, time_from, time_to)
         join = ("" if time_from is None and time_to is None
                 else " JOIN messages m ON m.store_id = f.rowid")
@@ -478,6 +490,11 @@ class Store(Alignment):
         bound = " AND rowid < ?" if below_store_id is not None else ""
         params = [match] + ([below_store_id] if below_store_id is not None else []) + [cap]
         with self.db.reading() as conn:
+            if self.db.dialect == "postgresql":
+                return pg_search.count_matches(
+                    conn, "messages", "store_id", match, cap=cap,
+                    where=["m.store_id < ?"] if below_store_id is not None else [],
+                    params=params[1:-1])
             return conn.execute(
                 f"SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
                 f"{bound} LIMIT ?)", params).fetchone()[0]
@@ -491,6 +508,12 @@ class Store(Alignment):
         the loop (``CROSS JOIN``), so the session costs one rowid lookup per row: the
         caller can filter by session after the match instead of intersecting a big
         session tag's posting list inside it."""
+        if self.db.dialect == "postgresql":
+            where, params = _match_filters(match, below_store_id, time_from, time_to, "m.store_id")
+            with self.db.reading() as conn:
+                return pg_search.match_ids(conn, "messages", "store_id", match, limit=limit,
+                                           ranked=False, where=where[1:], params=params[1:],
+                                           session=True)
         where, params = _match_filters(match, below_store_id, time_from, time_to)
         sql = ("SELECT f.rowid, m.session_id FROM messages_fts f CROSS JOIN messages m"
                f" ON m.store_id = f.rowid WHERE {' AND '.join(where)}"
@@ -514,9 +537,10 @@ class Store(Alignment):
 
     def fts_row_counts(self) -> dict:
         """Rows in ``messages`` and documents in its FTS index (they should be equal)."""
+        docs = ("(SELECT count(*) FROM messages WHERE fts IS NOT NULL)"
+                if self.db.dialect == "postgresql" else "(SELECT count(*) FROM messages_fts_docsize)")
         with self.db.reading() as conn:  # one statement: both counts from one snapshot
-            rows, docs = conn.execute("SELECT (SELECT count(*) FROM messages),"
-                                      " (SELECT count(*) FROM messages_fts_docsize)").fetchone()
+            rows, docs = conn.execute(f"SELECT (SELECT count(*) FROM messages), {docs}").fetchone()
         return {"rows": rows, "fts_docs": docs}
 
     def largest_messages(self, limit: int = 5, max_rows: int = 50_000) -> list[dict]:
@@ -527,7 +551,7 @@ class Store(Alignment):
                 "SELECT store_id, session_id, role, content_format, chars FROM ("
                 " SELECT store_id, session_id, role, content_format,"
                 " COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0) AS chars"
-                " FROM messages ORDER BY store_id DESC LIMIT ?) ORDER BY chars DESC LIMIT ?",
+                " FROM messages ORDER BY store_id DESC LIMIT ?) AS newest ORDER BY chars DESC LIMIT ?",
                 (max_rows, limit))]
 
     def table_sizes(self) -> dict[str, int] | None:
@@ -603,7 +627,8 @@ class Store(Alignment):
     def rebuild_message_fts(self) -> None:
         """Rebuild the message full-text index from the messages table (doctor repair)."""
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+            conn.execute("REINDEX INDEX messages_fts" if self.db.dialect == "postgresql"
+                         else "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
 
     def reindex_all(self) -> None:
         """Rebuild every ordinary index of the file: the fix for index damage that
@@ -623,7 +648,7 @@ class Store(Alignment):
                 " sum(chars), sum(token_count), count(DISTINCT session_id) FROM ("
                 " SELECT COALESCE(message_at, created_at) AS t, token_count, session_id,"
                 " COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0) AS chars"
-                " FROM messages) GROUP BY bucket ORDER BY bucket").fetchall()
+                " FROM messages) AS aged GROUP BY bucket ORDER BY bucket").fetchall()
         return [{"bucket": r[0], "messages": r[1], "chars": r[2] or 0, "tokens": r[3] or 0,
                  "sessions": r[4]} for r in rows]
 
@@ -673,12 +698,12 @@ def _insert_sql(rows: int) -> str:
 
 
 def _match_filters(match: str, below_store_id: int | None, time_from: float | None,
-                   time_to: float | None) -> tuple[list[str], list]:
+                   time_to: float | None, rowid: str = "f.rowid") -> tuple[list[str], list]:
     """WHERE terms and parameters of a message match (FTS table ``f``, messages ``m``):
     the expression, the current-turn bound and the time bounds on
     ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
     where, params = ["messages_fts MATCH ?"], [match]
-    for term, value in (("f.rowid < ?", below_store_id),
+    for term, value in ((f"{rowid} < ?", below_store_id),
                         ("COALESCE(m.message_at, m.created_at) >= ?", time_from),
                         ("COALESCE(m.message_at, m.created_at) < ?", time_to)):
         if value is not None:

@@ -18,6 +18,7 @@ import time
 from typing import Any, Mapping
 
 from ..storage import migrations
+from ..storage.postgres import catalog
 from ..config import TroveConfig, check_reachability
 from ..dag import Dag
 from ..storage.database import Database
@@ -57,11 +58,21 @@ def file_sizes(path: str) -> dict[str, int]:
 def database_stats(store: Store, dag: Dag) -> dict:
     """Sizes and counts for a status report: cheap (counts use indexes, no deep checks)."""
     db = store.db
+    if db.dialect == "postgresql":
+        facts = catalog.server_facts(db)
+        nodes = dag.stats()
+        return {"path": db.display, "size_bytes": facts["size_bytes"], "files": {},
+                "server_version": facts["server_version"],
+                "schema_version": facts["schema_version"],
+                "schema_supported": facts["schema_supported"],
+                "messages": store.count_messages(), "nodes": nodes["nodes"],
+                "nodes_by_depth": {str(d): v["nodes"] for d, v in nodes["by_depth"].items()},
+                "open_seconds": round(db.open_seconds, 4)}
     sizes = file_sizes(db.path) if db.path != ":memory:" else {}
     page_size, page_count = pragma(db, "page_size"), pragma(db, "page_count")
     nodes = dag.stats()
     return {
-        "path": db.path,
+        "path": db.display,
         "size_bytes": sum(sizes.values()) if sizes else page_size * page_count,
         "files": sizes,
         "schema_version": pragma(db, "user_version"),
@@ -109,6 +120,8 @@ def inspect_report(store: Store, dag: Dag, status: Mapping, session_id: str) -> 
 def check_database(store: Store, *, full: bool = False) -> list[dict]:
     """Journal mode, structure, integrity (bounded), space use and the largest rows."""
     db = store.db
+    if db.dialect == "postgresql":
+        return _check_server(store)
     results = []
     mode = str(pragma(db, "journal_mode")).lower()
     results.append(check("journal_mode", "ok" if mode == "wal" else "warn",
@@ -124,6 +137,30 @@ def check_database(store: Store, *, full: bool = False) -> list[dict]:
     results.append(_space(store, page_size, page_count))
     results.append(_largest_rows(store))
     return results
+
+
+def _check_server(store: Store) -> list[dict]:
+    """The database checks that fit a PostgreSQL server: structure and schema version,
+    the search extensions, space per relation and the largest rows (the server keeps
+    its own files whole: there is no quick_check or journal mode to read)."""
+    facts = catalog.server_facts(store.db)
+    missing = list(store.db.missing_objects or [])
+    behind = facts["schema_version"] != facts["schema_supported"]
+    trigram = ("pg_trgm index on messages" if facts["trigram_index"] else
+               "no pg_trgm index: substring search scans (CREATE EXTENSION pg_trgm, then "
+               "reopen)")
+    return [
+        check("server", "ok", f"PostgreSQL {facts['server_version']}, schema {facts['schema']}"),
+        check("schema_objects", "fail" if missing or behind else "ok",
+              f"missing: {', '.join(missing)}" if missing else
+              f"schema version {facts['schema_version']} of {facts['schema_supported']}",
+              schema_version=facts["schema_version"]),
+        check("search_extensions", "ok" if facts["trigram_index"] else "warn", trigram,
+              pg_trgm=facts["pg_trgm"], pgvector=facts["pgvector"]),
+        check("space", "ok", f"{facts['size_bytes']} bytes in the schema's tables",
+              largest_objects=facts["largest_objects"], sizes_from="pg_total_relation_size"),
+        _largest_rows(store),
+    ]
 
 
 def _quick_check(db: Database, size: int, full: bool) -> dict:
@@ -175,6 +212,10 @@ def check_fts(store: Store, dag: Dag, config: TroveConfig, now: float | None = N
         results.append(check(f"{name}_rows", "ok" if same else "fail",
                              f"{counts['rows']} rows, {counts['fts_docs']} indexed" +
                              ("" if same else ": the index is out of step; rebuild it"), **counts))
+    if store.db.dialect == "postgresql":
+        results.append(check("fts_integrity", "ok", "tsvector columns are computed by the "
+                             "server on every write (nothing to drift)"))
+        return results
     checked = store.get_meta("fts_checked_at")
     interval = config.fts_integrity_check_interval_hours
     now = time.time() if now is None else now

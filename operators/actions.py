@@ -27,7 +27,8 @@ from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
 from ..schemas import COUNT_LIMITS
-from ..storage.backup import backup_database
+from ..storage.backup import backup_database, backup_dir, timestamped_name
+from ..storage.postgres.connection import is_url
 from ..config import TroveConfig, load_config
 from ..dag import Dag
 from ..storage.database import (Database, DatabaseError, get_database, open_read_only,
@@ -95,10 +96,12 @@ class Target:
 
     @property
     def database(self) -> Database:
-        """The shared connection: read-only unless the action writes or an engine is live."""
+        """The shared connection: read-only unless the action writes or an engine is live
+        (a PostgreSQL server, ``TROVE_DATABASE_URL``, in place of the file when set)."""
+        where = self.config.database_url or self.db_path
         if self.writable or self.engine is not None:
-            return get_database(self.db_path)
-        return open_read_only(self.db_path)
+            return get_database(where)
+        return open_read_only(where)
 
     @property
     def store(self) -> Store:
@@ -119,7 +122,10 @@ class Target:
 def config_for(db_path: str | os.PathLike | None = None) -> TroveConfig:
     """The configured settings, pointed at ``db_path`` when given (the CLI's ``--db``)."""
     environ = dict(os.environ)
-    if db_path:
+    if db_path and is_url(str(db_path)):
+        environ["TROVE_DATABASE_URL"] = str(db_path)
+    elif db_path:
+        environ.pop("TROVE_DATABASE_URL", None)  # --db PATH names a file: SQLite
         environ["TROVE_DATABASE_PATH"] = str(Path(db_path).expanduser().resolve())
     return load_config(environ)
 
@@ -135,7 +141,7 @@ def open_target(config: TroveConfig, engine: Any = None, writable: bool = False)
     trove database, is an ``OperatorError`` with nothing written (operators never
     create or convert a database by typo). Reads open read-only."""
     target = Target(engine.config if engine is not None else config, engine, writable)
-    if engine is None:
+    if engine is None and not config.database_url:
         problem = trove_file_problem(target.db_path, allow_older=writable)
         if problem is not None:
             raise OperatorError(problem + _file_problem_hint(target.db_path, problem))
@@ -180,7 +186,11 @@ def record_backup(target: Target, path: str | Path, label: str) -> dict:
 def backup(target: Target, label: str = "backup") -> dict:
     """A timestamped online backup under ``backups/`` next to the database: the first
     step of every apply path, and ``/trove backup`` on its own."""
-    written = backup_database(target.db_path, label=label)
+    if target.config.database_url:  # pg_dump of the schema, into the same backups/ folder
+        dest = backup_dir(target.db_path) / timestamped_name("trove-server", label)
+        written = backup_database(target.config.database_url, dest.with_suffix(".pgdump"))
+    else:
+        written = backup_database(target.db_path, label=label)
     return {"status": "written", **record_backup(target, written, label)}
 
 
@@ -247,7 +257,7 @@ def doctor(target: Target, full: bool = False) -> dict:
                                offline=target.engine is None)
     if database_notes(target.config):
         report = health.verdict(report["checks"] + _location_checks(target.config))
-    return {"database_path": str(target.db_path), **report}
+    return {"database_path": target.config.database_display, **report}
 
 
 def status_without_database(config: TroveConfig, session_id: str | None) -> dict:

@@ -37,8 +37,8 @@ def backfill(target: Target, apply: bool = False,
     """Dry run: what is pending; ``apply``: embed it (bounded, resumable, idempotent);
     ``progress(done, total)`` hears of every batch (``operators.progress``)."""
     provider = _provider(target)
-    return semantic.backfill(get_database(target.db_path), provider, target.config,
-                             apply=apply, max_seconds=max_seconds, progress=progress)
+    return semantic.backfill(get_database(target.config.database_target), provider,
+                             target.config, apply=apply, max_seconds=max_seconds, progress=progress)
 
 
 def format_report(report: dict) -> str:

@@ -72,7 +72,7 @@ class Maintenance:
         backup_path = backup_dir(cfg.resolved_database_path) / ROTATE_BACKUP_NAME
         if not apply:
             return {"status": "preview", "backup": str(backup_path), **report}
-        written = backup_database(cfg.resolved_database_path, backup_path)
+        written = backup_database(cfg.database_target, backup_path)
         passes = PassReport()
         compactor = self._compactor(max(4_000, self.threshold_tokens))
         compactor.leaf_pass(session, older, chunk_tokens=cfg.leaf_chunk_tokens, focus=None,

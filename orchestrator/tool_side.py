@@ -110,7 +110,7 @@ class ToolSide:
             "reachability_problems": self.reachability,
             "token_counter": {"name": counter.name, "exact": counter.exact,
                               "reason": counter.reason, "accelerator": counter.accelerator},
-            "database_path": str(self.config.resolved_database_path),
+            "database_path": self.config.database_display,
             "session_mode": self.session_mode,
             "review_fork": self.review_fork,
             "owner": self.owner,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..config import TroveConfig
-from ..storage.database import Database
+from ..storage.database import Database, open_private
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import ranking, vectorscan
 from .meter import RateMeter
@@ -199,10 +199,11 @@ class EmbeddingWorker(threading.Thread):
         semantic.state = open_provider(semantic.config)
         if semantic.provider is None:
             return
-        db = Database(semantic.db.path)
+        db = open_private(semantic.db.path)
         # vectors are derived data (a lost batch is simply embedded again), so this
         # connection commits without an fsync and holds the write lock for less time
-        db.conn.execute("PRAGMA synchronous=NORMAL")
+        if db.dialect == "sqlite":
+            db.conn.execute("PRAGMA synchronous=NORMAL")
         try:
             indexer = Indexer(db, semantic.provider, semantic.config)
             while not self.stopping.is_set():

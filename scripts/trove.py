@@ -29,7 +29,7 @@ _bootstrap.load_package()
 from hermes_trove import command  # noqa: E402
 from hermes_trove.operators import actions as ops  # noqa: E402
 from hermes_trove.operators.textview import format_grep, table  # noqa: E402
-from hermes_trove.operators import embed, search  # noqa: E402
+from hermes_trove.operators import embed, migrate, search  # noqa: E402
 from hermes_trove.operators.progress import Progress  # noqa: E402
 from hermes_trove.operators.replay import TranscriptError  # noqa: E402
 from hermes_trove.tools import iso  # noqa: E402
@@ -136,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--overhead", type=bounded(0),
                         help="host tokens around the messages")
     replay.add_argument("--session", default="replay-session")
+    move = add("migrate", "copy the database to the other engine: a SQLite file to a "
+               "PostgreSQL server or back (dry run; --apply copies, idempotent, counts checked)")
+    move.add_argument("--to", required=True, metavar="TARGET",
+                      help="postgresql://... URL or a SQLite file path")
+    move.add_argument("--apply", action="store_true", help="copy (rows the target has stay)")
     return parser
 
 
@@ -348,6 +353,26 @@ def cmd_status(args) -> tuple[dict, str, int]:
     return run_words(("status",), args)
 
 
+def cmd_migrate(args) -> tuple[dict, str, int]:
+    """Copy the configured (or --db) database to --to; the text is one line per table."""
+    source = ops.config_for(args.db).database_target
+    target = args.to if migrate.is_url(args.to) else str(Path(args.to).expanduser().resolve())
+    report = migrate.migrate(source, target, apply=args.apply)
+    lines = [f"trove migrate ({report['mode']}): {report['source']} -> {report['target']}"]
+    for t in report["tables"]:
+        done = (f", copied {t['copied']}, target now {t['target_rows']}"
+                f"{'' if t['verified'] else ' MISMATCH'}" if args.apply else "")
+        lines.append(f"  {t['table']:<20} source {t['source_rows']:>9}, target had "
+                     f"{t['target_rows_before']:>9}{done}")
+    if args.apply:
+        lines.append("counts verified" if report["verified"] else
+                     f"counts differ: {report['short']} (rows the target already had "
+                     "under the same keys were kept)")
+    else:
+        lines.append("dry run: nothing written (add --apply to copy)")
+    return report, "\n".join(lines), 0 if report.get("verified", True) else 1
+
+
 COMMANDS = {
     "status": cmd_status,
     "backup": lambda a: run_words(("backup",), a),
@@ -356,6 +381,7 @@ COMMANDS = {
     "dag": cmd_dag, "replay": cmd_replay,
     "rollups": cmd_rollups,
     "embed": lambda a: cmd_embed(a),
+    "migrate": cmd_migrate,
 }
 
 

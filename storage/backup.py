@@ -13,7 +13,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .database import BUSY_TIMEOUT_MS
+from .database import BUSY_TIMEOUT_MS, get_database
+from .postgres import dump as pg_dump
+from .postgres.connection import is_url
 
 PAGES_PER_STEP = 4096
 
@@ -37,6 +39,8 @@ def backup_database(db_path: str | Path, dest: str | Path | None = None, *,
     written to a temporary name, fsynced and renamed into place, so a rolling
     name (``*-rotate-latest.db``) is always either the old or the new backup.
     """
+    if is_url(str(db_path)):  # a server: pg_dump of the trove schema (``dest`` required)
+        return pg_dump.dump(str(db_path), get_database(str(db_path)).conn.schema, Path(dest))
     source_path = Path(db_path).expanduser().resolve()
     target = Path(dest) if dest else backup_dir(source_path) / timestamped_name(source_path, label)
     target.parent.mkdir(parents=True, exist_ok=True)

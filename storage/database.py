@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import migrations
+from .postgres.connection import is_url
 
 BUSY_TIMEOUT_MS = 5000
 REQUIRED_OBJECTS = (
@@ -47,31 +48,16 @@ class DatabaseError(RuntimeError):
     """The trove database cannot be opened or is structurally broken."""
 
 
-class Database:
-    """A connection plus the lock that serializes its use across threads."""
+class Connected:
+    """The unit-of-work contract both engines keep: ``conn`` used under ``lock``."""
 
-    def __init__(self, path: str, read_only: bool = False):
-        self.path = path
-        self.read_only = read_only
-        self.lock = threading.RLock()
-        self.opened_at = time.time()
-        self.open_seconds = 0.0
-        started = time.perf_counter()
-        try:
-            if read_only:
-                self.conn = _connect_read_only(path)
-            else:
-                self.conn = _open_with_retry(path)
-            self.missing_objects = structural_check(self.conn)
-        except migrations.SchemaTooNewError:
-            raise
-        except sqlite3.Error as exc:
-            raise DatabaseError(f"cannot open trove database {path}: {exc}") from exc
-        self.open_seconds = time.perf_counter() - started
+    lock: threading.RLock
+    conn: sqlite3.Connection
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One unit of work: BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
+        """One unit of work: BEGIN IMMEDIATE ... COMMIT, rolled back on any error (on a
+        server BEGIN IMMEDIATE also takes the writer lock, see storage/postgres)."""
         with self.lock:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -91,6 +77,32 @@ class Database:
         """Close the connection (tests and scripts; the engine never closes it)."""
         with self.lock:
             self.conn.close()
+
+
+class Database(Connected):
+    """A connection plus the lock that serializes its use across threads."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, read_only: bool = False):
+        self.path = path
+        self.display = path  # what reports print (a server URL's is without password)
+        self.read_only = read_only
+        self.lock = threading.RLock()
+        self.opened_at = time.time()
+        self.open_seconds = 0.0
+        started = time.perf_counter()
+        try:
+            if read_only:
+                self.conn = _connect_read_only(path)
+            else:
+                self.conn = _open_with_retry(path)
+            self.missing_objects = structural_check(self.conn)
+        except migrations.SchemaTooNewError:
+            raise
+        except sqlite3.Error as exc:
+            raise DatabaseError(f"cannot open trove database {path}: {exc}") from exc
+        self.open_seconds = time.perf_counter() - started
 
 
 def _open_with_retry(path: str) -> sqlite3.Connection:
@@ -153,6 +165,8 @@ def trove_file_problem(path: str | os.PathLike, allow_older: bool = False) -> st
     an unrelated SQLite file (Hermes's ``state.db``) or an empty file is named,
     never converted. A trove schema newer or older than this code is reported
     too: a read must not migrate (``allow_older`` for a writing command, which may)."""
+    if is_url(path):
+        return None  # a server: opening it says what is wrong (never the password)
     file = Path(path).expanduser()
     if file.is_dir():
         return f"{file} is a directory, not a trove database file"
@@ -200,7 +214,7 @@ def open_read_only(path: str | os.PathLike) -> Database:
     with _registry_lock:
         db = _read_only.get(key)
         if db is None:
-            db = Database(key, read_only=True)
+            db = _open(key, read_only=True)
             _read_only[key] = db
         return db
 
@@ -214,7 +228,7 @@ def structural_check(conn: sqlite3.Connection) -> list[str]:
 def resolve_path(path: str | os.PathLike) -> str:
     """The canonical key for a database file (absolute, symlinks resolved)."""
     text = str(path)
-    if text == ":memory:":
+    if text == ":memory:" or is_url(text):
         return text
     return str(Path(text).expanduser().resolve())
 
@@ -224,7 +238,7 @@ def get_database(path: str | os.PathLike) -> Database:
     no file system can name (a NUL byte, a lone surrogate) is a ``DatabaseError``,
     so the engine's fault handling keeps the agent running and says why."""
     text = os.fspath(path)
-    if isinstance(text, str) and ("\0" in text or not _encodable(text)):
+    if isinstance(text, str) and not is_url(text) and ("\0" in text or not _encodable(text)):
         raise DatabaseError(f"the trove database path {text[:200]!r} is not a usable file name "
                             "(it holds a NUL byte or an unpaired surrogate): fix "
                             "TROVE_DATABASE_PATH")
@@ -232,9 +246,26 @@ def get_database(path: str | os.PathLike) -> Database:
     with _registry_lock:
         db = _registry.get(key)
         if db is None:
-            db = Database(key)
+            db = _open(key)
             _registry[key] = db
         return db
+
+
+def open_private(target: str | os.PathLike):
+    """A connection of its own (not the shared one) for a background worker that must
+    not wait behind the turn's statements: a file's or a server's, as ``target`` names."""
+    return _open(resolve_path(target))
+
+
+def _open(key: str, read_only: bool = False):
+    """A ``Database`` for a SQLite file, a ``PgDatabase`` for a ``postgresql://`` URL
+    (``TROVE_DATABASE_URL``): the same contract, so no caller asks which it got
+    unless it needs SQL only one engine has (``db.dialect``)."""
+    if is_url(key):
+        from .postgres.database import PgDatabase
+        return PgDatabase(key, error=DatabaseError, too_new=migrations.SchemaTooNewError,
+                          read_only=read_only)
+    return Database(key, read_only=read_only)
 
 
 def _encodable(text: str) -> bool:

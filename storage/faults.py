@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from .backup import backup_dir
 from .database import DatabaseError
+from .postgres.connection import is_url
 from .migrations import SchemaTooNewError
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,13 @@ def is_database_error(exc: BaseException) -> bool:
 
 def describe(path: str | os.PathLike, exc: BaseException) -> dict:
     """``{"path", "problem", "repair"}`` for a database that failed with ``exc``."""
-    path = Path(path)
     text = f"{type(exc).__name__}: {exc}"
+    if is_url(str(path)):  # a server (``path`` is its name without the password)
+        return {"path": str(path), "problem": f"{path} cannot be used ({text})"[:500],
+                "repair": "check that the PostgreSQL server is up and reachable, the "
+                          "credentials (in TROVE_DATABASE_URL or the PG* variables) and that "
+                          "psycopg is installed (requirements-extras.txt); /trove doctor says more"}
+    path = Path(path)
     lowered = text.lower()
     try:
         backups = backup_dir(str(path))

@@ -16,6 +16,7 @@ import threading
 import time
 
 from .database import BUSY_TIMEOUT_MS
+from .postgres.connection import is_url
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ def is_due(last_checked_at: str | None, interval_hours: float, now: float | None
 
 def start_if_due(path: str, last_checked_at: str | None, interval_hours: float) -> bool:
     """Start the background check when due and not already running; True if started."""
-    if path == ":memory:" or not is_due(last_checked_at, interval_hours):
+    # A server's tsvector column is computed by PostgreSQL itself: nothing to drift.
+    if path == ":memory:" or is_url(path) or not is_due(last_checked_at, interval_hours):
         return False
     with _running_lock:
         if path in _running:

@@ -12,7 +12,9 @@ the database, ``<database>.locks``: one byte per session, at an offset derived
 from the session id, so sessions rarely wait for each other. The kernel drops
 a dead process's locks. The file descriptor stays open for the life of the
 process (closing any descriptor of a file drops all of a process's POSIX locks
-on it). Where ``fcntl`` does not exist only the thread lock applies.
+on it). Where ``fcntl`` does not exist only the thread lock applies. On PostgreSQL
+(``db_path`` a URL) the same locks are advisory locks on the server
+(``storage/postgres/locks``): hosts sharing one database share no file.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
+
+from .postgres import locks as pg_locks
+from .postgres.connection import is_url
 
 try:
     import fcntl
@@ -78,6 +83,10 @@ def session_compaction(db_path: str, session_id: str, timeout: float) -> Iterato
     if not lock.acquire(timeout=max(0.0, timeout)):
         raise LockTimeout(f"session {session_id!r} is being compacted by another thread")
     try:
+        if is_url(db_path):
+            with _server_lock(db_path, session_id, deadline):
+                yield
+            return
         fd = _lock_file(db_path)
         slot = _slot(session_id)
         if fd is not None:
@@ -97,6 +106,21 @@ def session_compaction(db_path: str, session_id: str, timeout: float) -> Iterato
                 fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot, os.SEEK_SET)
     finally:
         lock.release()
+
+
+@contextmanager
+def _server_lock(db_path: str, session_id: str, deadline: float) -> Iterator[None]:
+    """The compaction lock of a session on a PostgreSQL server (see the module text)."""
+    from .database import get_database
+    db, slot = get_database(db_path), _slot(session_id)
+    while not pg_locks.try_lock(db, pg_locks.COMPACTION, slot):
+        if time.monotonic() > deadline:
+            raise LockTimeout(f"session {session_id!r} is being compacted by another process")
+        time.sleep(POLL_SECONDS)
+    try:
+        yield
+    finally:
+        pg_locks.unlock(db, pg_locks.COMPACTION, slot)
 
 
 def held_in_process(db_path: str, session_id: str) -> bool:
@@ -121,6 +145,9 @@ def hold_sessions(db_path: str, session_ids: set[str]) -> None:
     new ones are taken, ones no engine is bound to any more are let go. A byte
     another process is testing right now is simply not held this time (the next
     bind takes it)."""
+    if is_url(db_path):
+        _hold_on_server(db_path, session_ids)
+        return
     fd = _lock_file(db_path)
     if fd is None:
         return
@@ -138,6 +165,19 @@ def hold_sessions(db_path: str, session_ids: set[str]) -> None:
                 pass
 
 
+def _hold_on_server(db_path: str, session_ids: set[str]) -> None:
+    from .database import get_database
+    db = get_database(db_path)
+    with _guard:
+        held = _holds.setdefault(db_path, set())
+        for session_id in held - session_ids:
+            pg_locks.unlock(db, pg_locks.HOLD, _slot(session_id), shared=True)
+            held.discard(session_id)
+        for session_id in session_ids - held:
+            if pg_locks.try_lock(db, pg_locks.HOLD, _slot(session_id), shared=True):
+                held.add(session_id)
+
+
 def held_here(db_path: str, session_id: str) -> bool:
     """Whether this process holds the session (an engine of it is bound to it)."""
     with _guard:
@@ -152,6 +192,12 @@ def in_use_elsewhere(db_path: str, session_id: str) -> bool:
     would convert this process's own lock)."""
     if held_here(db_path, session_id):
         return False
+    if is_url(db_path):
+        from .database import get_database
+        db, slot = get_database(db_path), _slot(session_id)
+        return (pg_locks.held_elsewhere(db, pg_locks.HOLD, slot)
+                or (not held_in_process(db_path, session_id)
+                    and pg_locks.held_elsewhere(db, pg_locks.COMPACTION, slot)))
     try:   # a read-only scan never creates the lock file: without it nothing is held
         fd = _lock_file(db_path, create=False)
     except OSError:

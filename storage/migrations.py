@@ -20,16 +20,25 @@ class SchemaTooNewError(RuntimeError):
     """The database was written by a newer hermes-trove than this one."""
 
 
-def migration(version: int):
-    """Register ``fn`` as schema migration number ``version`` (1, 2, 3, ...)."""
+def registrar(registry: list):
+    """A ``@migration(n)`` decorator that registers into ``registry`` in order (SQLite's
+    list here, the server's in ``storage/postgres/schema.py``)."""
 
-    def decorate(fn):
-        if MIGRATIONS and MIGRATIONS[-1][0] != version - 1:
-            raise ValueError(f"migration {version} registered out of order")
-        MIGRATIONS.append((version, fn.__name__, fn))
-        return fn
+    def migration(version: int):
+        """Register ``fn`` as schema migration number ``version`` (1, 2, 3, ...)."""
 
-    return decorate
+        def decorate(fn):
+            if registry and registry[-1][0] != version - 1:
+                raise ValueError(f"migration {version} registered out of order")
+            registry.append((version, fn.__name__, fn))
+            return fn
+
+        return decorate
+
+    return migration
+
+
+migration = registrar(MIGRATIONS)
 
 
 def latest_version() -> int:
@@ -222,25 +231,36 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
             f"(supports up to {latest_version()}); update the plugin or use another "
             f"TROVE_DATABASE_PATH"
         )
+    def record(version: int, name: str) -> None:
+        conn.execute("INSERT INTO trove_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                     (version, name, time.time()))
+        conn.execute(f"PRAGMA user_version = {int(version)}")
+
+    return apply_pending(conn, MIGRATIONS, current, schema_version,
+                         lambda: _ensure_ledger(conn), record)
+
+
+def apply_pending(conn, registry: list, current: int, version_of: Callable, ensure_ledger:
+                  Callable, record: Callable) -> list[int]:
+    """Apply the migrations of ``registry`` above ``current``, each in its own write
+    transaction (``BEGIN IMMEDIATE``: the file's lock, or the server's writer lock),
+    re-reading the version inside it, then ``record`` it; return those applied.
+    Shared by both engines so "once, in order, recorded" has one implementation."""
     applied = []
-    for version, name, fn in MIGRATIONS:
+    for version, name, fn in registry:
         if version <= current:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            # Another process (a gateway and a cron run opening a new file at the same
-            # moment) may have applied it while this one waited for the write lock.
-            current = schema_version(conn)
+            # Another process (a gateway and a cron run opening a new database at the
+            # same moment) may have applied it while this one waited for the write lock.
+            current = version_of(conn)
             if version <= current:
                 conn.execute("COMMIT")
                 continue
-            _ensure_ledger(conn)
+            ensure_ledger()
             fn(conn)
-            conn.execute(
-                "INSERT INTO trove_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                (version, name, time.time()),
-            )
-            conn.execute(f"PRAGMA user_version = {int(version)}")
+            record(version, name)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

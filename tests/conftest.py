@@ -28,3 +28,5 @@ def _isolate_environment() -> None:
 
 _isolate_environment()
 load_package()
+
+from pgkit import backend  # noqa: E402,F401  (the two-engine fixture of the contract tests)

@@ -10,12 +10,19 @@ from hermes_trove.engine import TroveEngine
 DEFAULT_OVERHEAD = 1_000
 
 
+# Set by a test module's backend fixture: the engines it makes use this PostgreSQL
+# schema instead of a SQLite file under tmp_path (see tests/pgkit.py).
+DATABASE_URL: str | None = None
+
+
 def make_engine(tmp_path, *, window=16_000, llm=None, session="sess", **settings) -> TroveEngine:
     """An engine on a fresh database under ``tmp_path``, deterministic summaries by default
     (``TROVE_MIN_TRIGGER_TOKENS=0`` unless given: the trigger is the share of ``window``)."""
     env = {"HERMES_HOME": str(tmp_path)}
     # Mechanics tests size their windows by the share alone; the floor has its own tests.
     settings.setdefault("min_trigger_tokens", 0)
+    if DATABASE_URL:
+        settings.setdefault("database_url", DATABASE_URL)
     env.update({f"TROVE_{k.upper()}": str(v) for k, v in settings.items()})
     engine = TroveEngine(trove_config.load_config(env))
     engine.use_llm(llm)

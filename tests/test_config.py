@@ -27,6 +27,7 @@ SETTINGS_TABLE = [
     ("TROVE_CONDENSED_SUMMARY_TOKENS", 2000, "20000", 20000, ["99", "20001"]),
     ("TROVE_NEW_SESSION_RETAIN_DEPTH", 2, "-1", -1, ["-2", "9"]),
     ("TROVE_DATABASE_PATH", "", "/data/t.db", "/data/t.db", []),
+    ("TROVE_DATABASE_URL", "", "postgresql://u@db.example/trove", "postgresql://u@db.example/trove", []),
     ("TROVE_FTS_INTEGRITY_CHECK_INTERVAL_HOURS", 24.0, "0", 0.0, ["-1", "inf", "soon"]),
     ("TROVE_ENABLE_SLASH_COMMAND", False, "on", True, ["enable"]),
     ("TROVE_IGNORE_SESSION_PATTERNS", (), " cron-*, ,test ", ("cron-*", "test"), []),
@@ -508,3 +509,17 @@ def test_exposed_tools_all_beside_an_unknown_name_still_reports_it(home):
     cfg = load_config({"TROVE_EXPOSED_TOOLS": "all, trove_grpe"}, home)
     assert cfg.exposed_tools == ("all",)
     assert any("'trove_grpe'" in w and "ignored" in w for w in cfg.warnings)
+
+
+def test_database_url_selects_postgresql_and_is_redacted_wherever_shown(home):
+    """The URL is what the engine opens; status, describe and warnings never print
+    its password (in the authority or as a password= option)."""
+    secret = "postgresql://trove:s3cr3t@db.example:5432/trove?password=s3cr3t&sslmode=require"
+    cfg = load_config({"TROVE_DATABASE_URL": secret}, home)
+    assert cfg.database_target == secret
+    shown = json.dumps(cfg.describe())
+    assert "s3cr3t" not in shown and "postgresql://trove:***@db.example:5432/trove" in shown
+    assert "s3cr3t" not in cfg.database_display
+    assert load_config({}, home).database_target == str(home / "trove.db")  # the default
+    bad = load_config({"TROVE_DATABASE_URL": "mysql://x:pw@h/db"}, home)
+    assert bad.database_url == "" and "pw" not in " ".join(bad.warnings)

@@ -12,6 +12,7 @@ from hermes_trove.compaction import tokens
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.recall import embeddings, semantic
+from hermes_trove.storage import database
 from hermes_trove.storage.database import Database
 from hermes_trove.storage.vectors import SpaceIdentity, VectorStore
 from hermes_trove.store import Store
@@ -40,8 +41,9 @@ def openai_config(tmp_path, fake, **extra):
 
 
 @pytest.fixture
-def chat(tmp_path):
-    db = Database(str(tmp_path / "t.db"))
+def chat(tmp_path, backend):
+    """The chat on both engines (tests/pgkit.py): vectors are bytea on a server."""
+    db = database.open_private(backend[1])
     store, dag = Store(db), Dag(db)
     store.ensure_session("s")
     ids = store.ingest("s", CHAT).store_ids
@@ -267,7 +269,8 @@ def test_operator_embed_commands(chat, tmp_path, fake):
     from hermes_trove import command
     from hermes_trove.operators import actions as ops
     db, store, dag, ids = chat
-    config = openai_config(tmp_path, fake, TROVE_DATABASE_PATH=db.path)
+    where = "TROVE_DATABASE_URL" if db.dialect == "postgresql" else "TROVE_DATABASE_PATH"
+    config = openai_config(tmp_path, fake, **{where: db.path})
     target = ops.open_target(config)
     preview = command.ACTIONS[("embed", "backfill")]
     report = preview.run(target)
@@ -279,7 +282,7 @@ def test_operator_embed_commands(chat, tmp_path, fake):
     assert "this run" in apply.render(done)
     warm = command.ACTIONS[("embed", "warmup")]
     assert "answered" in warm.render(warm.run(target))
-    off = ops.open_target(load_config(environ={"TROVE_DATABASE_PATH": db.path},
+    off = ops.open_target(load_config(environ={where: db.path},
                                       hermes_home=tmp_path))
     with pytest.raises(ops.OperatorError, match="TROVE_EMBEDDINGS_ENABLED"):
         apply.run(off)

@@ -307,7 +307,9 @@ def test_status_reports_counter_and_pressure(tmp_path):
     assert status["binding"] == "host"
 
 
-def test_fts_check_runs_in_background_and_is_recorded(tmp_path):
+def test_fts_check_runs_in_background_and_is_recorded(tmp_path, _both_engines):
+    if _both_engines != "sqlite":
+        pytest.skip("FTS5 shadow tables only: a server computes its tsvector columns itself")
     engine = make_engine(tmp_path)
     import time
     from hermes_trove.storage import integrity
@@ -318,6 +320,14 @@ def test_fts_check_runs_in_background_and_is_recorded(tmp_path):
     assert result["ok"] is True
     assert not integrity.start_if_due(engine.store.db.path,
                                       engine.store.get_meta(integrity.CHECKED_AT_KEY), 24)
+
+
+@pytest.fixture(autouse=True)
+def _both_engines(backend, monkeypatch):
+    """Every engine test runs on SQLite and on PostgreSQL (tests/pgkit.py)."""
+    import enginekit
+    monkeypatch.setattr(enginekit, "DATABASE_URL", backend[1] if backend[0] != "sqlite" else None)
+    yield backend[0]
 
 
 @pytest.fixture(autouse=True)

@@ -47,8 +47,9 @@ def plugin_modules() -> dict[str, Path]:
     for path in ROOT.glob("*.py"):
         found["" if path.name == "__init__.py" else path.stem] = path
     for package in (p for p in ROOT.iterdir() if (p / "__init__.py").is_file()):
-        for path in package.glob("*.py"):
-            name = package.name if path.name == "__init__.py" else f"{package.name}.{path.stem}"
+        for path in package.rglob("*.py"):  # subpackages too (storage/postgres/)
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if path.name == "__init__.py" else parts)
             found[name] = path
     return found
 

@@ -11,7 +11,7 @@ from hermes_trove.compaction import tokens
 from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
-from hermes_trove.storage.database import Database
+from hermes_trove.storage import database
 from hermes_trove.store import Store
 
 DAY = 86400.0
@@ -22,8 +22,8 @@ COUNTER = tokens.get_counter()
 class Env:
     """A fresh database with sessions A and B and a context factory."""
 
-    def __init__(self, tmp_path: Path, **config_env):
-        self.db = Database(str(tmp_path / "trove.db"))
+    def __init__(self, tmp_path: Path, target: str | None = None, **config_env):
+        self.db = database.get_database(target or str(tmp_path / "trove.db"))
         self.store, self.dag = Store(self.db), Dag(self.db)
         environ = {f"TROVE_{k.upper()}": str(v) for k, v in config_env.items()}
         self.config = load_config(environ=environ, hermes_home=tmp_path)
@@ -53,6 +53,13 @@ class Env:
                                          child_node_ids=list(node_ids)))
 
 
+def sqlite_only(env) -> None:
+    """A check of the SQLite file itself (quick_check, FTS5 shadow tables): the server
+    keeps its files and computes its tsvector columns itself."""
+    if env.db.dialect != "sqlite":
+        pytest.skip("SQLite file check; PostgreSQL has no quick_check or FTS5 shadow table")
+
+
 def call(ctx, name, **args) -> dict:
     """Dispatch and check the two promises every answer keeps: JSON, within the cap."""
     text = tools.dispatch(name, args, ctx)
@@ -61,10 +68,10 @@ def call(ctx, name, **args) -> dict:
 
 
 @pytest.fixture
-def env(tmp_path):
-    env = Env(tmp_path)
+def env(tmp_path, backend):
+    env = Env(tmp_path, backend[1])
     yield env
-    env.db.close()
+    database.forget_database(backend[1])
 
 
 @pytest.fixture
@@ -517,12 +524,16 @@ def test_status_inspect_doctor(env, planted):
     assert "text" not in json.dumps(inspect["frontier"])
     doctor = call(ctx, "trove_doctor")
     names = {c["name"] for c in doctor["checks"]}
-    assert {"journal_mode", "quick_check", "messages_fts_rows", "nodes_fts_rows",
-            "fts_integrity", "config_warnings", "session_bound", "context_pressure"} <= names
+    file_checks = ({"journal_mode", "quick_check"} if env.db.dialect == "sqlite"
+                   else {"server", "search_extensions"})
+    assert file_checks | {"messages_fts_rows", "nodes_fts_rows", "schema_objects", "space",
+                          "fts_integrity", "config_warnings", "session_bound",
+                          "context_pressure"} <= names
     assert doctor["overall"] in ("ok", "warn")
 
 
 def test_doctor_skips_quick_check_on_big_databases_unless_full(env, planted, monkeypatch):
+    sqlite_only(env)
     monkeypatch.setattr(health, "QUICK_CHECK_MAX_BYTES", 0)
     checks = {c["name"]: c for c in call(env.ctx(), "trove_doctor")["checks"]}
     assert checks["quick_check"]["status"] == "skipped"
@@ -531,6 +542,7 @@ def test_doctor_skips_quick_check_on_big_databases_unless_full(env, planted, mon
 
 
 def test_doctor_reports_fts_drift_and_missing_check(env, planted):
+    sqlite_only(env)
     env.store.set_meta("fts_checked_at", str(NOW - 100 * 3600))
     with env.db.transaction() as conn:
         conn.execute("INSERT INTO messages_fts(messages_fts, rowid, body, tags)"

@@ -1,0 +1,136 @@
+"""``trove.py migrate --to TARGET [--apply]``: copy a trove database to the other engine.
+
+SQLite file to a PostgreSQL server (a host joining a fleet), or back (a server's
+memory taken offline). Every table is copied row by row with its keys (store_id,
+node_id ... stay what they were, so exact refs and lineage hold) in dependency
+order, a page at a time, ordered by the table's key and resumed after the last
+key copied (keyset paging: no OFFSET scan at a million rows). Rows whose key the
+target already has are left alone, so a second run copies nothing (idempotent)
+and an interrupted one resumes. Without ``--apply`` nothing is written: the
+report is what each table holds on both sides. After a copy the counts are
+compared table by table and a difference fails the run; a PostgreSQL target's
+identity sequences are moved past the copied ids.
+
+Stop the Hermes processes that write the source first: rows written during the
+copy may be missed (a rerun picks them up).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..storage.database import get_database
+from ..storage.postgres.connection import is_url  # noqa: F401 (the CLI asks it)
+
+PAGE_ROWS = 2000
+
+# Parents before children (foreign keys), each with the key that orders its pages.
+TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("trove_meta", ("key",)),
+    ("sessions", ("session_id",)),
+    ("messages", ("store_id",)),
+    ("nodes", ("node_id",)),
+    ("node_edges", ("parent_id", "ordinal")),
+    ("session_carry", ("session_id", "node_id")),
+    ("import_ledger", ("import_id", "source_kind", "source_key")),
+    ("session_owners", ("session_id",)),
+    ("prep_summaries", ("session_id", "first_store_id")),
+    ("prep_condensed", ("session_id", "group_key")),
+    ("evidence_assertions", ("assertion_id",)),
+    ("evidence_scan", ("session_id",)),
+    ("evidence_views", ("view_id",)),
+    ("rollups", ("rollup_id",)),
+    ("rollup_sources", ("rollup_id", "ordinal")),
+    ("rollup_sessions", ("rollup_id", "session_id")),
+    ("embedding_spaces", ("space_id",)),
+    ("embedding_vectors", ("space_id", "kind", "ref_id", "chunk")),
+    ("session_views", ("session_id", "origin", "slot")),
+)
+# Columns one engine computes itself (PostgreSQL's tsvector): never copied.
+COMPUTED = {"fts"}
+# SQLite columns without a type (an import's target: a store_id or a session id) that
+# the server keeps as text.
+TEXT_ON_SERVER = {("import_ledger", "target_id")}
+# Tables whose integer key a PostgreSQL identity sequence hands out.
+SEQUENCES = {"messages": "store_id", "nodes": "node_id", "evidence_assertions": "assertion_id",
+             "evidence_views": "view_id", "rollups": "rollup_id", "embedding_spaces": "space_id"}
+
+
+def migrate(source: str, target: str, *, apply: bool, progress=None) -> dict:
+    """Copy every table of ``source`` into ``target`` (both a SQLite path or a
+    PostgreSQL URL); a dry run without ``apply``. Returns the per-table report."""
+    src, dst = get_database(source), get_database(target)
+    if src.path == dst.path:
+        raise ValueError("source and target are the same database")
+    started = time.perf_counter()
+    tables = []
+    for table, key in TABLES:
+        columns = _columns(src, table)
+        before = _count(dst, table)
+        entry: dict[str, Any] = {"table": table, "source_rows": _count(src, table),
+                                 "target_rows_before": before}
+        if apply:
+            entry["copied"] = _copy(src, dst, table, key, columns, progress)
+            entry["target_rows"] = _count(dst, table)
+            entry["verified"] = entry["target_rows"] >= entry["source_rows"] and (
+                entry["target_rows"] - before == entry["copied"])
+        tables.append(entry)
+    if apply and dst.dialect == "postgresql":
+        _advance_sequences(dst)
+    report = {"mode": "apply" if apply else "dry_run", "source": src.display,
+              "target": dst.display, "tables": tables,
+              "seconds": round(time.perf_counter() - started, 2)}
+    if apply:
+        report["verified"] = all(t["verified"] for t in tables)
+        report["short"] = {t["table"]: t["source_rows"] - t["target_rows"]
+                           for t in tables if not t["verified"]}
+    return report
+
+
+def _columns(db, table: str) -> list[str]:
+    with db.reading() as conn:
+        cur = conn.execute(f"SELECT * FROM {table} LIMIT 0")
+        return [d[0] for d in cur.description if d[0] not in COMPUTED]
+
+
+def _count(db, table: str) -> int:
+    with db.reading() as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _copy(src, dst, table: str, key: tuple[str, ...], columns: list[str], progress) -> int:
+    """Copy one table page by page in key order; rows the target has are skipped."""
+    names = ", ".join(f'"{c}"' for c in columns)
+    order = ", ".join(f'"{k}"' for k in key)
+    after = f"({order}) > ({', '.join('?' * len(key))})"
+    insert = (f"INSERT OR IGNORE INTO {table}({names}) VALUES"
+              f" ({', '.join('?' * len(columns))})")
+    positions = [columns.index(k) for k in key]
+    as_text = [i for i, c in enumerate(columns) if (table, c) in TEXT_ON_SERVER]
+    copied, last = 0, None
+    while True:
+        where = f" WHERE {after}" if last is not None else ""
+        with src.reading() as conn:
+            rows = [tuple(r) for r in conn.execute(
+                f"SELECT {names} FROM {table}{where} ORDER BY {order} LIMIT ?",
+                [*(last or ()), PAGE_ROWS])]
+        if not rows:
+            return copied
+        if as_text and dst.dialect == "postgresql":
+            rows = [tuple(str(v) if i in as_text and v is not None else v
+                          for i, v in enumerate(r)) for r in rows]
+        with dst.transaction() as conn:
+            copied += max(0, conn.executemany(insert, rows).rowcount)
+        last = tuple(rows[-1][i] for i in positions)
+        if progress is not None:
+            progress(table, copied)
+
+
+def _advance_sequences(db) -> None:
+    """Move each identity sequence past the highest copied id (the next insert must
+    never collide with a copied row)."""
+    with db.transaction() as conn:
+        for table, column in SEQUENCES.items():
+            conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'),"
+                         f" GREATEST((SELECT COALESCE(max({column}), 0) FROM {table}), 1))")

@@ -1,0 +1,81 @@
+"""The second engine for the contract tests: a throw-away schema on a real PostgreSQL.
+
+``.ci/run`` starts a server and exports ``PG_TROVE_TEST_URL``; each test that asks
+for the ``backend`` fixture runs once on SQLite and once on PostgreSQL, in a schema
+of its own (dropped afterwards). Without a server the PostgreSQL pass skips with
+the reason, except where ``PG_TROVE_REQUIRE=1`` (CI), where it fails: CI must run it.
+"""
+from __future__ import annotations
+
+import os
+import urllib.parse
+import uuid
+
+import pytest
+
+PG_URL = os.environ.get("PG_TROVE_TEST_URL", "")
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pg_unavailable() -> str | None:
+    """Why the PostgreSQL pass cannot run here (None when it can)."""
+    if not PG_URL:
+        return "no PostgreSQL server: set PG_TROVE_TEST_URL (.ci/run starts one)"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed (pip install -r requirements-extras.txt)"
+    return None
+
+
+def require_pg() -> None:
+    """Skip (or, in CI, fail) a test that needs the server."""
+    reason = pg_unavailable()
+    if reason:
+        if os.environ.get("PG_TROVE_REQUIRE") == "1":
+            pytest.fail(f"PG_TROVE_REQUIRE=1 but {reason}")
+        pytest.skip(reason)
+
+
+def schema_url(schema: str) -> str:
+    """The test server's URL with ``schema`` alone on the search path (a table missing
+    from it must never be found in ``public``)."""
+    options = urllib.parse.quote(f"-csearch_path={schema}")
+    return PG_URL + ("&" if "?" in PG_URL else "?") + f"options={options}"
+
+
+class PgSchema:
+    """A fresh schema on the test server, created now and dropped by ``drop``."""
+
+    def __init__(self):
+        import psycopg
+        self.name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            # pg_trgm once per database, in public (no test schema's drop takes it along)
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+            conn.execute(f"CREATE SCHEMA {self.name}")
+        self.url = schema_url(self.name)
+
+    def drop(self) -> None:
+        """Close this process's connection to it and drop it with everything in it."""
+        import psycopg
+        from hermes_trove.storage import database
+        database.forget_database(self.url)
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '30s'")  # a leaked connection fails, never hangs
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, tmp_path):
+    """``(name, target)``: where a test's database lives, once per engine (a SQLite
+    file under ``tmp_path``, or a PostgreSQL URL of a throw-away schema)."""
+    if request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "trove.db")
+        return
+    require_pg()
+    schema = PgSchema()
+    try:
+        yield "postgresql", schema.url
+    finally:
+        schema.drop()

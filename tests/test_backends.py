@@ -1,0 +1,190 @@
+"""One store contract, two engines: what only a second engine can show.
+
+The tool and engine suites (test_tools.py, test_engine.py) run on both engines
+through the ``backend`` fixture (tests/pgkit.py); these tests cover what they do
+not: the PostgreSQL schema's migrations, writers on two connections at once, the
+session locks across connections, the search dialect, the URL's secrecy, a
+missing psycopg, and ``trove.py migrate`` both ways.
+"""
+import sys
+import threading
+
+import pytest
+
+from hermes_trove.dag import Dag, NewNode
+from hermes_trove.recall.query_plan import scoped, tag_scope
+from hermes_trove.storage import database, locks, migrations
+from hermes_trove.storage.postgres import connection, schema, search
+from hermes_trove.store import Store, decode_row
+from hermes_trove.operators import migrate
+
+from pgkit import PgSchema, require_pg
+
+
+def turns(tag: str, count: int) -> list[dict]:
+    out = []
+    for t in range(count):
+        out.append({"role": "user", "content": f"{tag} question {t} about kumquat {t % 7}"})
+        out.append({"role": "assistant", "content": f"{tag} answer {t}", "tool_calls": None})
+    return out
+
+
+# ---------------------------------------------------------------- no server needed
+def test_fts5_expressions_become_tsqueries_with_bound_text():
+    expr = scoped('"staging port" OR "6543"', tag_scope(["A"], role="user"))
+    sql, params = search.tsquery(expr)
+    assert sql.count("phraseto_tsquery") == 2 and sql.count("?::tsquery") == 2
+    assert params == ["'s41':D", "'r75736572':D", "staging port", "6543"]
+    sql, params = search.tsquery('"kumquat" NOT body : ("secret")')
+    assert "&& !!" in sql and params == ["kumquat", "secret"]
+    with pytest.raises(ValueError):
+        search.tsquery('("unbalanced"')
+
+
+def test_statements_are_rewritten_outside_string_literals_only():
+    sql = connection.translate("INSERT OR IGNORE INTO t(a) VALUES (?) -- '?%'")
+    assert sql.startswith("INSERT INTO t(a) VALUES (%s)") and sql.endswith("ON CONFLICT DO NOTHING")
+    assert connection.translate("SELECT 'a?b%' WHERE x LIKE ?") == "SELECT 'a?b%%' WHERE x ILIKE %s"
+    assert "GREATEST(replay_floor, %s)" in connection.translate("SET f = MAX(replay_floor, ?)")
+    upsert = connection.translate("INSERT OR REPLACE INTO session_views(session_id, origin, slot,"
+                                  " entries) VALUES (?, ?, ?, ?)")
+    assert upsert.endswith("ON CONFLICT (session_id, origin, slot) DO UPDATE SET"
+                           " entries = EXCLUDED.entries")
+
+
+def test_a_url_is_shown_without_its_password():
+    url = "postgresql://trove:s3cr3t@db.example:5432/trove?sslmode=require&password=s3cr3t"
+    assert connection.display_name(url) == "postgresql://trove@db.example:5432/trove"
+    with pytest.raises(database.DatabaseError) as caught:
+        database.get_database("postgresql://trove:s3cr3t@127.0.0.1:1/trove?connect_timeout=2")
+    assert "s3cr3t" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
+
+
+def test_without_psycopg_a_url_is_a_clear_error_not_a_crash(monkeypatch):
+    connection._psycopg.cache_clear()
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    try:
+        with pytest.raises(database.DatabaseError, match="psycopg 3 is not installed"):
+            database.get_database("postgresql://u:pw@127.0.0.1:1/x")
+    finally:
+        connection._psycopg.cache_clear()
+
+
+# ---------------------------------------------------------------- both engines
+def test_writers_on_two_connections_store_every_row_once(backend):
+    """Two connections (two processes' worth) ingest at once: each list is stored
+    once, ids never collide and each session's rows keep their order."""
+    name, target = backend
+    first = database.get_database(target)
+    second = (database.Database(target) if name == "sqlite" else
+              database._open(target))  # a second connection to the same database
+    try:
+        lists = {"one": turns("one", 60), "two": turns("two", 60)}
+        results, errors = {}, []
+
+        def work(db, session):
+            try:
+                store = Store(db)
+                for end in range(10, 121, 10):  # a growing list, as the host shows it
+                    results[session] = store.ingest(session, lists[session][:end]).store_ids
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(db, s))
+                   for db, s in ((first, "one"), (second, "two"))]
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
+        assert not errors
+        store = Store(first)
+        ids = results["one"] + results["two"]
+        assert len(set(ids)) == 240 and store.count_messages() == 240
+        for session in ("one", "two"):
+            rows = store.get_messages(results[session])
+            assert [decode_row(rows[i]) for i in results[session]] == lists[session]
+            assert results[session] == sorted(results[session])
+    finally:
+        second.close()
+
+
+def test_substring_and_cjk_search_find_the_same_rows(backend):
+    store = Store(database.get_database(backend[1]))
+    ids = store.ingest("A", [{"role": "user", "content": "東京タワーの高さは333メートル"},
+                             {"role": "user", "content": "path src/a_b.py:12 failed"},
+                             {"role": "user", "content": "nothing here"}]).store_ids
+    assert store.substring_scan("A", ["タワー"], limit=5, max_rows=100) == [ids[0]]
+    assert store.substring_scan(None, ["a_b.py"], limit=5, max_rows=100) == [ids[1]]
+    expr = scoped('"src" AND "a" AND "b" AND "py"', tag_scope(["A"]))
+    assert [i for i, _ in store.match_message_ids(expr, limit=5, ranked=True)] == [ids[1]]
+
+
+# ---------------------------------------------------------------- PostgreSQL only
+@pytest.fixture
+def pg():
+    require_pg()
+    created = PgSchema()
+    yield created
+    created.drop()
+
+
+def test_server_migrations_are_numbered_recorded_and_applied_once(pg):
+    db = database.get_database(pg.url)
+    versions = [r[0] for r in db.conn.execute("SELECT version FROM trove_migrations ORDER BY 1")]
+    assert versions == list(range(1, schema.latest_version() + 1))
+    assert db.missing_objects == [] and db.schema_version() == schema.latest_version()
+    database.forget_database(pg.url)
+    again = database.get_database(pg.url)
+    assert schema.migrate(again.conn, migrations.SchemaTooNewError) == []
+    again.conn.execute("INSERT INTO trove_migrations VALUES (999, 'future', 0)")
+    database.forget_database(pg.url)
+    with pytest.raises(migrations.SchemaTooNewError, match="newer than this hermes-trove"):
+        database.get_database(pg.url)
+
+
+def test_session_locks_are_advisory_locks_other_connections_see(pg):
+    db = database.get_database(pg.url)
+    Store(db).ensure_session("S")
+    other = database._open(pg.url)  # another process's connection
+    try:
+        with locks.session_compaction(pg.url, "S", timeout=1):
+            slot = locks._slot("S")
+            key = locks.pg_locks._key(other.conn, locks.pg_locks.COMPACTION, slot)
+            assert other.conn.execute("SELECT pg_try_advisory_lock(?)", key).fetchone()[0] is False
+        assert other.conn.execute("SELECT pg_try_advisory_lock(?)", key).fetchone()[0] is True
+        other.conn.execute("SELECT pg_advisory_unlock(?)", key)
+        locks.hold_sessions(pg.url, {"S"})
+        assert locks.pg_locks.held_elsewhere(other, locks.pg_locks.HOLD, slot)
+        locks.hold_sessions(pg.url, set())
+        assert not locks.pg_locks.held_elsewhere(other, locks.pg_locks.HOLD, slot)
+    finally:
+        other.close()
+
+
+def test_migrate_a_file_to_the_server_and_back(pg, tmp_path):
+    source = str(tmp_path / "trove.db")
+    store, dag = Store(database.get_database(source)), Dag(database.get_database(source))
+    messages = turns("fleet", 40) + [{"role": "tool", "tool_call_id": "c1", "content": "a\0b"}]
+    ids = store.ingest("A", messages).store_ids
+    leaf = dag.add_node(NewNode(session_id="A", depth=0, text="kumquat summary", token_count=3,
+                                source_token_count=100, level=3, model="deterministic",
+                                child_store_ids=ids[:10]))
+    dry = migrate.migrate(source, pg.url, apply=False)
+    assert dry["mode"] == "dry_run" and database.get_database(pg.url).conn.execute(
+        "SELECT count(*) FROM messages").fetchone()[0] == 0
+    done = migrate.migrate(source, pg.url, apply=True)
+    assert done["verified"], done
+    again = migrate.migrate(source, pg.url, apply=True)
+    assert again["verified"] and sum(t["copied"] for t in again["tables"]) == 0
+    server = Store(database.get_database(pg.url))
+    rows = server.get_messages(ids)
+    assert [decode_row(rows[i]) for i in ids] == messages  # exact, NUL byte included
+    assert [n for n, _ in Dag(server.db).match_node_ids('"kumquat"', limit=5, ranked=False)] == [leaf]
+    assert server.ingest("A", messages + [{"role": "user", "content": "new"}]).inserted == 1
+    back = str(tmp_path / "back.db")
+    assert migrate.migrate(pg.url, back, apply=True)["verified"]
+    returned = Store(database.get_database(back))
+    rows = returned.get_messages(ids)
+    assert [decode_row(rows[i]) for i in ids] == messages
+    assert returned.count_messages() == len(messages) + 1
+    assert returned.fts_row_counts() == {"rows": len(messages) + 1, "fts_docs": len(messages) + 1}
+    for path in (source, back):
+        database.forget_database(path)
