@@ -555,9 +555,10 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             # that may fit beside the block as it turns out are held back from the
             # first summary pass (not under an explicit tail cap): the block's real
             # size decides them.
+            minimal = self._minimal_tail(live_msgs, units)
             held: set[int] = set()
             if cut and max_tokens == first_cap and not cfg.fresh_tail_max_tokens \
-                    and len(keep) <= self._minimal_tail(live_msgs, units):
+                    and len(keep) <= minimal:
                 block_floor = self._block_cost(self.dag.frontier(session), text_cost)
                 wider, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                                 max_tokens=max(0, room - block_floor),
@@ -593,7 +594,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 keep = keep | (held & fits)
                 cut = len(keep) < min(max_count, len(live_msgs))
             tail_cut = cut
-            gave_way = cut and len(keep) <= self._minimal_tail(live_msgs, units)
+            gave_way = cut and len(keep) <= minimal
             if swept is None or swept.should_condense(
                     self.dag.frontier(session), lambda n: n["token_count"],
                     target_tokens=cfg.summary_prefix_target_tokens,

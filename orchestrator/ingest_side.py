@@ -64,9 +64,10 @@ class IngestSide:
                    else self._memo.encoded(m, prepare) for i, m in enumerate(messages)]
         fps = [None if e is None else self._memo.fingerprint(m, prepare)
                for m, e in zip(messages, encoded)]
+        block_fps = {i: identity.fingerprint_block(m.get("content"))
+                     for i, m in enumerate(messages) if assemble.is_block_candidate(m)}
         shown = identity.Shown(
-            fps=fps, block_fps={i: identity.fingerprint_block(m.get("content"))
-                                for i, m in enumerate(messages) if assemble.is_block_candidate(m)},
+            fps=fps, block_fps=block_fps,
             ack_at=frozenset(i for i, m in enumerate(messages)
                              if m.get("role") == "assistant" and assemble.is_trove_message(m)),
             preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
@@ -74,7 +75,7 @@ class IngestSide:
             copy_from=self._copy_from if own else None,
             roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
             copies=identity.timed_copies(
-                [None if assemble.is_block_candidate(m) else fp for m, fp in zip(messages, fps)],
+                [None if i in block_fps else fp for i, fp in enumerate(fps)],
                 [m.get("timestamp") for m in messages]))
         result = self.store.ingest(canonical, messages, skip=[e is None for e in encoded],
                                    encoded=encoded, conversation_id=self.conversation_id,
