@@ -136,6 +136,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._faults = faults.Tracker()           # what is wrong with the database, if anything
         self._origin: str | None = None           # this copy's name in the views table
         self._view = None                          # the view this copy wrote last
+        self._last_ingest = None                   # its last ingest (a repeat is not read again)
         self._pending_turn: tuple | None = None    # (message, fingerprint, session)
         self._turn_inserted: tuple | None = None   # (session, fingerprint) stored this turn
         self._foreign_noted: set = set()
@@ -148,7 +149,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         twin = self.__class__.__new__(self.__class__)
         memo[id(self)] = twin
         shared = ("_config", "_llm_override", "_runtime", "_counter")
-        skipped = ("_builtin",)  # built lazily again by the copy that needs it
+        skipped = ("_builtin", "_last_ingest")  # built lazily again by the copy that needs it
         for key, value in self.__dict__.items():
             if key in skipped:
                 twin.__dict__[key] = None

@@ -270,7 +270,8 @@ class Store(Alignment):
                              (stamp, session_id))
             view = None
             if shown is not None and not found.foreign:
-                view = self._remember(conn, canonical, shown, alignment, found.engine, stamp)
+                view = self._remember(conn, canonical, shown, alignment, found.engine, stamp,
+                                      hint if found.settled else None)
         return IngestResult(store_ids=alignment, inserted=inserted, engine=found.engine,
                             view=view, foreign_of=found.foreign_of,
                             new_positions=tuple(new))

@@ -9,7 +9,8 @@ into a DAG except its newest 60 messages, like a long-running agent.
 
     .venv/bin/python bench/turn_overhead.py 1000 100000      # sizes
 Each size runs in its own process (``--one N``), so the peak RSS reported is
-that size's alone. Prints a table and writes bench/results/turn_overhead.json.
+that size's alone. ``cpu p50`` is the process's CPU time per turn: on a shared,
+busy machine it stays near the idle wall time while the wall time does not. Prints a table and writes bench/results/turn_overhead.json.
 TROVE_TOKEN_COUNT_ACCELERATOR=false in the environment measures without the optional
 rs-bpe counter (with it, tiktoken is not loaded: 63.7 against 71.0 MB RSS at 1K here).
 """
@@ -66,14 +67,14 @@ def _measure(path: Path, n_messages: int) -> dict:
     tail = [decode_row(r) for r in engine.store.session_messages(
         synth.LIVE_SESSION, after_store_id=last - 60, limit=60)]
     messages = engine.compress(tail, current_tokens=1, force=True)  # the block + tail
-    timings = []
+    timings, cpu = [], []
     for turn in range(TURNS):
         # The host's turn: pre_llm_call names the user's message, the turn's check
         # and compress() see the list with it, post_llm_call persists the turn with
         # the reply (then the turn is over).
         user = {"role": "user", "content": f"bench turn {n_messages} {turn}"}
         messages = messages + [user]
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         engine.note_user_turn(user)
         engine.ingest(messages)
         engine.should_compress(1000)
@@ -82,11 +83,14 @@ def _measure(path: Path, n_messages: int) -> dict:
         engine.ingest(messages)
         engine.turn_done()
         timings.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
     database.forget_database(path)
     timings.sort()
     return {"messages": n_messages, "turns": TURNS,
             "p50_ms": round(statistics.median(timings), 3),
             "p95_ms": round(timings[int(len(timings) * 0.95) - 1], 3),
+            # CPU time of the process: what the turn costs when the machine is shared
+            "cpu_p50_ms": round(statistics.median(cpu), 3),
             "outcome": engine.last_compaction.get("outcome"),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
@@ -105,10 +109,11 @@ def main(argv: list[str]) -> int:
         return 0
     sizes = [int(a) for a in argv] or [1000, 10_000, 100_000]
     rows = [measure_in_subprocess(n) for n in sizes]
-    print(f"{'messages':>10} {'p50 ms':>8} {'p95 ms':>8} {'outcome':>8} {'rss MB':>7}")
+    print(f"{'messages':>10} {'p50 ms':>8} {'p95 ms':>8} {'cpu p50':>8} {'outcome':>8}"
+          f" {'rss MB':>7}")
     for r in rows:
-        print(f"{r['messages']:>10,} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['outcome']:>8}"
-              f" {r['peak_rss_mb']:>7}")
+        print(f"{r['messages']:>10,} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['cpu_p50_ms']:>8}"
+              f" {r['outcome']:>8} {r['peak_rss_mb']:>7}")
     ratio = None
     if len(rows) > 1:
         ratio = round(rows[-1]["p50_ms"] / rows[0]["p50_ms"], 2)

@@ -156,21 +156,31 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-def engine_inserted(messages: Sequence[dict], known_blocks: Container[str]) -> list[bool]:
+def engine_inserted(messages: Sequence[dict], known_blocks: Container[str],
+                    candidates: dict[int, str] | None = None) -> list[bool]:
     """Which shown messages the engine itself inserted: a summary block whose exact
     text it rendered (``known_blocks`` holds their fingerprints) and the
     acknowledgement right after such a block. Everything else, including a user
-    message that merely starts with the block header, is conversation."""
+    message that merely starts with the block header, is conversation.
+
+    ``candidates`` (position -> ``block_fingerprint``) are the list's messages
+    that open like a block, when the caller has them already."""
+    if candidates is None:
+        candidates = block_candidates(messages)
     flags = [False] * len(messages)
-    for i, message in enumerate(messages):
-        if (isinstance(message, dict) and message.get("role") == "user"
-                and _text_of(message).startswith(BLOCK_MARKER)
-                and block_fingerprint(message.get("content")) in known_blocks):
+    for i, digest in candidates.items():
+        if digest in known_blocks:
             flags[i] = True
             if i + 1 < len(messages) and is_trove_message(messages[i + 1]) \
                     and messages[i + 1].get("role") == "assistant":
                 flags[i + 1] = True
     return flags
+
+
+def block_candidates(messages: Sequence[dict]) -> dict[int, str]:
+    """Position -> ``block_fingerprint`` of each message that opens like a block."""
+    return {i: block_fingerprint(m.get("content")) for i, m in enumerate(messages)
+            if is_block_candidate(m)}
 
 
 def is_block_candidate(message: dict) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..store import KnownTail
-from .assemble import (block_fingerprint, engine_inserted, is_trove_message,
+from .assemble import (block_candidates, block_fingerprint, engine_inserted,
                        legacy_block_fingerprint)
 
 # How many of the newest rendered blocks are remembered per session.
@@ -61,21 +61,24 @@ def _rekey_legacy(tails: dict[str, dict], blocks: list) -> dict[str, dict]:
     return tails
 
 
-def read(messages: list, tails: dict[str, dict], load_state: Callable[[], dict]
+def read(messages: list, tails: dict[str, dict], load_state: Callable[[], dict],
+         candidates: dict[int, str] | None = None
          ) -> tuple[dict[str, dict], list[bool], KnownTail | None]:
     """Read a shown list's blocks: the remembered blocks (``load_state`` is called only
     when the list shows a block not remembered in memory), which messages the engine
     inserted (only a block whose exact text it rendered, and its acknowledgement),
-    and the ``KnownTail`` of the first such block (None without one)."""
-    blocks = [m.get("content") for m in messages
-              if is_trove_message(m) and m.get("role") == "user"]
-    shown = {block_fingerprint(content) for content in blocks}
-    if shown - tails.keys():
+    and the ``KnownTail`` of the first such block (None without one).
+
+    ``candidates`` (position -> block fingerprint of each message opening like a
+    block) spares the scan when the caller has them."""
+    if candidates is None:
+        candidates = block_candidates(messages)
+    if set(candidates.values()) - tails.keys():
+        blocks = [messages[i].get("content") for i in candidates]
         tails = merged(_rekey_legacy(from_state(load_state()), blocks), tails)
-    inserted = engine_inserted(messages, tails)
-    block = next((m for m, ins in zip(messages, inserted)
-                  if ins and m.get("role") == "user"), None)
-    tail = tails.get(block_fingerprint(block.get("content"))) if block is not None else None
+    inserted = engine_inserted(messages, tails, candidates)
+    first = next((i for i in sorted(candidates) if inserted[i]), None)
+    tail = tails.get(candidates[first]) if first is not None else None
     known = (KnownTail(tuple(tail["store_ids"]), int(tail["low"]), tail.get("nodes"))
              if tail else None)
     return tails, inserted, known

@@ -11,11 +11,32 @@ stale hit impossible without an in-place edit of a list inside the message.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..storage import codec, identity
+from . import assemble
 
 MEMO_LIMIT = 8192
+
+
+class Facts(NamedTuple):
+    """What identity reads of one message, worked out once per message object: an
+    ingest of a 1,000-message list is then one memo lookup per message."""
+
+    encoded: codec.EncodedMessage | None   # the row it would be (None: never stored)
+    fp: str | None                         # its identity fingerprint (None: never stored)
+    block_fp: str | None                   # a block candidate's fingerprint (identity's)
+    tail_key: str | None                   # a block candidate's key in the known tails
+    ack: bool                              # an assistant message reading as the block's ack
+    real_user: bool                        # a user turn with text the engine did not insert
+
+
+def _holds(entry: list, message: dict) -> bool:
+    """Whether a memo entry is still this message's: the very object, holding the
+    very same role, content, tool calls and tool call id."""
+    return (entry[0] is message and entry[1] is message.get("content")
+            and entry[2] is message.get("tool_calls") and entry[3] == message.get("role")
+            and entry[4] is message.get("tool_call_id"))
 
 
 class MessageMemo:
@@ -28,13 +49,9 @@ class MessageMemo:
     def __deepcopy__(self, memo):
         return MessageMemo(self.limit)  # a copy of the engine starts with an empty memo
 
-    def _lookup(self, message: dict) -> tuple | None:
+    def _lookup(self, message: dict) -> list | None:
         entry = self._entries.get(id(message))
-        if (entry is not None and entry[0] is message and entry[1] is message.get("content")
-                and entry[2] is message.get("tool_calls") and entry[3] == message.get("role")
-                and entry[4] is message.get("tool_call_id")):
-            return entry
-        return None
+        return entry if entry is not None and _holds(entry, message) else None
 
     def _entry(self, message: dict) -> list:
         entry = self._lookup(message)
@@ -42,7 +59,8 @@ class MessageMemo:
             if len(self._entries) >= self.limit:
                 self._entries.clear()
             entry = [message, message.get("content"), message.get("tool_calls"),
-                     message.get("role"), message.get("tool_call_id"), None, None, None, None]
+                     message.get("role"), message.get("tool_call_id"), None, None, None, None,
+                     None]
             self._entries[id(message)] = entry
         return entry
 
@@ -80,3 +98,36 @@ class MessageMemo:
         if entry[8] is None or entry[8][0] != keys:
             entry[8] = (keys, estimate([message]))
         return entry[8][1]
+
+    def facts(self, message: dict,
+              prepare: Callable[[dict], codec.EncodedMessage | None]) -> Facts:
+        """Everything an ingest reads of a message (see ``Facts``), once per object.
+
+        The same ``Facts`` object comes back while the message is unchanged, so a
+        list whose facts are all the very ones an earlier list had is that list."""
+        entry = self._entry(message)
+        if entry[9] is None:
+            candidate = assemble.is_block_candidate(message)
+            content = message.get("content")
+            entry[9] = Facts(
+                encoded=self.encoded(message, prepare),
+                fp=self.fingerprint(message, prepare),
+                block_fp=identity.fingerprint_block(content) if candidate else None,
+                tail_key=assemble.block_fingerprint(content) if candidate else None,
+                ack=message.get("role") == "assistant" and assemble.is_trove_message(message),
+                real_user=assemble.is_real_user(message))
+        return entry[9]
+
+    def facts_of(self, messages: list,
+                 prepare: Callable[[dict], codec.EncodedMessage | None]) -> list[Facts]:
+        """``facts`` of each message of a list: the memo's hits checked inline (an
+        ingest asks this for every shown message, several times a turn)."""
+        entries = self._entries
+        out = []
+        for message in messages:
+            entry = entries.get(id(message))
+            if entry is not None and entry[9] is not None and _holds(entry, message):
+                out.append(entry[9])
+            else:
+                out.append(self.facts(message, prepare))
+        return out

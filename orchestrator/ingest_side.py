@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass, replace
 
 from ..binding import forks
 from ..compaction import assemble, known_tails, tokens
@@ -20,6 +21,22 @@ from ..storage import codec, identity
 from ..store import KnownTail
 
 log = logging.getLogger(__name__.rsplit(".", 2)[0] + ".engine")  # the engine's own log
+
+
+@dataclass(frozen=True)
+class _LastIngest:
+    """This copy's last ingest of its own session: what it read (the messages'
+    ``Facts`` and timestamps, and the reading given to identity), the view it wrote
+    and its answer. The next turn's list goes on from it (``_read_after``)."""
+
+    key: tuple
+    facts: list
+    stamps: list
+    view: object
+    db: object
+    answer: tuple           # (store_ids, engine flags)
+    read: tuple             # what ``_read_whole`` (or ``_read_after``) gave identity
+    simple: bool            # no repeated block, no timed copies (rules 5 and 7 idle)
 
 
 class IngestSide:
@@ -56,37 +73,100 @@ class IngestSide:
             rest = len(messages) - len(user_part)
             return ids + [None] * rest, inserted + [False] * rest
         messages = [m if isinstance(m, dict) else {} for m in messages]
-        legacy, known = self._read_blocks(messages)
-        if not own:
-            known = None  # the known tails are this copy's own session's
         prepare = self.policy.prepare
-        encoded = [None if legacy[i] or (system_prompt and i == 0 and m.get("role") == "system")
-                   else self._memo.encoded(m, prepare) for i, m in enumerate(messages)]
-        fps = [None if e is None else self._memo.fingerprint(m, prepare)
-               for m, e in zip(messages, encoded)]
-        block_fps = {i: identity.fingerprint_block(m.get("content"))
-                     for i, m in enumerate(messages) if assemble.is_block_candidate(m)}
-        shown = identity.Shown(
-            fps=fps, block_fps=block_fps,
-            ack_at=frozenset(i for i, m in enumerate(messages)
-                             if m.get("role") == "assistant" and assemble.is_trove_message(m)),
-            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
-            origin=self._view_origin(), turn_index=self._turn_index(messages, fps, canonical),
-            copy_from=self._copy_from if own else None,
-            roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
-            copies=identity.timed_copies(
-                [None if i in block_fps else fp for i, fp in enumerate(fps)],
-                [m.get("timestamp") for m in messages]))
-        result = self.store.ingest(canonical, messages, skip=[e is None for e in encoded],
-                                   encoded=encoded, conversation_id=self.conversation_id,
-                                   source=self.platform, count_tokens=self.count_message,
-                                   known=known, shown=shown,
-                                   hint=self._view if own else None)
-        self._after_ingest(canonical, messages, fps, shown, result, own)
+        facts = self._memo.facts_of(messages, prepare)
+        stamps = [m.get("timestamp") for m in messages]
+        # a leading system prompt is not stored: only then does ``system_prompt`` matter
+        system_prompt = system_prompt and bool(messages) and messages[0].get("role") == "system"
+        store = self.store
+        key = (canonical, system_prompt, handover)
+        last = self._last_read(store, key, own, facts, stamps)
+        if last is not None and len(facts) == len(last.facts) and self._pending_turn is None:
+            # the very list again (``compress`` and a tool call show the list the turn
+            # just stored): identity would give the same rows, so it is not read again
+            ids, engine = last.answer
+            return list(ids), list(engine)
+        read = self._read_after(last, messages, facts, stamps, canonical) if last else None
+        if read is None:
+            read = self._read_whole(messages, facts, stamps, canonical, own, system_prompt,
+                                    handover)
+        encoded, shown, known = read
+        result = store.ingest(canonical, messages, skip=[e is None for e in encoded],
+                              encoded=encoded, conversation_id=self.conversation_id,
+                              source=self.platform, count_tokens=self.count_message,
+                              known=known, shown=shown, hint=self._view if own else None)
+        self._after_ingest(canonical, messages, shown.fps, shown, result, own)
+        answer = result.store_ids, list(result.engine or [False] * len(messages))
+        if own and result.view is not None and result.view is self._view:
+            self._last_ingest = _LastIngest(key, facts, stamps, result.view, store.db, answer,
+                                            read, simple=not shown.copies
+                                            and len(shown.block_fps) <= 1)
         found = self._semantic()
         if found is not None and found.worker is not None:
             found.worker.poke()   # embedding happens on the worker's thread, never here
-        return result.store_ids, list(result.engine or [False] * len(messages))
+        return answer
+
+    def _read_whole(self, messages: list, facts: list, stamps: list, canonical: str, own: bool,
+                    system_prompt: bool, handover: bool) -> tuple:
+        """What identity is given of a list: each message's encoding (None: not stored),
+        the ``Shown`` reading and the known tail after the list's block."""
+        legacy, known = self._read_blocks(
+            messages, {i: f.tail_key for i, f in enumerate(facts) if f.tail_key is not None})
+        if not own:
+            known = None  # the known tails are this copy's own session's
+        encoded = [None if legacy[i] or (system_prompt and i == 0) else f.encoded
+                   for i, f in enumerate(facts)]
+        fps = [None if e is None else f.fp for e, f in zip(encoded, facts)]
+        block_fps = {i: f.block_fp for i, f in enumerate(facts) if f.block_fp is not None}
+        shown = identity.Shown(
+            fps=fps, block_fps=block_fps,
+            ack_at=frozenset(i for i, f in enumerate(facts) if f.ack),
+            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
+            origin=self._view_origin(), turn_index=self._turn_index(messages, facts, canonical),
+            copy_from=self._copy_from if own else None,
+            roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
+            copies=identity.timed_copies(
+                [None if i in block_fps else fp for i, fp in enumerate(fps)], stamps))
+        return encoded, shown, known
+
+    def _read_after(self, last: "_LastIngest", messages: list, facts: list, stamps: list,
+                    canonical: str) -> tuple | None:
+        """``_read_whole`` for the next turn's list: it goes on from the list this copy
+        read last, so that reading is reused and only the new messages are read. None
+        (read it whole) unless what follows is plain conversation: no block or
+        acknowledgement, no timed copy, the turn's message (if named) among it, after
+        a list without a repeated block or copies."""
+        k = len(last.facts)
+        added = facts[k:]
+        if not last.simple or not k or any(f.block_fp is not None or f.ack for f in added):
+            return None
+        turn_index = self._turn_index(messages, facts, canonical)
+        if turn_index is not None and turn_index < k:
+            return None
+        encoded, shown, known = last.read
+        fps = shown.fps + [f.fp for f in added]
+        if any(s not in (None, "") for s in stamps[k:]) and identity.timed_copies(fps, stamps):
+            return None
+        shown = replace(
+            shown, fps=fps, turn_index=turn_index,
+            origin=self._view_origin(), copy_from=self._copy_from,
+            roles=shown.roles + tuple(str(m.get("role") or "") for m in messages[k:]),
+            settled=last.answer)
+        return encoded + [f.encoded for f in added], shown, known
+
+    def _last_read(self, store, key: tuple, own: bool, facts: list,
+                   stamps: list) -> "_LastIngest | None":
+        """This copy's last ingest when this list starts with that very list (the same
+        message objects, unchanged, with the same timestamps) and nothing since
+        changed what identity would read: the view it wrote is still this copy's
+        newest (a compaction, a rebinding or another ingest replaces it)."""
+        last = self._last_ingest
+        k = len(last.facts) if last is not None else 0
+        if (last is None or not own or last.view is not self._view or last.db is not store.db
+                or last.key != key or len(facts) < k or last.stamps != stamps[:k]
+                or any(a is not b for a, b in zip(last.facts, facts))):
+            return None
+        return last
 
     def _after_ingest(self, canonical: str, messages: list, fps: list, shown, result,
                       own: bool) -> None:
@@ -118,7 +198,7 @@ class IngestSide:
             self._origin = uuid.uuid4().hex[:12]
         return self._origin
 
-    def _turn_index(self, messages: list, fps: list, canonical: str) -> int | None:
+    def _turn_index(self, messages: list, facts: list, canonical: str) -> int | None:
         """Where the turn's user message (``note_user_turn``) stands in this list,
         while it has no row yet: the very object, else the newest user message with
         its fingerprint."""
@@ -126,11 +206,11 @@ class IngestSide:
         if pending is None or pending[2] != canonical:
             return None
         obj, fp = pending[0], pending[1]
-        users = [i for i, m in enumerate(messages) if assemble.is_real_user(m)]
+        users = [i for i, f in enumerate(facts) if f.real_user]
         for i in reversed(users):
             if messages[i] is obj:
                 return i
-        if users and fps[users[-1]] == fp:
+        if users and facts[users[-1]].fp == fp:
             return users[-1]
         return None
 
@@ -184,14 +264,16 @@ class IngestSide:
             preinserted=frozenset(i for i, flag in enumerate(legacy) if flag))
         return shown.engine_flags(self.store.known_blocks(self.canonical_id))
 
-    def _read_blocks(self, messages: list) -> tuple[list[bool], KnownTail | None]:
+    def _read_blocks(self, messages: list, candidates: dict[int, str] | None = None
+                     ) -> tuple[list[bool], KnownTail | None]:
         """Which shown messages the engine inserted, and what it returned after the
-        block the list carries (see ``known_tails.read``)."""
+        block the list carries (see ``known_tails.read``; ``candidates`` as there)."""
         def state() -> dict:
             if not self.canonical_id:
                 return {}
             return (self.store.get_session(self.canonical_id) or {}).get("state", {})
-        self._known_tails, inserted, known = known_tails.read(messages, self._known_tails, state)
+        self._known_tails, inserted, known = known_tails.read(messages, self._known_tails, state,
+                                                              candidates)
         return inserted, known
 
     def rough_message(self, message: dict) -> int:

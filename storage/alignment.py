@@ -34,15 +34,18 @@ class _Identified:
     foreign: frozenset[int] = frozenset()
     foreign_of: str | None = None
     same_as: dict[int, int] = field(default_factory=dict)  # a replay -> what it replays
+    settled: bool = False  # read as the hint's list going on (``_read_settled``)
 
 
 def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
-                 flags: Sequence[bool]) -> list[tuple[str, int]]:
+                 flags: Sequence[bool], start: int = 0) -> list[tuple[str, int]]:
     """A list's view: each element's fingerprint with its row, or with
-    ``BLOCK_ID``/``ACK_ID`` for the engine's own; elements with neither are left out."""
+    ``BLOCK_ID``/``ACK_ID`` for the engine's own; elements with neither are left out
+    (from ``start`` on: the view of the list's elements from there)."""
     fps = shown.reading_fps(flags)
     entries = []
-    for i, fp in enumerate(fps):
+    for i in range(start, len(fps)):
+        fp = fps[i]
         if fp is None:
             continue
         if flags[i]:
@@ -97,6 +100,10 @@ class Alignment:
                        hashes: list[str | None], hint: identity.View | None,
                        known: KnownTail | None) -> "_Identified":
         """Rules 1-6 for a list without copies of its own elements."""
+        if shown.settled is not None and hint is not None and hint.session == session_id:
+            found = self._read_settled(conn, session_id, shown)
+            if found is not None:
+                return found
         if hint is not None and hint.session == session_id:
             fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
             if fast is not None:
@@ -226,6 +233,27 @@ class Alignment:
                                    foreign_of=owner.session)
         return _Identified(alignment, flags, same_as=reading.same_as)
 
+    def _read_settled(self, conn, session_id: str,
+                      shown: identity.Shown) -> "_Identified | None":
+        """The next turn's list: it goes on from the list this copy read last (whose
+        view is the hint), with no block, acknowledgement or timed copy after it and
+        the turn's message, if any, among the new elements. Its first elements keep
+        the rows they had; the rest is new when nothing stored can be it (the fast
+        path's test), else None and the list is read whole. This is what reading it
+        against the hint gives (rules 1, 2 and 3), without reading the whole list."""
+        ids, flags = shown.settled
+        k, n = len(ids), len(shown.fps)
+        if shown.copies or k > n or (shown.turn_index is not None and shown.turn_index < k):
+            return None
+        found = _Identified(list(ids) + [None] * (n - k), list(flags) + [False] * (n - k),
+                            settled=True)
+        if any(fp is not None for fp in shown.fps[k:]):
+            before = next((sid for sid in reversed(ids) if sid is not None and sid > 0), None)
+            claimed = {sid for sid in ids if sid is not None and sid > 0}
+            if not self._only_new_after(conn, session_id, [(k, n, before, None)], claimed):
+                return None
+        return found
+
     @staticmethod
     def _only_new_after(conn, session_id: str, gaps, claimed: set[int]) -> bool:
         """Whether the only gap is a run after the last matched row while every row of
@@ -264,14 +292,23 @@ class Alignment:
         return [(r[0], identity.fingerprint(r[1], r[2], r[3], r[4], r[5])) for r in rows]
 
     def _remember(self, conn, session_id: str, shown: identity.Shown,
-                  alignment: list[int | None], flags: list[bool], now: float
-                  ) -> identity.View | None:
-        """Save the view this list gives (its elements' fingerprints and rows)."""
-        entries = view_entries(shown, alignment, flags)
+                  alignment: list[int | None], flags: list[bool], now: float,
+                  settled: identity.View | None = None) -> identity.View | None:
+        """Save the view this list gives (its elements' fingerprints and rows); a
+        list read as the ``settled`` view's list going on adds to its entries."""
+        text = None
+        if settled is not None and shown.settled is not None:
+            added = view_entries(shown, alignment, flags, start=len(shown.settled[0]))
+            entries = settled.entries + added
+            text = " ".join(t for t in (settled.encoded(), identity.encode_entries(added)) if t)
+        else:
+            entries = view_entries(shown, alignment, flags)
         if not entries or not shown.origin:
             return None
-        views.save(conn, session_id, shown.origin, entries, now=now)
-        return identity.View(entries=entries, session=session_id, origin=shown.origin)
+        view = identity.View(entries=entries, session=session_id, origin=shown.origin,
+                             text=text or "")
+        views.save(conn, session_id, shown.origin, entries, now=now, text=view.encoded())
+        return view
 
     def save_view(self, session_id: str, origin: str, entries: list[tuple[str, int]],
                   meta: dict | None = None) -> identity.View | None:

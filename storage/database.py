@@ -41,6 +41,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _registry: dict[str, "Database"] = {}
 _read_only: dict[str, "Database"] = {}
+_keys: dict[str, str] = {}  # a path as configured -> its registry key (``resolve_path``)
 _registry_lock = threading.Lock()
 
 
@@ -242,7 +243,11 @@ def get_database(path: str | os.PathLike) -> Database:
         raise DatabaseError(f"the trove database path {text[:200]!r} is not a usable file name "
                             "(it holds a NUL byte or an unpaired surrogate): fix "
                             "TROVE_DATABASE_PATH")
-    key = resolve_path(path)
+    key = _keys.get(text) if isinstance(text, str) else None
+    if key is None:
+        key = resolve_path(path)  # file system calls: once per spelling of the path
+        if isinstance(text, str) and os.path.isabs(text) and len(_keys) < 1024:
+            _keys[text] = key  # (a relative path's meaning follows the working directory)
     with _registry_lock:
         db = _registry.get(key)
         if db is None:

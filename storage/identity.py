@@ -182,6 +182,9 @@ class Shown:
     roles: tuple = ()
     handover: bool = False   # a list the host handed over at a session end (rule 4)
     copies: dict[int, int] = field(default_factory=dict)  # rule 7: later -> earlier copy
+    # (store_ids, engine flags) of the list's first elements as this copy's last
+    # ingest read them: the list goes on from that list, whose view is the hint
+    settled: tuple | None = None
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
         """Which elements are the engine's own: ``preinserted`` ones, a block whose
@@ -215,6 +218,13 @@ class View:
     session: str = ""
     origin: str = ""
     meta: dict = field(default_factory=dict)
+    text: str = ""  # ``encode_entries(entries)`` when known (a longer view extends it)
+
+    def encoded(self) -> str:
+        """The entries as stored (``encode_entries``), worked out once."""
+        if not self.text and self.entries:
+            self.text = encode_entries(self.entries)
+        return self.text
 
     def fingerprints(self) -> list[str]:
         """The entries' fingerprints, in order."""

@@ -34,7 +34,8 @@ def _view(row) -> View:
             meta = json.loads(row[3])
         except ValueError:
             meta = {}
-    return View(entries=decode_entries(row[2]), session=row[0], origin=row[1], meta=meta)
+    return View(entries=decode_entries(row[2]), session=row[0], origin=row[1], meta=meta,
+                text=row[2] or "")
 
 
 def load(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> list[View]:
@@ -73,17 +74,19 @@ def load_others(conn: sqlite3.Connection, session_id: str,
     return [_view(r) for r in rows]
 
 
-def digest_of(entries: Sequence[tuple[str, int]]) -> str:
-    """A short digest of a view's entries (an identical view is not written twice)."""
-    return hashlib.sha256(encode_entries(entries).encode("ascii")).hexdigest()[:20]
+def digest_of(text: str) -> str:
+    """A short digest of a view's stored entries (an identical view is not written twice)."""
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:20]
 
 
 def save(conn: sqlite3.Connection, session_id: str, origin: str,
          entries: Sequence[tuple[str, int]], *, now: float, meta: dict | None = None,
-         ring: int = RING) -> bool:
+         ring: int = RING, text: str | None = None) -> bool:
     """Remember a view for ``origin`` (into the oldest slot of its ``ring``); an
-    identical view already there is only touched. Returns whether one was written."""
-    digest = digest_of(entries)
+    identical view already there is only touched. Returns whether one was written.
+    ``text`` is ``encode_entries(entries)`` when the caller has it."""
+    text = encode_entries(entries) if text is None else text
+    digest = digest_of(text)
     slots = conn.execute(
         "SELECT slot, digest, updated_at, meta FROM session_views"
         " WHERE session_id = ? AND origin = ?", (session_id, origin)).fetchall()
@@ -102,8 +105,7 @@ def save(conn: sqlite3.Connection, session_id: str, origin: str,
     conn.execute(
         "INSERT OR REPLACE INTO session_views(session_id, origin, slot, updated_at, digest,"
         " entries, meta) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (session_id, origin, slot, now, digest, encode_entries(entries),
-         json.dumps(meta) if meta else None))
+        (session_id, origin, slot, now, digest, text, json.dumps(meta) if meta else None))
     if not slots:  # a new copy: keep the session's total bounded
         conn.execute(
             "DELETE FROM session_views WHERE session_id = ? AND rowid NOT IN (SELECT rowid"
