@@ -131,3 +131,16 @@ class MessageMemo:
             else:
                 out.append(self.facts(message, prepare))
         return out
+
+    def total_tokens(self, messages: list, count: Callable[[dict], int]) -> int:
+        """The summed ``tokens`` of a list, the memo's hits checked inline (the turn's
+        hook counts the whole history once per turn)."""
+        entries = self._entries
+        total = 0
+        for message in messages:
+            entry = entries.get(id(message))
+            if entry is not None and entry[6] is not None and _holds(entry, message):
+                total += entry[6]
+            else:
+                total += self.tokens(message, count)
+        return total

@@ -247,7 +247,7 @@ class IngestSide:
 
     def count_messages(self, messages: list) -> int:
         """Tokens of a list of messages (memoized per message)."""
-        return sum(self._memo.tokens(m, self.counter.count_message) for m in messages)
+        return self._memo.total_tokens(messages, self.counter.count_message)
 
     def _engine_own(self, messages: list) -> list[bool]:
         """Which shown messages are the engine's own block and acknowledgement (a
