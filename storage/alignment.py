@@ -302,7 +302,12 @@ class Alignment:
             entries = settled.entries + added
             text = " ".join(t for t in (settled.encoded(), identity.encode_entries(added)) if t)
         else:
-            entries = view_entries(shown, alignment, flags)
+            # a later copy of an element (rule 7) is left out, as the reading leaves it
+            # out: the next list, read the same way, goes on from this view
+            read = replace(shown, fps=[None if i in shown.copies else fp
+                                       for i, fp in enumerate(shown.fps)]) \
+                if shown.copies else shown
+            entries = view_entries(read, alignment, flags)
         if not entries or not shown.origin:
             return None
         view = identity.View(entries=entries, session=session_id, origin=shown.origin,

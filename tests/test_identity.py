@@ -361,3 +361,20 @@ def test_a_doubled_transcript_of_the_previous_session_at_exit_stores_nothing(tmp
     engine.on_session_end("other-session", history + copy.deepcopy(history))
     assert stored(engine, "other-session") == []
     assert len(stored(engine)) == len(history)
+
+
+def test_a_list_with_timed_copies_goes_on_with_the_same_rows(tmp_path):
+    """Rule 7's later copies are left out of the view as they are left out of the
+    reading, so the next turn's list (which shows them again) keeps every element's
+    row: a stamped message is not swapped with an unstamped twin of the same text."""
+    engine = make_engine(tmp_path, window=64_000)
+    first = [{"role": "user", "content": "ok", "timestamp": 1_700_000_001},
+             {"role": "assistant", "content": "ok", "timestamp": 1_700_000_002},
+             {"role": "user", "content": "ok"}, {"role": "assistant", "content": "ok"}]
+    assert engine.ingest(first) == [1, 2, 3, 4]
+    doubled = first + [dict(m) for m in first]  # the host restored its transcript twice
+    assert engine.ingest(doubled) == [1, 2, 3, 4, 1, 2, 5, 6]
+    turn = {"role": "user", "content": "continue"}
+    engine.note_user_turn(turn)
+    assert engine.ingest(doubled + [turn]) == [1, 2, 3, 4, 1, 2, 5, 6, 7]
+    assert engine.store.count_messages("sess") == 7
