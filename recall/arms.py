@@ -48,12 +48,14 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     if dated is not None:
         window, plan = dated
     depth = max(limit, FULL_TEXT_DEPTH)
-    messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, depth)
+    messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, depth,
+                                    scored=limit)
     arms = {"messages": [(("m", h.key), h.score) for h in messages.hits]}
     hits = {("m", h.key): h for h in messages.hits}
     notes, stages = list(messages.notes), {"messages": messages.stages}
     if session_scope is not None:
-        own = search.ranked_search(search.MessageCorpus(ctx.store, session_scope), plan, depth)
+        own = search.ranked_search(search.MessageCorpus(ctx.store, session_scope), plan, depth,
+                                   scored=limit)
         arms["session"] = [(("m", h.key), h.score) for h in own.hits]
         hits.update({("m", h.key): h for h in own.hits if ("m", h.key) not in hits})
         stages["session"] = own.stages
