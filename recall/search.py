@@ -414,8 +414,13 @@ class _Collector:
         return len(self.known)
 
 
-def ranked_search(corpus: Corpus, plan: QueryPlan, limit: int) -> SearchOutcome:
-    """Retrieve candidates in stages (narrow first) and rank them; see the module docstring."""
+def ranked_search(corpus: Corpus, plan: QueryPlan, limit: int,
+                  scored: int | None = None) -> SearchOutcome:
+    """Retrieve candidates in stages (narrow first) and rank them; see the module docstring.
+
+    ``scored`` bounds how many pre-ranked candidates are read and fully scored (default:
+    ``limit``'s share, see ``_score_all``): a caller that fuses a deeper list than it
+    shows keeps the cost of the page it shows."""
     if plan.empty:
         return SearchOutcome([], [], ["the query has no searchable words"])
     found = _Collector()
@@ -428,7 +433,7 @@ def ranked_search(corpus: Corpus, plan: QueryPlan, limit: int) -> SearchOutcome:
     if plan.needles:
         keys = corpus.substring(list(plan.needles), limit=max(limit * 2, 20))
         found.add("substring", keys)
-    hits = _score_all(corpus, plan, found, doc_freq, limit)
+    hits = _score_all(corpus, plan, found, doc_freq, limit if scored is None else scored)
     return SearchOutcome(hits[:limit], found.stages, notes)
 
 
@@ -505,8 +510,8 @@ class _Retrieval:
 
 def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
                doc_freq: dict[str, int], limit: int) -> list[Hit]:
-    """Pre-rank candidates by what FTS proved, load the best ones' text and score them
-    (best first, newest first on ties)."""
+    """Pre-rank candidates by what FTS proved, load the best ``limit * 4`` (at least
+    ``RESCORE_MIN``) and score them (best first, newest first on ties)."""
     scorer = Scorer(plan, doc_freq, corpus.total_docs())
     mass: dict[frozenset, float] = {}   # candidates share few distinct proved sets
 

@@ -235,6 +235,35 @@ def test_full_text_lists_matches_only_and_context_lifts_a_match_beside_a_better_
         db.close()
 
 
+def test_full_text_fuses_past_the_page_so_context_lifts_a_reply_ranked_below_it(
+        tmp_path, monkeypatch):
+    """The reply shares one word with the question; on its own words five other turns
+    rank above it, so a list cut at the page never holds it. Fused from a deeper list
+    (``arms.FULL_TEXT_DEPTH``), the question turn beside it lifts it onto the page."""
+    from hermes_trove.recall import arms
+    others = [{"role": "assistant", "content": f"Moab trail report {i}: hiking closed"}
+              for i in range(5)]
+    messages = _filler(10) + [
+        {"role": "user", "content": "Any hiking trail near Moab you would recommend?"},
+        {"role": "assistant", "content": "Moab in May is hot, start at dawn"},
+    ] + _filler(10, 10) + others + _filler(4, 20)
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        reply = ids[11]
+        query = {"query": "Which hiking trail near Moab was recommended?", "limit": 4}
+
+        def order():
+            out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+            return [r["store_id"] for r in out["results"]]
+        deep = order()
+        monkeypatch.setattr(arms, "FULL_TEXT_DEPTH", 0)      # the page's own list only
+        shallow = order()
+        assert deep[0] == ids[10] and reply in deep
+        assert reply not in shallow
+    finally:
+        db.close()
+
+
 def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
                                                                       monkeypatch):
     from fake_openai import FakeOpenAIServer

@@ -266,3 +266,19 @@ def test_fuse_weights_and_quality():
     fused = ranking.fuse({"a": ["x"], "b": ["y"]}, quality={"x": 0.2})
     assert [f.key for f in fused] == ["y", "x"]
     assert [f.key for f in ranking.fuse({"a": ["x", "x", "w"]})] == ["x", "w"]
+
+
+def test_a_deeper_list_reads_only_the_pages_share_of_candidates(store):
+    """``scored`` bounds the rows read and scored (the cost of the page shown), whatever
+    ``limit`` asks for: the rest of the list comes from what was scored."""
+    add(store, "A", *[f"kestrel rollout note {i}" for i in range(300)])
+    corpus = search.MessageCorpus(store, search.MessageScope(("A",), current_session="A"))
+    read: list[int] = []
+    load = corpus.load
+    corpus.load = lambda keys: read.append(len(keys)) or load(keys)
+    plan = query_plan.parse_query("kestrel rollout")
+    deep = search.ranked_search(corpus, plan, 100)
+    deep_read = read[-1]
+    cheap = search.ranked_search(corpus, plan, 100, scored=5)
+    assert read[-1] == max(5 * 4, search.RESCORE_MIN) < len(deep.hits) <= deep_read
+    assert keys(cheap) == keys(deep)[:read[-1]]
