@@ -34,8 +34,7 @@ def _view(row) -> View:
             meta = json.loads(row[3])
         except ValueError:
             meta = {}
-    return View(entries=decode_entries(row[2]), session=row[0], origin=row[1], meta=meta,
-                text=row[2] or "")
+    return View(entries=decode_entries(row[2]), session=row[0], origin=row[1], meta=meta)
 
 
 def load(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> list[View]:
