@@ -44,6 +44,16 @@ _read_only: dict[str, "Database"] = {}
 _registry_lock = threading.Lock()
 
 
+# "All rows" as a bound LIMIT: SQLite reads LIMIT -1 as no limit, PostgreSQL refuses a
+# negative LIMIT, and SQLite refuses LIMIT NULL; the largest bigint means the same on both.
+NO_LIMIT = 2**63 - 1
+
+
+def row_limit(limit: int | None) -> int:
+    """A LIMIT to bind on either engine: ``limit``, or ``NO_LIMIT`` for None or negative."""
+    return NO_LIMIT if limit is None or limit < 0 else limit
+
+
 class DatabaseError(RuntimeError):
     """The trove database cannot be opened or is structurally broken."""
 

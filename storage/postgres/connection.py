@@ -250,7 +250,7 @@ def translate(sql: str) -> str:
 
 
 _WHOLE_REWRITES = [
-    (re.compile(r"printf\('%0(\d+)d\.',\s*([\w.]+)\)", re.I),
+    (re.compile(r"printf\('%0(\d+)d\.',\s*([\w.]+|\w+\([^()]*\))\)", re.I),
      r"(lpad(CAST(\2 AS text), \1, '0') || '.')"),
     (re.compile(r"\bchar\(9, 10, 13\)", re.I), "(chr(9) || chr(10) || chr(13))"),
 ]
