@@ -261,10 +261,11 @@ def get_database(path: str | os.PathLike) -> Database:
         return db
 
 
-def open_private(target: str | os.PathLike):
+def open_private(target: str | os.PathLike, read_only: bool = False):
     """A connection of its own (not the shared one) for a background worker that must
-    not wait behind the turn's statements: a file's or a server's, as ``target`` names."""
-    return _open(resolve_path(target))
+    not wait behind the turn's statements, or a dry run that must not migrate: a
+    file's or a server's, as ``target`` names."""
+    return _open(resolve_path(target), read_only=read_only)
 
 
 def _open(key: str, read_only: bool = False):

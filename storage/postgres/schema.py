@@ -337,6 +337,9 @@ REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges
 
 
 def structural_check(conn: Connection) -> list[str]:
-    """Names of required tables and search indexes that are missing (catalogue read only)."""
+    """Names of required tables and search indexes that are missing (catalogue read only;
+    an empty schema, opened read-only before its first migration, misses them all)."""
+    if not conn.execute("SELECT to_regclass('sqlite_master')").fetchone()[0]:
+        return list(REQUIRED_OBJECTS)
     present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     return [name for name in REQUIRED_OBJECTS if name not in present]
