@@ -52,6 +52,9 @@ class World:
     def __init__(self, tmp_path: Path, target: str | None = None, **env):
         environ = {"TROVE_ROLLUPS_ENABLED": "1", **{f"TROVE_{k.upper()}": str(v)
                                                    for k, v in env.items()}}
+        if target and target.startswith("postgresql://"):   # operators open what config names
+            environ["TROVE_DATABASE_URL"] = target
+        self.target = target or str(tmp_path / "trove.db")
         self.config = load_config(environ=environ, hermes_home=tmp_path)
         self.db = database.get_database(target or str(tmp_path / "trove.db"))
         self.store, self.dag, self.timeline = Store(self.db), Dag(self.db), Timeline(self.db)
