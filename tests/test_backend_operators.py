@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import enginekit
 from enginekit import drive, make_engine
 from hermes_trove import command
 from hermes_trove.operators import actions as ops
@@ -21,16 +20,14 @@ from test_command import backup_path, junk_database
 
 
 @pytest.fixture(autouse=True)
-def on_engine(backend, tmp_path, monkeypatch):
+def on_engine(engines_on_backend, backend, tmp_path, monkeypatch):
     """HERMES_HOME under tmp_path; on PostgreSQL, TROVE_DATABASE_URL names the schema
     (for the engines the test makes and for the operator commands alike)."""
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
-    url = backend[1] if backend[0] == "postgresql" else None
-    if url:
-        monkeypatch.setenv("TROVE_DATABASE_URL", url)
-    monkeypatch.setattr(enginekit, "DATABASE_URL", url)
-    yield backend[0]
+    if engines_on_backend == "postgresql":
+        monkeypatch.setenv("TROVE_DATABASE_URL", backend[1])
+    yield engines_on_backend
     for key in list(database._registry):
         database.forget_database(key)
 
