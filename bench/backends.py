@@ -68,8 +68,8 @@ END;
 RAW_PG = ("CREATE TABLE raw (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
           " session_id TEXT, role TEXT, content TEXT, tool_calls TEXT, content_hash TEXT,"
           " created_at DOUBLE PRECISION, fts tsvector GENERATED ALWAYS AS"
-          " (to_tsvector('simple', regexp_replace(lower(left(COALESCE(content, ''), 262144)),"
-          " '[^[:alnum:]]+', ' ', 'g'))) STORED);"
+          " (to_tsvector('simple', trove_words(left(COALESCE(content, ''), 262144))))"
+          " STORED);"
           " CREATE INDEX raw_fts ON raw USING gin (fts)")
 RAW_INSERT = ("INSERT INTO raw(session_id, role, content, tool_calls, content_hash, created_at)"
               " VALUES (?, ?, ?, ?, ?, ?)")
