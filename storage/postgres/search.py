@@ -119,7 +119,7 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
     return out
 
 
-# Below this many matches a newest-first match reads them all from the GIN index.
+# Up to this many matches a newest-first match reads them all from the GIN index.
 FEW_MATCHES = 5000
 
 
@@ -143,16 +143,20 @@ def match_ids(conn, table: str, key: str, expr: str, *, limit: int, ranked: bool
     second = "m.session_id" if session else (f"-ts_rank(m.fts, {query})" if rank else "NULL")
     order = "2" if rank else f"m.{key} DESC"
     terms = " AND ".join([f"m.fts @@ {query}", *where])
+    if not rank:
+        # A bounded candidate set first: up to FEW_MATCHES matches through the GIN index
+        # (one query, where a count and then a fetch were two). Fewer than that is every
+        # match: the newest come from it. (Left to itself the planner walks the newest
+        # rows testing each tsvector, which reads the whole table when the words are
+        # rare: it cannot see how rare they are.)
+        with conn.index_first():
+            found = conn.execute(f"SELECT m.{key}, {second} FROM {table} m WHERE {terms}"
+                                 f" LIMIT ?", [*query_params, *params, FEW_MATCHES]).fetchall()
+        if len(found) < FEW_MATCHES:
+            found.sort(key=lambda r: r[0], reverse=True)
+            return [(r[0], r[1]) for r in found[:limit]]
     bound = [*query_params] * (2 if rank else 1) + [*params, limit]
-    if not rank and count_matches(conn, table, key, expr, cap=FEW_MATCHES, where=where,
-                                  params=params) < FEW_MATCHES:
-        # Few matches: take them all through the GIN index, then the newest. (Left to
-        # itself the planner walks the newest rows testing each tsvector, which reads
-        # the whole table when the words are rare: it cannot see how rare they are.)
-        sql = (f"WITH hits AS MATERIALIZED (SELECT m.{key}, {second} FROM {table} m"
-               f" WHERE {terms}) SELECT * FROM hits ORDER BY 1 DESC LIMIT ?")
-    else:
-        sql = f"SELECT m.{key}, {second} FROM {table} m WHERE {terms} ORDER BY {order} LIMIT ?"
+    sql = f"SELECT m.{key}, {second} FROM {table} m WHERE {terms} ORDER BY {order} LIMIT ?"
     return [(r[0], r[1]) for r in conn.execute(sql, bound)]
 
 
@@ -174,6 +178,7 @@ def count_matches(conn, table: str, key: str, expr: str, *, cap: int,
     """How many rows match ``expr``, counting no further than ``cap``."""
     query, query_params = tsquery(expr)
     terms = " AND ".join([f"m.fts @@ {query}", *where])
-    return conn.execute(
-        f"SELECT count(*) FROM (SELECT m.{key} FROM {table} m WHERE {terms} LIMIT ?) found",
-        [*query_params, *params, cap]).fetchone()[0]
+    with conn.index_first():   # the GIN bitmap, not a scan testing tsvectors (index_first)
+        return conn.execute(
+            f"SELECT count(*) FROM (SELECT m.{key} FROM {table} m WHERE {terms} LIMIT ?) found",
+            [*query_params, *params, cap]).fetchone()[0]
