@@ -15,8 +15,7 @@ from enginekit import drive, make_engine
 from hermes_trove import command
 from hermes_trove.operators import actions as ops
 from hermes_trove.storage import database
-from hermes_trove.storage.owners import Owners
-from test_command import backup_path, junk_database
+from test_command import backup_path, clean_world
 
 
 @pytest.fixture(autouse=True)
@@ -46,13 +45,8 @@ def assert_backup(text: str, engine: str) -> None:
 
 
 def test_clean_removes_the_same_sessions_on_both_engines(on_engine, tmp_path, monkeypatch):
-    engine, other = junk_database(tmp_path, doctor_clean_apply_enabled="true",
-                                  ignore_message_patterns="^nightly report",
-                                  ignore_session_patterns="spam-*")
-    monkeypatch.setenv("HERMES_SESSION_ID", "sess")
-    monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
+    engine, other = clean_world(tmp_path, monkeypatch)
     db = engine.store.db
-    Owners(db).record("hb-1", "telegram:user:5")
     scan = command.handle("doctor clean")
     assert "7 candidates" in scan and "5 safe to remove, 2 protected" in scan
     assert "protected: live session" in scan
