@@ -6,6 +6,7 @@ not: the PostgreSQL schema's migrations, writers on two connections at once, the
 session locks across connections, the search dialect, the URL's secrecy, a
 missing psycopg, and ``trove.py migrate`` both ways.
 """
+import sqlite3
 import sys
 import threading
 
@@ -223,3 +224,14 @@ def test_migration_3_refolds_the_words_of_an_existing_schema(pg, monkeypatch):
     assert store.db.schema_version() == schema.latest_version() >= 3
     assert [i for i, _ in store.match_message_ids('"cafe"', limit=5, ranked=False)] == ids
     assert store.fts_row_counts() == {"rows": 1, "fts_docs": 1}
+
+
+def test_a_failed_search_inside_a_transaction_is_a_sqlite_error_and_rolls_back(pg):
+    """The planner setting of a count (``index_first``) never masks the statement's own
+    error, and the rollback leaves sequential scans allowed again."""
+    db = database.get_database(pg.url)
+    with pytest.raises(sqlite3.OperationalError):
+        with db.transaction() as conn:
+            with conn.index_first():
+                conn.execute("SELECT no_such_column FROM messages")
+    assert db.conn.execute("SHOW enable_seqscan").fetchone()[0] == "on"

@@ -201,12 +201,16 @@ class Connection:
         reads each row's compressed tsvector out of line: 5-7x slower than the GIN
         bitmap for a common word (57 vs 8 ms for 5,000 matches at 50K rows). Session
         setting, reset after (inside a transaction a rollback undoes it too)."""
+        psycopg = _psycopg()
         with self._lock:
             self.raw.execute("SET enable_seqscan = off")
             try:
                 yield
             finally:
-                self.raw.execute("RESET enable_seqscan")
+                # after a failed statement inside a transaction only a rollback is
+                # accepted, and the rollback undoes the SET itself
+                if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+                    self.raw.execute("RESET enable_seqscan")
 
     def getlimit(self, category: int) -> int:
         """The bound-parameter limit (``sqlite3.Connection.getlimit``'s one use here)."""
