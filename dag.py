@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .storage import scans
-from .storage.database import Database
+from .storage.database import Database, row_limit
 from .storage.postgres import search as pg_search
 from .store import SCAN_PAGE_ROWS, SCAN_SECONDS, row_to_dict
 
@@ -160,7 +160,7 @@ class Dag:
             rows = conn.execute(
                 "SELECT ordinal, child_node_id, child_store_id FROM node_edges"
                 " WHERE parent_id = ? ORDER BY ordinal LIMIT ? OFFSET ?",
-                (node_id, limit, offset)).fetchall()
+                (node_id, row_limit(limit), offset)).fetchall()
         return [{"ordinal": r[0], "kind": "node" if r[1] is not None else "message",
                  "id": r[1] if r[1] is not None else r[2]} for r in rows]
 

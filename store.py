@@ -633,9 +633,17 @@ class Store(Alignment):
 
     def reindex_all(self) -> None:
         """Rebuild every ordinary index of the file: the fix for index damage that
-        ``PRAGMA quick_check`` reports (doctor repair; table damage needs a backup)."""
+        ``PRAGMA quick_check`` reports (doctor repair; table damage needs a backup). On a
+        server, every table of trove's schema (``REINDEX SCHEMA`` cannot run in a
+        transaction; ``REINDEX TABLE`` can, so the unit of work stays one)."""
         with self.db.transaction() as conn:
-            conn.execute("REINDEX")
+            if self.db.dialect != "postgresql":
+                conn.execute("REINDEX")
+                return
+            for (statement,) in conn.execute(
+                    "SELECT format('REINDEX TABLE %I', tablename) FROM pg_tables"
+                    " WHERE schemaname = current_schema() ORDER BY tablename").fetchall():
+                conn.execute(statement)
 
     def message_age_profile(self, now: float, edges_seconds: Sequence[float]) -> list[dict]:
         """Messages per age bucket (``edges_seconds`` ascending; the last bucket is older

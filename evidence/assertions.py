@@ -197,18 +197,20 @@ def save(db: Database, session_id: str, found: Sequence[Assertion], done: int) -
     """Store assertions and move the session's scan mark, in one transaction."""
     now = time.time()
     with db.transaction() as conn:
-        before = conn.total_changes
-        conn.executemany(
+        # "end" quoted: a reserved word on PostgreSQL. The statement's rowcount (summed
+        # over the rows on both engines) counts the inserted rows, not the ignored ones.
+        inserted = conn.executemany(
             "INSERT OR IGNORE INTO evidence_assertions(session_id, kind, subject, subject_key,"
-            " value, valid_from, store_id, start, end, quote, extractor, created_at)"
+            ' value, valid_from, store_id, start, "end", quote, extractor, created_at)'
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(a.ref.session_id, a.kind, a.subject, subject_key(a.subject), a.value,
               a.valid_from, a.ref.store_id, a.ref.start, a.ref.end, a.ref.quote, a.extractor,
               now) for a in found])
-        stored = conn.total_changes - before
+        stored = max(inserted.rowcount, 0) if found else 0
         conn.execute("INSERT INTO evidence_scan(session_id, last_store_id) VALUES (?, ?)"
                      " ON CONFLICT(session_id) DO UPDATE SET last_store_id ="
-                     " max(last_store_id, excluded.last_store_id)", (session_id, done))
+                     " max(evidence_scan.last_store_id, excluded.last_store_id)",
+                     (session_id, done))
     return stored
 
 

@@ -12,6 +12,7 @@ SQL here is only transaction control on the target. See docs/import.md.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 from collections import defaultdict
@@ -21,10 +22,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..storage import migrations
+from ..storage import backup as backups
 from ..storage.backup import backup_dir, timestamped_name
 from ..compaction import tokens
 from ..dag import Dag, NewNode
-from ..storage.database import Database, DatabaseError, structural_check
+from ..storage.database import Database, DatabaseError, open_private, structural_check
+from ..storage.postgres import schema as pg_schema
+from ..storage.postgres.connection import display_name, is_url
 from .sources import (
     KIND_LCM_MESSAGE,
     ImportFailure,
@@ -131,9 +135,10 @@ class _ConnectionView:
     Read-only (dry run): any write attempt raises, so a dry run cannot write.
     """
 
-    def __init__(self, conn: sqlite3.Connection, writable: bool):
+    def __init__(self, conn: sqlite3.Connection, writable: bool, dialect: str = "sqlite"):
         self.conn = conn
         self.writable = writable
+        self.dialect = dialect  # Store/Dag spell full-text search per engine
         self.lock = threading.RLock()
 
     @contextmanager
@@ -161,7 +166,7 @@ def _one_transaction(db: Database) -> Iterator[_ConnectionView]:
     """Run the whole import in one ``Database.transaction`` (BEGIN IMMEDIATE ... COMMIT)
     on the target, so it commits or rolls back as a whole."""
     with db.transaction() as conn:
-        yield _ConnectionView(conn, writable=True)
+        yield _ConnectionView(conn, writable=True, dialect=db.dialect)
 
 
 def _check_target(conn: sqlite3.Connection, path: Path) -> int:
@@ -404,7 +409,8 @@ def _validate(options: ImportOptions) -> None:
                         ("--import-id", options.import_id), ("--target-db", options.target_db)):
         if value is not None and not str(value).strip():
             raise ImportFailure(f"{name} must not be empty")
-    if options.source_db and Path(options.source_db).expanduser().resolve() == \
+    if options.source_db and not is_url(options.target_db) and \
+            Path(options.source_db).expanduser().resolve() == \
             Path(options.target_db).expanduser().resolve():
         raise ImportFailure("--target-db must not be the source database")
 
@@ -421,6 +427,9 @@ def _read_source(options: ImportOptions, report: ImportReport) -> Source:
 def _dry_run(options: ImportOptions, source: Source, report: ImportReport,
              progress: Callable[[int, int], None] | None) -> None:
     """Plan against the target read-only (an empty in-memory trove when it is new)."""
+    if is_url(options.target_db):
+        _dry_run_on_server(options, source, report, progress)
+        return
     target = Path(options.target_db).expanduser()
     conn = open_readonly(target, options.busy_timeout) if target.exists() else None
     scratch = None
@@ -435,9 +444,78 @@ def _dry_run(options: ImportOptions, source: Source, report: ImportReport,
                 handle.close()
 
 
+def _server(url: str, read_only: bool):
+    """A private connection to a PostgreSQL target and its schema version; refuses a
+    schema newer than this code or one missing required objects (as ``_check_target``)."""
+    try:
+        db = open_private(url, read_only=read_only)
+    except (DatabaseError, migrations.SchemaTooNewError) as exc:
+        raise ImportFailure(str(exc)) from exc
+    version = db.schema_version()
+    problem = None
+    if version > pg_schema.latest_version():
+        problem = (f"{db.display} has trove schema {version}, newer than this importer "
+                   f"({pg_schema.latest_version()}); update hermes-trove")
+    elif version and db.missing_objects:
+        problem = (f"{db.display} is not a healthy trove database (missing "
+                   f"{', '.join(db.missing_objects)})")
+    if problem:
+        db.close()
+        raise ImportFailure(problem)
+    return db, version
+
+
+def _dry_run_on_server(options: ImportOptions, source: Source, report: ImportReport,
+                       progress: Callable[[int, int], None] | None) -> None:
+    """The dry run against a PostgreSQL target: opened without migrating, never written
+    (an empty schema is planned against an empty in-memory trove, as a new file is)."""
+    db, version = _server(options.target_db, read_only=True)
+    scratch = None if version else Database(":memory:")
+    try:
+        view = (_ConnectionView(scratch.conn, writable=False) if scratch else
+                _ConnectionView(db.conn, writable=False, dialect=db.dialect))
+        _run_steps(_Run(options, source, report, Store(view), Dag(view), False), progress)
+    finally:
+        for handle in (scratch, db):
+            if handle is not None:
+                handle.close()
+
+
+def _apply_on_server(options: ImportOptions, source: Source, report: ImportReport,
+                     progress: Callable[[int, int], None] | None) -> None:
+    """The import into a PostgreSQL target: a pg_dump of the trove schema first (into
+    ``$HERMES_HOME/backups``, where the operator commands put theirs) when it holds a
+    trove already, then one transaction; a failure rolls everything back on the server."""
+    probe, version = _server(options.target_db, read_only=True)  # before any migration
+    probe.close()
+    db, _ = _server(options.target_db, read_only=False)
+    try:
+        if version:
+            home = Path(os.environ.get("HERMES_HOME") or "~/.hermes").expanduser()
+            dest = backup_dir(home / "trove.db") / timestamped_name("trove-server", "pre-import")
+            try:
+                report.backup_path = str(backups.backup_database(
+                    options.target_db, dest.with_suffix(".pgdump")))
+            except RuntimeError as exc:
+                raise ImportFailure(f"cannot back up {db.display}: {exc}") from exc
+        try:
+            with _one_transaction(db) as view:
+                _run_steps(_Run(options, source, report, Store(view), Dag(view), True), progress)
+        except ImportFailure:
+            raise
+        except (Exception, KeyboardInterrupt) as exc:
+            raise ImportFailure(f"import failed and was rolled back, {db.display} is unchanged "
+                                f"({type(exc).__name__}: {exc})") from exc
+    finally:
+        db.close()
+
+
 def _apply(options: ImportOptions, source: Source, report: ImportReport,
            progress: Callable[[int, int], None] | None) -> None:
     """Back up the target, then import everything in one transaction."""
+    if is_url(options.target_db):
+        _apply_on_server(options, source, report, progress)
+        return
     target = Path(options.target_db).expanduser()
     existed = target.exists()
     if existed:
@@ -482,7 +560,8 @@ def run_import(options: ImportOptions,
         import_id=options.import_id or default_import_id(options),
         namespace=options.namespace or (SQLITE_NAMESPACE if options.source_db
                                         else JSONL_NAMESPACE),
-        target_db=str(Path(options.target_db).expanduser()))
+        target_db=(display_name(options.target_db) if is_url(options.target_db)
+                   else str(Path(options.target_db).expanduser())))
     source = _read_source(options, report)
     try:
         (_apply if options.apply else _dry_run)(options, source, report, progress)

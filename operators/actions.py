@@ -95,10 +95,15 @@ class Target:
         return Path(self.config.resolved_database_path)
 
     @property
+    def location(self) -> str:
+        """What the database is opened by: the server's URL when one is set, else the file."""
+        return self.config.database_url or str(self.db_path)
+
+    @property
     def database(self) -> Database:
         """The shared connection: read-only unless the action writes or an engine is live
         (a PostgreSQL server, ``TROVE_DATABASE_URL``, in place of the file when set)."""
-        where = self.config.database_url or self.db_path
+        where = self.location
         if self.writable or self.engine is not None:
             return get_database(where)
         return open_read_only(where)
@@ -460,7 +465,7 @@ def _repair_diagnosis(target: Target) -> dict:
     """SQLite structure and integrity (full quick_check), FTS row counts, deep FTS check."""
     checks = (health.check_database(target.store, full=True)
               + health.check_fts(target.store, target.dag, target.config))
-    deep = integrity.run_fts_check(str(target.db_path))
+    deep = integrity.run_fts_check(target.location)
     problems = [f"{c['name']}: {c['detail']}" for c in checks if c["status"] == "fail"]
     problems += [f"fts integrity-check: {p}" for p in deep["problems"]]
     missing = [c for c in checks if c["name"] == "schema_objects" and c["status"] == "fail"]
@@ -486,7 +491,7 @@ def repair(target: Target, apply: bool = False) -> dict:
     target.dag.rebuild_node_fts()
     target.store.reindex_all()
     after = _repair_diagnosis(target)
-    integrity.record_result(str(target.db_path), after["fts_deep"])
+    integrity.record_result(target.location, after["fts_deep"])
     return {**report, "status": "repaired" if not after["problems"] else "still_failing",
             "backup": written, "changed": list(REPAIR_STEPS), "after": after,
             "problems_after": after["problems"]}

@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="OpenClaw JSONL transcript (repeatable)")
     source.add_argument("--source-jsonl-dir", metavar="DIR", action="append", default=[],
                         help="every *.jsonl below DIR (repeatable; sessions.json gives keys)")
-    parser.add_argument("--target-db", metavar="PATH", required=True,
-                        help="trove database to import into")
+    parser.add_argument("--target-db", metavar="PATH|URL", required=True,
+                        help="trove database to import into: a SQLite file or a "
+                             "postgresql:// URL (TROVE_DATABASE_URL's form)")
     parser.add_argument("--agent", default="main", help="OpenClaw agent name (default: main)")
     parser.add_argument("--namespace", help="session/source namespace (default: openclaw-trove "
                                             "for SQLite, openclaw-jsonl for JSONL)")

@@ -45,6 +45,16 @@ _keys: dict[str, str] = {}  # a path as configured -> its registry key (``resolv
 _registry_lock = threading.Lock()
 
 
+# "All rows" as a bound LIMIT: SQLite reads LIMIT -1 as no limit, PostgreSQL refuses a
+# negative LIMIT, and SQLite refuses LIMIT NULL; the largest bigint means the same on both.
+NO_LIMIT = 2**63 - 1
+
+
+def row_limit(limit: int | None) -> int:
+    """A LIMIT to bind on either engine: ``limit``, or ``NO_LIMIT`` for None or negative."""
+    return NO_LIMIT if limit is None or limit < 0 else limit
+
+
 class DatabaseError(RuntimeError):
     """The trove database cannot be opened or is structurally broken."""
 
@@ -256,10 +266,11 @@ def get_database(path: str | os.PathLike) -> Database:
         return db
 
 
-def open_private(target: str | os.PathLike):
+def open_private(target: str | os.PathLike, read_only: bool = False):
     """A connection of its own (not the shared one) for a background worker that must
-    not wait behind the turn's statements: a file's or a server's, as ``target`` names."""
-    return _open(resolve_path(target))
+    not wait behind the turn's statements, or a dry run that must not migrate: a
+    file's or a server's, as ``target`` names."""
+    return _open(resolve_path(target), read_only=read_only)
 
 
 def _open(key: str, read_only: bool = False):

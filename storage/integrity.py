@@ -26,10 +26,22 @@ _running: set[str] = set()
 _running_lock = threading.Lock()
 
 
+# PostgreSQL's search indexes: the tsvector columns are computed by the server from
+# the row (they cannot drift from their content as an external FTS5 index can); what
+# can go wrong is an index left invalid (a failed or interrupted build) or missing.
+SERVER_INDEXES = ("messages_fts", "nodes_fts")
+
+
 def run_fts_check(path: str) -> dict:
-    """Check both FTS indexes against their content on a private connection."""
+    """Check both FTS indexes against their content on a private connection (on a
+    server: that both search indexes exist and are valid, see ``SERVER_INDEXES``)."""
     started = time.perf_counter()
     result: dict = {"ok": True, "problems": []}
+    if is_url(path):
+        result["problems"] = _server_index_problems(path)
+        result["ok"] = not result["problems"]
+        result["seconds"] = round(time.perf_counter() - started, 3)
+        return result
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         for table in ("messages_fts", "nodes_fts"):
@@ -45,17 +57,50 @@ def run_fts_check(path: str) -> dict:
     return result
 
 
+def _server_index_problems(url: str) -> list[str]:
+    from .database import open_private
+    db = open_private(url, read_only=True)
+    try:
+        with db.reading() as conn:
+            found = {r[0]: (r[1], r[2]) for r in conn.execute(
+                "SELECT c.relname, i.indisvalid, i.indisready FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE c.relnamespace = current_schema()::regnamespace")}
+    finally:
+        db.close()
+    problems = []
+    for name in SERVER_INDEXES:
+        if name not in found:
+            problems.append(f"{name}: the index is missing")
+        elif not all(found[name]):
+            problems.append(f"{name}: the index is invalid (a failed build); REINDEX rebuilds it")
+    return problems
+
+
 def record_result(path: str, result: dict) -> None:
     """Store the check's time and verdict in the database's bookkeeping table."""
+    if is_url(path):
+        from .database import open_private
+        db = open_private(path)
+        try:
+            with db.transaction() as conn:
+                _record(conn, result)
+        finally:
+            db.close()
+        return
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        for key, value in ((CHECKED_AT_KEY, str(time.time())), (RESULT_KEY, json.dumps(result))):
-            conn.execute("INSERT INTO trove_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
-                         " DO UPDATE SET value = excluded.value", (key, value))
+        _record(conn, result)
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+def _record(conn, result: dict) -> None:
+    for key, value in ((CHECKED_AT_KEY, str(time.time())), (RESULT_KEY, json.dumps(result))):
+        conn.execute("INSERT INTO trove_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
+                     " DO UPDATE SET value = excluded.value", (key, value))
 
 
 def is_due(last_checked_at: str | None, interval_hours: float, now: float | None = None) -> bool:

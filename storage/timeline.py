@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from . import timekeys
-from .database import Database
+from .database import Database, row_limit
 
 Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
@@ -345,7 +345,7 @@ class Timeline:
             rows = conn.execute(
                 "SELECT ordinal, child_rollup_id, child_node_id, child_store_id"
                 " FROM rollup_sources WHERE rollup_id = ? ORDER BY ordinal LIMIT ? OFFSET ?",
-                (rollup_id, limit, offset)).fetchall()
+                (rollup_id, row_limit(limit), offset)).fetchall()
         out = []
         for r in rows:
             kind, child = next((k, v) for k, v in zip(("rollup", "node", "message"), r[1:])
@@ -392,20 +392,21 @@ class Timeline:
 
     def descendant_store_ids(self, rollup_id: int) -> list[int]:
         """Every raw message under a rollup, through child rollups and summary nodes,
-        in lineage order (one recursive query)."""
+        in lineage order (one recursive query; one recursive term that left-joins both
+        kinds of children, because PostgreSQL allows a single recursive reference)."""
         with self.db.reading() as conn:
             rows = conn.execute(
                 """
                 WITH RECURSIVE walk(rollup_id, node_id, store_id, path) AS (
-                    SELECT ?, NULL, NULL, ''
+                    SELECT ?, CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), ''
                     UNION ALL
-                    SELECT s.child_rollup_id, s.child_node_id, s.child_store_id,
-                           walk.path || printf('%08d.', s.ordinal)
-                    FROM rollup_sources s JOIN walk ON s.rollup_id = walk.rollup_id
-                    UNION ALL
-                    SELECT NULL, e.child_node_id, e.child_store_id,
-                           walk.path || printf('%08d.', e.ordinal)
-                    FROM node_edges e JOIN walk ON e.parent_id = walk.node_id
+                    SELECT s.child_rollup_id, COALESCE(s.child_node_id, e.child_node_id),
+                           COALESCE(s.child_store_id, e.child_store_id),
+                           walk.path || printf('%08d.', COALESCE(s.ordinal, e.ordinal))
+                    FROM walk
+                    LEFT JOIN rollup_sources s ON s.rollup_id = walk.rollup_id
+                    LEFT JOIN node_edges e ON e.parent_id = walk.node_id
+                    WHERE s.rollup_id IS NOT NULL OR e.parent_id IS NOT NULL
                 )
                 SELECT store_id FROM walk WHERE store_id IS NOT NULL ORDER BY path
                 """, (rollup_id,)).fetchall()

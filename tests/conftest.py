@@ -29,4 +29,4 @@ def _isolate_environment() -> None:
 _isolate_environment()
 load_package()
 
-from pgkit import backend  # noqa: E402,F401  (the two-engine fixture of the contract tests)
+from pgkit import backend, engines_on_backend  # noqa: E402,F401  (the two-engine fixtures)

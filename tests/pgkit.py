@@ -79,3 +79,14 @@ def backend(request, tmp_path):
         yield "postgresql", schema.url
     finally:
         schema.drop()
+
+
+@pytest.fixture
+def engines_on_backend(backend, monkeypatch):
+    """``backend``, with the engines ``enginekit.make_engine`` makes on its database
+    (a module opts in with ``pytestmark = pytest.mark.usefixtures(...)``); yields
+    the engine's name."""
+    import enginekit
+    monkeypatch.setattr(enginekit, "DATABASE_URL",
+                        backend[1] if backend[0] == "postgresql" else None)
+    yield backend[0]

@@ -6,6 +6,7 @@ not: the PostgreSQL schema's migrations, writers on two connections at once, the
 session locks across connections, the search dialect, the URL's secrecy, a
 missing psycopg, and ``trove.py migrate`` both ways.
 """
+import sqlite3
 import sys
 import threading
 
@@ -117,6 +118,26 @@ def test_substring_and_cjk_search_find_the_same_rows(backend):
     assert [i for i, _ in store.match_message_ids(expr, limit=5, ranked=True)] == [ids[1]]
 
 
+def test_accents_and_case_fold_the_same_on_both_engines(backend):
+    """SQLite's FTS5 folds accents (unicode61 remove_diacritics 2); the server's
+    tsvector words do too (trove_words): either spelling finds either text."""
+    store = Store(database.get_database(backend[1]))
+    ids = store.ingest("A", [{"role": "user", "content": "Un café NAÏVE à Ångström"},
+                             {"role": "user", "content": "plain cafe naive angstrom"},
+                             {"role": "user", "content": "東京 한국어 Łódź"}]).store_ids
+
+    def found(expr):
+        return sorted(i for i, _ in store.match_message_ids(expr, limit=10, ranked=False))
+
+    for word in ('"cafe"', '"café"', '"CAFÉ"', '"naive"', '"naïve"', '"angstrom"',
+                 '"Ångström"'):
+        assert found(word) == ids[:2], word
+    assert found('"un café"') == [ids[0]]          # a phrase keeps its order
+    assert found('"lodz"') == []                    # Ł has no decomposition, as in SQLite
+    assert found('"łódź"') == found('"łodz"') == [ids[2]]
+    assert found('"한국어"') == [ids[2]]
+
+
 # ---------------------------------------------------------------- PostgreSQL only
 @pytest.fixture
 def pg():
@@ -188,3 +209,29 @@ def test_migrate_a_file_to_the_server_and_back(pg, tmp_path):
     assert returned.fts_row_counts() == {"rows": len(messages) + 1, "fts_docs": len(messages) + 1}
     for path in (source, back):
         database.forget_database(path)
+
+
+def test_migration_3_refolds_the_words_of_an_existing_schema(pg, monkeypatch):
+    """A server schema from before accent folding (migrations 1-2) keeps every row and
+    finds it by the folded spelling once migration 3 has run."""
+    with monkeypatch.context() as patch:
+        patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+        old = Store(database.get_database(pg.url))
+        ids = old.ingest("A", [{"role": "user", "content": "Un café à Ångström"}]).store_ids
+        assert old.db.schema_version() == 2
+        database.forget_database(pg.url)
+    store = Store(database.get_database(pg.url))
+    assert store.db.schema_version() == schema.latest_version() >= 3
+    assert [i for i, _ in store.match_message_ids('"cafe"', limit=5, ranked=False)] == ids
+    assert store.fts_row_counts() == {"rows": 1, "fts_docs": 1}
+
+
+def test_a_failed_search_inside_a_transaction_is_a_sqlite_error_and_rolls_back(pg):
+    """The planner setting of a count (``index_first``) never masks the statement's own
+    error, and the rollback leaves sequential scans allowed again."""
+    db = database.get_database(pg.url)
+    with pytest.raises(sqlite3.OperationalError):
+        with db.transaction() as conn:
+            with conn.index_first():
+                conn.execute("SELECT no_such_column FROM messages")
+    assert db.conn.execute("SHOW enable_seqscan").fetchone()[0] == "on"

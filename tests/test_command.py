@@ -253,15 +253,22 @@ def junk_database(tmp_path, **settings):
     return engine, other
 
 
-def test_clean_scan_and_apply_remove_only_safe_candidates(tmp_path, monkeypatch):
+def clean_world(tmp_path, monkeypatch):
+    """``junk_database`` with the clean rules on, called from ``sess`` with no idle wait,
+    hb-1 owned by another person (the clean tests here and in test_backend_operators)."""
+    from hermes_trove.storage.owners import Owners
     engine, other = junk_database(tmp_path, doctor_clean_apply_enabled="true",
                                   ignore_message_patterns="^nightly report",
                                   ignore_session_patterns="spam-*")
     monkeypatch.setenv("HERMES_SESSION_ID", "sess")
     monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
-    db = engine.config.resolved_database_path
-    from hermes_trove.storage.owners import Owners
     Owners(engine.store.db).record("hb-1", "telegram:user:5")
+    return engine, other
+
+
+def test_clean_scan_and_apply_remove_only_safe_candidates(tmp_path, monkeypatch):
+    engine, other = clean_world(tmp_path, monkeypatch)
+    db = engine.config.resolved_database_path
     scan = command.handle("doctor clean")
     assert "7 candidates" in scan and "5 safe to remove, 2 protected" in scan
     for line in ("remove spam-3 [ignored_pattern]", "remove empty-1 [empty]",

@@ -323,11 +323,9 @@ def test_fts_check_runs_in_background_and_is_recorded(tmp_path, _both_engines):
 
 
 @pytest.fixture(autouse=True)
-def _both_engines(backend, monkeypatch):
+def _both_engines(engines_on_backend):
     """Every engine test runs on SQLite and on PostgreSQL (tests/pgkit.py)."""
-    import enginekit
-    monkeypatch.setattr(enginekit, "DATABASE_URL", backend[1] if backend[0] != "sqlite" else None)
-    yield backend[0]
+    yield engines_on_backend
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove.evidence import compute, refs, values
+from hermes_trove.storage import database
 from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from test_tools import Env, call
 
@@ -14,10 +15,11 @@ MAR5 = datetime(2026, 3, 5, 12, tzinfo=timezone.utc).timestamp()    # a Thursday
 
 
 @pytest.fixture
-def env(tmp_path):
-    env = Env(tmp_path)
+def env(tmp_path, backend):
+    """A fresh store, once on SQLite and once on PostgreSQL (tests/pgkit.py)."""
+    env = Env(tmp_path, backend[1])
     yield env
-    env.db.close()
+    database.forget_database(backend[1])
 
 
 def said(env, session, text, at, role="user"):

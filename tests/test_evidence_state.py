@@ -9,6 +9,9 @@ from enginekit import coding_turn, make_engine
 from hermes_trove import tools
 from hermes_trove.evidence import assertions, refs
 
+# Query-state runs on SQLite and on PostgreSQL (tests/pgkit.py).
+pytestmark = pytest.mark.usefixtures("engines_on_backend")
+
 JAN = datetime(2026, 1, 10, tzinfo=timezone.utc).timestamp()
 DAY = 86400.0
 STATEMENTS = [

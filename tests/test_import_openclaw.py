@@ -19,6 +19,7 @@ import pytest
 from hermes_trove.openclaw import importer as oc
 from hermes_trove.openclaw import sources as sources
 from hermes_trove.dag import Dag
+from hermes_trove.storage import database
 from hermes_trove.storage.database import Database
 from hermes_trove.store import Store, decode_row
 
@@ -275,9 +276,30 @@ EXPECTED_V1 = [
 
 # ---------------------------------------------------------------------------- helpers
 @pytest.fixture
-def sample(tmp_path):
+def file_sample(tmp_path):
+    """The sample source and a SQLite target path (tests of files and the scripts)."""
     source = tmp_path / "lcm.db"
     return source, build_sample(source), tmp_path / "trove" / "trove.db"
+
+
+@pytest.fixture
+def sample(tmp_path, backend):
+    """The sample source and a target on each engine: a SQLite path, or the URL of a
+    throw-away PostgreSQL schema (tests/pgkit.py), so the import rules hold on both."""
+    source = tmp_path / "lcm.db"
+    target = tmp_path / "trove" / "trove.db" if backend[0] == "sqlite" else backend[1]
+    yield source, build_sample(source), target
+    database.forget_database(str(target))
+
+
+def on_server(target) -> bool:
+    """Whether a test's target is a PostgreSQL URL (a ``str``) rather than a file path."""
+    return isinstance(target, str)
+
+
+def open_target(target, read_only: bool = False):
+    """A connection of its own to the target (a file or a server)."""
+    return database.open_private(str(target), read_only=read_only)
 
 
 def run(source=None, target=None, **kwargs) -> oc.ImportReport:
@@ -285,8 +307,8 @@ def run(source=None, target=None, **kwargs) -> oc.ImportReport:
                                           **kwargs))
 
 
-def decoded(target: Path, session_id: str) -> list[dict]:
-    db = Database(str(target))
+def decoded(target, session_id: str) -> list[dict]:
+    db = open_target(target)
     try:
         return [decode_row(r) for r in Store(db).session_messages(session_id, limit=1000)]
     finally:
@@ -295,10 +317,12 @@ def decoded(target: Path, session_id: str) -> list[dict]:
 
 def snapshot(target: Path) -> dict:
     """Every row the importer may touch, for before/after comparisons."""
-    conn = sqlite3.connect(target)
+    db = open_target(target, read_only=True) if on_server(target) else None
+    conn = db.conn if db else sqlite3.connect(target)
     tables = ["sessions", "messages", "nodes", "node_edges"] + [
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name = 'import_ledger'")]
-    data = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables}
+    data = {t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
+            for t in tables}
     conn.close()
     return data
 
@@ -384,7 +408,7 @@ def test_sqlite_import_stores_exact_hermes_shaped_messages(sample):
 def test_sqlite_provenance_source_conversation_and_message_time(sample):
     source, _, target = sample
     run(source, target, apply=True)
-    db = Database(str(target))
+    db = open_target(target)
     store = Store(db)
     session = store.get_session("openclaw-trove:agent:main:sess-a")
     assert session["source"] == "openclaw-trove"
@@ -402,7 +426,7 @@ def test_imported_session_reads_back_page_by_page(sample):
     """What trove_load_session does: page through the raw rows with a store_id cursor."""
     source, _, target = sample
     run(source, target, apply=True)
-    db = Database(str(target))
+    db = open_target(target)
     store = Store(db)
     pages, cursor = [], 0
     while True:
@@ -433,7 +457,7 @@ def test_first_schema_generation_imports_and_falls_back(tmp_path):
                  include_summaries=True)
     assert decoded(target, "openclaw-trove:agent:main:sess-a") == expected_session_a()
     assert any("no session_key column" in w for w in report.warnings)
-    db = Database(str(target))
+    db = open_target(target)
     store = Store(db)
     assert store.get_session("openclaw-trove:agent:main:sess-a")["conversation_id"] is None
     nodes = Dag(db).session_nodes("openclaw-trove:agent:main:sess-a")
@@ -449,7 +473,7 @@ def test_summaries_become_nodes_with_exact_lineage(sample):
                                 "invalid": 0}
     assert sum("sum_leaf3" in w or "sum_cond2" in w or "sum_leaf4" in w
                for w in report.warnings) == 3
-    db = Database(str(target))
+    db = open_target(target)
     store, dag = Store(db), Dag(db)
     session = "openclaw-trove:agent:main:sess-a"
     rows = store.session_messages(session)
@@ -512,8 +536,8 @@ def test_different_import_id_is_a_new_import(sample):
     assert third.imported == 0 and third.skipped_existing == 11
 
 
-def test_default_import_id_is_a_stable_hash_of_the_source_path(sample, tmp_path):
-    source, _, target = sample
+def test_default_import_id_is_a_stable_hash_of_the_source_path(file_sample, tmp_path):
+    source, _, target = file_sample
     first = run(source, target)
     same = oc.ImportOptions(target_db=str(target), source_db=str(tmp_path / "." / "lcm.db"))
     assert first.import_id == oc.default_import_id(same)
@@ -524,22 +548,28 @@ def test_default_import_id_is_a_stable_hash_of_the_source_path(sample, tmp_path)
 def test_dry_run_writes_nothing_and_predicts_the_apply(sample):
     source, _, target = sample
     plan = run(source, target, include_summaries=True)
-    assert not target.parent.exists()
+    if on_server(target):   # not even the schema's tables were created
+        db = open_target(target, read_only=True)
+        assert db.schema_version() == 0
+        db.close()
+    else:
+        assert not target.parent.exists()
     assert plan.mode == "dry-run" and plan.imported == 0 and plan.would_import == 11
     assert plan.summaries["would_import"] == 3
     assert_reconciled(plan)
     done = run(source, target, apply=True, include_summaries=True)
     assert (done.would_import, done.summaries["imported"]) == (11, 3)
 
-    before = folder_state(target.parent)
+    state = snapshot if on_server(target) else (lambda t: folder_state(t.parent))
+    before = state(target)
     replan = run(source, target, include_summaries=True)
-    assert folder_state(target.parent) == before  # no -wal/-shm, not one byte changed
+    assert state(target) == before  # no -wal/-shm, not one byte (not one row) changed
     assert (replan.would_import, replan.skipped_existing) == (0, 11)
     assert replan.summaries["skipped_existing"] == 3
 
 
-def test_progress_is_reported_after_each_session(sample):
-    source, _, target = sample
+def test_progress_is_reported_after_each_session(file_sample):
+    source, _, target = file_sample
     calls = []
     oc.run_import(oc.ImportOptions(target_db=str(target), source_db=str(source)),
                   progress=lambda done, total: calls.append((done, total)))
@@ -561,8 +591,13 @@ def test_apply_backs_up_an_existing_target_first(sample):
     before = snapshot(target)
     report = run(source, target, apply=True, import_id="again")
     backup = Path(report.backup_path)
-    assert backup.parent == target.parent / "backups" and "-pre-import-" in backup.name
-    assert snapshot(backup) == before
+    assert "-pre-import-" in backup.name
+    if on_server(target):   # a pg_dump archive where the operator commands put theirs
+        assert backup.parent == Path(os.environ["HERMES_HOME"]) / "backups"
+        assert backup.suffix == ".pgdump" and backup.read_bytes().startswith(b"PGDMP")
+    else:
+        assert backup.parent == target.parent / "backups"
+        assert snapshot(backup) == before
     assert snapshot(target) != before
 
 
@@ -593,8 +628,11 @@ def test_failure_on_a_new_target_leaves_no_file(sample, monkeypatch):
     monkeypatch.setattr(Store, "ingest", failing_after(1, Store.ingest))
     with pytest.raises(oc.ImportFailure, match="disk on fire"):
         run(source, target, apply=True)
-    assert not target.exists()
-    assert list(target.parent.iterdir()) == []
+    if on_server(target):   # the schema's tables may exist (opening migrates); no rows
+        assert not any(snapshot(target).values())
+    else:
+        assert not target.exists()
+        assert list(target.parent.iterdir()) == []
 
 
 def test_non_sqlite_and_corrupt_sources_are_clear_errors(tmp_path):
@@ -618,8 +656,8 @@ def test_non_sqlite_and_corrupt_sources_are_clear_errors(tmp_path):
     assert not (tmp_path / "t.db").exists()
 
 
-def test_locked_source_is_a_clear_error(sample):
-    source, _, target = sample
+def test_locked_source_is_a_clear_error(file_sample):
+    source, _, target = file_sample
     holder = sqlite3.connect(source, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -631,8 +669,8 @@ def test_locked_source_is_a_clear_error(sample):
     assert not target.exists()
 
 
-def test_bad_arguments_are_clear_errors(sample, tmp_path):
-    source, _, target = sample
+def test_bad_arguments_are_clear_errors(file_sample, tmp_path):
+    source, _, target = file_sample
     with pytest.raises(oc.ImportFailure, match="either"):
         run(None, target)
     with pytest.raises(oc.ImportFailure, match="apply to --source-db"):
@@ -661,7 +699,7 @@ def test_jsonl_directory_imports_the_live_branch_exactly(tmp_path):
     assert any("truncated" in w and "sess-j1.jsonl:10" in w for w in report.warnings)
     assert any("bashExecution" in w for w in report.warnings)
     assert_reconciled(report)
-    db = Database(str(target))
+    db = open_target(target)
     store = Store(db)
     live = store.get_session("openclaw-jsonl:agent:main:sess-j1")
     assert (live["conversation_id"], live["source"]) == ("agent:main:main", "openclaw-jsonl")
@@ -716,8 +754,8 @@ def run_script(*args):
                           text=True, cwd=str(ROOT), env={**os.environ, "PYTHONPATH": ""})
 
 
-def test_script_json_report_round_trip(sample):
-    source, _, target = sample
+def test_script_json_report_round_trip(file_sample):
+    source, _, target = file_sample
     dry = run_script("--source-db", source, "--target-db", target, "--include-summaries",
                      "--json")
     assert dry.returncode == 0, dry.stderr
@@ -736,8 +774,8 @@ def test_script_json_report_round_trip(sample):
     assert decoded(target, "openclaw-trove:agent:main:sess-a") == expected_session_a()
 
 
-def test_script_human_output_and_errors(sample, tmp_path):
-    source, _, target = sample
+def test_script_human_output_and_errors(file_sample, tmp_path):
+    source, _, target = file_sample
     human = run_script("--source-db", source, "--target-db", target)
     assert human.returncode == 0
     assert "would import 11" in human.stdout and "--apply" in human.stdout
@@ -752,13 +790,13 @@ def test_script_human_output_and_errors(sample, tmp_path):
     assert not target.exists()
 
 
-def test_imported_session_reads_through_the_engine_tools(sample):
+def test_imported_session_reads_through_the_engine_tools(file_sample):
     """trove_load_session of an imported session through a real TroveEngine, exact content."""
     from hermes_trove import config as trove_config
     from hermes_trove.storage import database
     from hermes_trove import tools
     from hermes_trove.engine import TroveEngine
-    source, _, target = sample
+    source, _, target = file_sample
     run(source, target, apply=True)
     engine = TroveEngine(trove_config.load_config({"HERMES_HOME": str(target.parent),
                                                    "TROVE_DATABASE_PATH": str(target)}))

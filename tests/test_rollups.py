@@ -20,6 +20,7 @@ from hermes_trove.compaction.summarize import CircuitBreaker, Summarizer
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.ingest.policy import policy_for
+from hermes_trove.storage import database
 from hermes_trove.storage.database import Database
 from hermes_trove.storage.owners import Owners
 from hermes_trove.storage.timeline import Timeline
@@ -48,11 +49,14 @@ SESSIONS = {   # session -> (day, words only that session says)
 class World:
     """A database with the five sessions; ``ctx`` is a tool context of one of them."""
 
-    def __init__(self, tmp_path: Path, **env):
+    def __init__(self, tmp_path: Path, target: str | None = None, **env):
         environ = {"TROVE_ROLLUPS_ENABLED": "1", **{f"TROVE_{k.upper()}": str(v)
                                                    for k, v in env.items()}}
+        if target and target.startswith("postgresql://"):   # operators open what config names
+            environ["TROVE_DATABASE_URL"] = target
+        self.target = target or str(tmp_path / "trove.db")
         self.config = load_config(environ=environ, hermes_home=tmp_path)
-        self.db = Database(str(tmp_path / "trove.db"))
+        self.db = database.get_database(target or str(tmp_path / "trove.db"))
         self.store, self.dag, self.timeline = Store(self.db), Dag(self.db), Timeline(self.db)
         self.tmp = tmp_path
         self.now = NOW
@@ -124,10 +128,11 @@ def words_in(answer: dict) -> set[str]:
 
 
 @pytest.fixture
-def world(tmp_path):
-    w = World(tmp_path)
+def world(tmp_path, backend):
+    """The five sessions, once on SQLite and once on PostgreSQL (tests/pgkit.py)."""
+    w = World(tmp_path, backend[1])
     yield w
-    w.db.close()
+    database.forget_database(backend[1])
 
 
 # ---------------------------------------------------------------- periods, no rollups yet

@@ -18,10 +18,13 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "trove.py"
 
 
 @pytest.fixture
-def world(tmp_path):
-    w = World(tmp_path)            # the database is HERMES_HOME/trove.db, the default path
+def world(tmp_path, backend, monkeypatch):
+    """HERMES_HOME/trove.db (the default path), or a PostgreSQL schema named by
+    TROVE_DATABASE_URL (tests/pgkit.py): the operator commands on both engines."""
+    if backend[0] == "postgresql":
+        monkeypatch.setenv("TROVE_DATABASE_URL", backend[1])
+    w = World(tmp_path, backend[1] if backend[0] == "postgresql" else None)
     yield w
-    w.db.close()
     for key in list(database._registry):
         database.forget_database(key)
 
@@ -95,7 +98,7 @@ def run_cli(home, *args, **env):
 
 
 def test_cli_rollups(world):
-    db = str(world.tmp / "trove.db")
+    db = world.target
     wide = {"TROVE_ROLLUPS_LOOKBACK_DAYS": "36600"}
     out = run_cli(world.tmp, "rollups", "--db", db, **wide)
     assert out.returncode == 0 and "trove rollups (off" in out.stdout, out.stderr

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+from contextlib import contextmanager
 import sqlite3
 import threading
 import zlib
@@ -192,6 +193,25 @@ class Connection:
                 raise sqlite3.OperationalError(_clean(exc, self.url)) from None
             return Cursor(self, cur)
 
+    @contextmanager
+    def index_first(self) -> Iterator[None]:
+        """Plan the statements of this block without sequential scans. Why: a full-text
+        match that stops early (``LIMIT``) looks cheapest as a table scan that tests each
+        row's tsvector, and the planner prices that test at one operator call, while it
+        reads each row's compressed tsvector out of line: 5-7x slower than the GIN
+        bitmap for a common word (57 vs 8 ms for 5,000 matches at 50K rows). Session
+        setting, reset after (inside a transaction a rollback undoes it too)."""
+        psycopg = _psycopg()
+        with self._lock:
+            self.raw.execute("SET enable_seqscan = off")
+            try:
+                yield
+            finally:
+                # after a failed statement inside a transaction only a rollback is
+                # accepted, and the rollback undoes the SET itself
+                if self.raw.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+                    self.raw.execute("RESET enable_seqscan")
+
     def getlimit(self, category: int) -> int:
         """The bound-parameter limit (``sqlite3.Connection.getlimit``'s one use here)."""
         return 65535
@@ -250,7 +270,7 @@ def translate(sql: str) -> str:
 
 
 _WHOLE_REWRITES = [
-    (re.compile(r"printf\('%0(\d+)d\.',\s*([\w.]+)\)", re.I),
+    (re.compile(r"printf\('%0(\d+)d\.',\s*([\w.]+|\w+\([^()]*\))\)", re.I),
      r"(lpad(CAST(\2 AS text), \1, '0') || '.')"),
     (re.compile(r"\bchar\(9, 10, 13\)", re.I), "(chr(9) || chr(10) || chr(13))"),
 ]

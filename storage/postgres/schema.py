@@ -26,8 +26,22 @@ from ..migrations import apply_pending, registrar
 from .connection import Connection
 
 FTS_CHARS = 262_144
-# How words are split for the index and for queries: unicode61's rule, in SQL.
-WORDS = "regexp_replace(lower({0}), '[^[:alnum:]]+', ' ', 'g')"
+# How words were split by migration 1 (kept: a released migration never changes).
+_WORDS_V1 = "regexp_replace(lower({0}), '[^[:alnum:]]+', ' ', 'g')"
+# How words are split for the index and for queries since migration 3: unicode61's
+# rule with ``remove_diacritics 2``, as SQLite's FTS5 tables use it, in SQL.
+WORDS = "trove_words({0})"
+# Case folded; accents removed (NFD, then the combining marks U+0300-U+036F go, so
+# "café" is "cafe" and "naïve" one word); every run of other non-alphanumerics is a
+# separator. An ASCII text (byte length = character length) skips the normalization:
+# it has no accent, and most text is ASCII. normalize() is built in (PostgreSQL 13+,
+# a UTF-8 database): no extension is needed. IMMUTABLE, so a generated column may
+# use it and the planner folds it over a bound query.
+TROVE_WORDS = (
+    "CREATE OR REPLACE FUNCTION trove_words(value text) RETURNS text LANGUAGE sql"
+    " IMMUTABLE PARALLEL SAFE AS $$ SELECT regexp_replace(CASE WHEN octet_length(value)"
+    " = char_length(value) THEN lower(value) ELSE regexp_replace(normalize(lower(value),"
+    " NFD), '[\\u0300-\\u036f]+', '', 'g') END, '[^[:alnum:]]+', ' ', 'g') $$")
 
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = []
 
@@ -74,14 +88,18 @@ def _hex(prefix: str, column: str) -> str:
 
 
 MESSAGE_BODY = "COALESCE(search_text, content, '')"
-MESSAGE_FTS = (
-    f"setweight(to_tsvector('simple', {WORDS.format(f'left({MESSAGE_BODY}, {FTS_CHARS})')}), 'A')"
-    f" || setweight(to_tsvector('simple', "
-    f"{_tags(_hex('s', 'session_id'), _hex('r', 'role'), _hex('p', 'source'))}), 'D')")
+_MESSAGE_TAGS = _tags(_hex("s", "session_id"), _hex("r", "role"), _hex("p", "source"))
 _NODE_TAGS = _tags(_hex("s", "session_id"), "'d' || depth")
-NODE_FTS = (
-    f"setweight(to_tsvector('simple', {WORDS.format(f'left(text, {FTS_CHARS})')}), 'A')"
-    f" || setweight(to_tsvector('simple', {_NODE_TAGS}), 'D')")
+
+
+def _fts(words: str, body: str, tags: str) -> str:
+    """A tsvector column's expression: body words at weight A, scope tags at weight D."""
+    return (f"setweight(to_tsvector('simple', {words.format(f'left({body}, {FTS_CHARS})')}),"
+            f" 'A') || setweight(to_tsvector('simple', {tags}), 'D')")
+
+
+MESSAGE_FTS = _fts(WORDS, MESSAGE_BODY, _MESSAGE_TAGS)
+NODE_FTS = _fts(WORDS, "text", _NODE_TAGS)
 
 _SCHEMA = [
     # lower-case hex of the UTF-8 bytes, as SQLite's lower(hex(x)) (convert_to is only
@@ -120,7 +138,7 @@ _SCHEMA = [
         created_at DOUBLE PRECISION NOT NULL,
         token_count INTEGER NOT NULL DEFAULT 0,
         pinned INTEGER NOT NULL DEFAULT 0,
-        fts tsvector GENERATED ALWAYS AS ({MESSAGE_FTS}) STORED,
+        fts tsvector GENERATED ALWAYS AS ({_fts(_WORDS_V1, MESSAGE_BODY, _MESSAGE_TAGS)}) STORED,
         UNIQUE (session_id, content_hash, ordinal))""",
     "CREATE INDEX messages_session ON messages(session_id, store_id)",
     "CREATE INDEX messages_fts ON messages USING gin (fts)",
@@ -141,7 +159,7 @@ _SCHEMA = [
         model TEXT NOT NULL DEFAULT '',
         topics TEXT NOT NULL DEFAULT '[]',
         created_at DOUBLE PRECISION NOT NULL,
-        fts tsvector GENERATED ALWAYS AS ({NODE_FTS}) STORED)""",
+        fts tsvector GENERATED ALWAYS AS ({_fts(_WORDS_V1, "text", _NODE_TAGS)}) STORED)""",
     "CREATE INDEX nodes_session ON nodes(session_id, depth, node_id)",
     "CREATE INDEX nodes_time ON nodes(time_to, time_from)",
     "CREATE INDEX nodes_fts ON nodes USING gin (fts)",
@@ -332,11 +350,29 @@ def pg002_trigram_index(conn: Connection) -> None:
                  f" ((COALESCE(search_text, content)) {trgm}.gin_trgm_ops)")
 
 
+@migration(3)
+def pg003_accent_folding(conn: Connection) -> None:
+    """Accents folded in full-text search as SQLite's FTS5 folds them (``unicode61
+    remove_diacritics 2``): "cafe" finds "café" on both engines. The tsvector columns
+    are recomputed with ``trove_words`` (a generated column's expression cannot be
+    altered before PostgreSQL 17: the column is dropped and added again, which rewrites
+    both tables once, in this migration's one transaction) and their GIN indexes rebuilt."""
+    conn.execute(TROVE_WORDS)
+    for table, expression in (("messages", MESSAGE_FTS), ("nodes", NODE_FTS)):
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN fts")
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN fts tsvector"
+                     f" GENERATED ALWAYS AS ({expression}) STORED")
+        conn.execute(f"CREATE INDEX {table}_fts ON {table} USING gin (fts)")
+
+
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
                     "session_carry", "trove_meta", "session_views", "session_owners")
 
 
 def structural_check(conn: Connection) -> list[str]:
-    """Names of required tables and search indexes that are missing (catalogue read only)."""
+    """Names of required tables and search indexes that are missing (catalogue read only;
+    an empty schema, opened read-only before its first migration, misses them all)."""
+    if not conn.execute("SELECT to_regclass('sqlite_master')").fetchone()[0]:
+        return list(REQUIRED_OBJECTS)
     present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     return [name for name in REQUIRED_OBJECTS if name not in present]

@@ -119,8 +119,21 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
     return out
 
 
-# Below this many matches a newest-first match reads them all from the GIN index.
+# Up to this many matches a newest-first match reads them all from the GIN index.
 FEW_MATCHES = 5000
+# Expressions seen to match at least FEW_MATCHES rows of a table, per schema: a
+# newest-first match of one goes straight to the newest-first walk (recall counts a
+# word's matches before it fetches them; reading 5,000 candidates again to learn it is
+# common cost as much as the count). Only a plan choice: were rows deleted since, the
+# walk still returns the right rows. Bounded; cleared when full.
+_COMMON: set[tuple[str, str, str]] = set()
+_COMMON_MAX = 4096
+
+
+def _remember_common(conn, table: str, expr: str) -> None:
+    if len(_COMMON) >= _COMMON_MAX:
+        _COMMON.clear()
+    _COMMON.add((conn.schema, table, expr))
 
 
 def tsquery(expr: str) -> tuple[str, list]:
@@ -143,16 +156,21 @@ def match_ids(conn, table: str, key: str, expr: str, *, limit: int, ranked: bool
     second = "m.session_id" if session else (f"-ts_rank(m.fts, {query})" if rank else "NULL")
     order = "2" if rank else f"m.{key} DESC"
     terms = " AND ".join([f"m.fts @@ {query}", *where])
+    if not rank and (conn.schema, table, expr) not in _COMMON:
+        # A bounded candidate set first: up to FEW_MATCHES matches through the GIN index
+        # (one query, where a count and then a fetch were two). Fewer than that is every
+        # match: the newest come from it. (Left to itself the planner walks the newest
+        # rows testing each tsvector, which reads the whole table when the words are
+        # rare: it cannot see how rare they are.)
+        with conn.index_first():
+            found = conn.execute(f"SELECT m.{key}, {second} FROM {table} m WHERE {terms}"
+                                 f" LIMIT ?", [*query_params, *params, FEW_MATCHES]).fetchall()
+        if len(found) < FEW_MATCHES:
+            found.sort(key=lambda r: r[0], reverse=True)
+            return [(r[0], r[1]) for r in found[:limit]]
+        _remember_common(conn, table, expr)
     bound = [*query_params] * (2 if rank else 1) + [*params, limit]
-    if not rank and count_matches(conn, table, key, expr, cap=FEW_MATCHES, where=where,
-                                  params=params) < FEW_MATCHES:
-        # Few matches: take them all through the GIN index, then the newest. (Left to
-        # itself the planner walks the newest rows testing each tsvector, which reads
-        # the whole table when the words are rare: it cannot see how rare they are.)
-        sql = (f"WITH hits AS MATERIALIZED (SELECT m.{key}, {second} FROM {table} m"
-               f" WHERE {terms}) SELECT * FROM hits ORDER BY 1 DESC LIMIT ?")
-    else:
-        sql = f"SELECT m.{key}, {second} FROM {table} m WHERE {terms} ORDER BY {order} LIMIT ?"
+    sql = f"SELECT m.{key}, {second} FROM {table} m WHERE {terms} ORDER BY {order} LIMIT ?"
     return [(r[0], r[1]) for r in conn.execute(sql, bound)]
 
 
@@ -174,6 +192,10 @@ def count_matches(conn, table: str, key: str, expr: str, *, cap: int,
     """How many rows match ``expr``, counting no further than ``cap``."""
     query, query_params = tsquery(expr)
     terms = " AND ".join([f"m.fts @@ {query}", *where])
-    return conn.execute(
-        f"SELECT count(*) FROM (SELECT m.{key} FROM {table} m WHERE {terms} LIMIT ?) found",
-        [*query_params, *params, cap]).fetchone()[0]
+    with conn.index_first():   # the GIN bitmap, not a scan testing tsvectors (index_first)
+        count = conn.execute(
+            f"SELECT count(*) FROM (SELECT m.{key} FROM {table} m WHERE {terms} LIMIT ?) found",
+            [*query_params, *params, cap]).fetchone()[0]
+    if count >= FEW_MATCHES:
+        _remember_common(conn, table, expr)
+    return count
