@@ -23,7 +23,9 @@ from datetime import tzinfo
 from ..storage import codec, timekeys
 from ..config import TroveConfig
 from .noise import MessageFilter, SessionFilter
-from ..storage.payloads import PayloadError, PayloadStore, guard_message, refs_in, restore_text
+from ..storage.payloads import (PayloadError, PayloadStore, guard_message, refs_in,
+                                restore_text)
+from ..storage.payloads import store_for as payload_store_for
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,7 @@ class IngestPolicy:
 
 def policy_for(cfg: TroveConfig) -> IngestPolicy:
     """The shared policy for these settings (built once per process)."""
-    key = (str(cfg.resolved_database_path), cfg.ignore_session_patterns,
+    key = (str(cfg.database_target), str(cfg.resolved_database_path), cfg.ignore_session_patterns,
            cfg.stateless_session_patterns, cfg.ignore_message_patterns,
            cfg.sensitive_patterns_enabled, cfg.sensitive_patterns,
            cfg.large_output_externalization_enabled,
@@ -143,7 +145,7 @@ def _build(cfg: TroveConfig) -> IngestPolicy:
         sessions=SessionFilter(cfg.ignore_session_patterns, cfg.stateless_session_patterns),
         messages=MessageFilter(cfg.ignore_message_patterns),
         redactor=redactor,
-        payloads=PayloadStore.beside_database(cfg.resolved_database_path),
+        payloads=payload_store_for(cfg.database_target, cfg.resolved_database_path),
         large_threshold=(cfg.large_output_externalization_threshold_chars
                          if cfg.large_output_externalization_enabled else None),
         time_zone=timekeys.zone_or_utc(cfg.timezone))

@@ -514,10 +514,8 @@ def source_fix(target: Target, apply: bool = False) -> dict:
 
 # ---------------------------------------------------------------- doctor retention
 def _payload_usage(target: Target) -> dict:
-    """Files and bytes in the payload folder next to the database."""
-    root = policy_for(target.config).payloads.root
-    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
-    return {"path": str(root), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    """Payloads stored for the database: files beside it, or rows on a server."""
+    return policy_for(target.config).payloads.usage()
 
 
 def retention(target: Target, now: float | None = None) -> dict:

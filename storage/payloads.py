@@ -37,6 +37,7 @@ from . import codec
 
 REF_PREFIX = "trove-payload:"
 _REF_RE = re.compile(r"trove-payload:([0-9a-f]{64})")
+_SHA_NAME = re.compile(r"[0-9a-f]{64}")
 PAYLOAD_DIR_NAME = "payloads"
 TEMP_PREFIX = ".tmp-"
 SIDECAR_SUFFIX = ".json"
@@ -236,6 +237,20 @@ class PayloadStore:
             _fsync_dir(path.parent)
         return existed
 
+    def refs(self):
+        """Every stored payload's ref (a migration copies them), in no set order."""
+        if not self.root.is_dir():
+            return
+        for path in self.root.glob("??/??/*"):
+            if _SHA_NAME.fullmatch(path.name) and path.is_file():
+                yield REF_PREFIX + path.name
+
+    def usage(self) -> dict:
+        """Files and bytes in the payload folder (retention reports)."""
+        files = [p for p in self.root.rglob("*") if p.is_file()] if self.root.is_dir() else []
+        return {"path": str(self.root), "files": len(files),
+                "bytes": sum(p.stat().st_size for p in files)}
+
     def sweep_temp_files(self, max_age_seconds: float = 3600.0) -> int:
         """Delete temp files a crash left mid-write (never read, as they have no final name)."""
         cutoff = time.time() - max_age_seconds
@@ -246,6 +261,16 @@ class PayloadStore:
                     path.unlink()
                     removed += 1
         return removed
+
+
+def store_for(database_target: str, database_path: str | Path) -> PayloadStore:
+    """The payload store of a database: a folder beside a SQLite file, the ``payloads``
+    table on a PostgreSQL server (so every host that shares the server reads them)."""
+    from .database import is_url
+    if is_url(str(database_target)):
+        from .postgres.payloads import ServerPayloadStore
+        return ServerPayloadStore(str(database_target))
+    return PayloadStore.beside_database(database_path)
 
 
 def _sidecar_path(path: Path) -> Path:

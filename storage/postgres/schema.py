@@ -365,6 +365,15 @@ def pg003_accent_folding(conn: Connection) -> None:
         conn.execute(f"CREATE INDEX {table}_fts ON {table} USING gin (fts)")
 
 
+@migration(4)
+def pg004_payloads(conn: Connection) -> None:
+    """Externalized payloads as rows (``storage/postgres/payloads``): hosts sharing the
+    server restore and expand each other's large outputs (SQLite keeps files)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS payloads (sha256 TEXT PRIMARY KEY,"
+                 " kind TEXT NOT NULL, mime TEXT, size BIGINT NOT NULL,"
+                 " created_at DOUBLE PRECISION NOT NULL, data BYTEA NOT NULL)")
+
+
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
                     "session_carry", "trove_meta", "session_views", "session_owners")
 
