@@ -364,3 +364,30 @@ def test_a_question_of_two_sentences_searches_each_by_its_own_vector(tmp_path):
         assert {ids[10], ids[21]} <= set(list(ranks)[:3])
     finally:
         db.close()
+
+
+def test_each_sentence_of_a_question_gets_a_slot_near_the_top(tmp_path, monkeypatch):
+    """Six turns match the first sentence's four words and outscore the one turn that
+    answers the second sentence (three words) in the fused list; dealt in turn, each
+    sentence's best hit is in the first three. Off (``INTERLEAVE = False``) it is not."""
+    from hermes_trove.recall import arms
+    trail = [{"role": "user", "content": f"the hiking trail near Moab starts at gate {i}"}
+             for i in range(6)]
+    filler = [{"role": "assistant", "content": f"small talk number {i}"} for i in range(10)]
+    messages = [{"role": "assistant", "content": "Jo baked a carrot cake"}] + filler + trail
+    db, store, dag, ids = _db(tmp_path, messages)
+    query = {"query": "Where does the hiking trail near Moab start? Also, which cake did Jo bake?",
+             "limit": 3}
+    try:
+        ctx = _ctx(store, dag, tmp_path)
+        monkeypatch.setattr(arms, "INTERLEAVE", False)
+        fused = json.loads(tools.dispatch("trove_grep", query, ctx))
+        assert ids[0] not in [r["store_id"] for r in fused["results"]]
+        monkeypatch.setattr(arms, "INTERLEAVE", True)
+        for tool in ("trove_grep", "trove_recall"):
+            dealt = json.loads(tools.dispatch(tool, query, ctx))
+            top = [r["store_id"] for r in dealt["results"]]
+            assert ids[0] in top[:3], tool
+            assert set(top[:3]) & set(ids[11:]), tool                 # the first sentence too
+    finally:
+        db.close()
