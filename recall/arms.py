@@ -32,6 +32,14 @@ CLAUSE_WEIGHT = 0.5           # a question of several sentences: each one's own 
 MAX_CLAUSES = 4               # ... sharing this much of the vector weight (0 = off)
 INTERLEAVE = True             # ... and each sentence searched alone, its best hits dealt into
                               # the list in turn with the whole question's (see _interleave)
+SESSION_ARMS = ("vector_session",)  # this session's vector arm, scaled on its own rows
+                              # (ranking.fuse_arms' scales): other chats' near-paraphrases set
+                              # the all-session cosine maximum and pushed this session's best
+                              # vector hit under it, so trove_recall ranked it below where
+                              # trove_grep does (real chats hybrid recall 0.352 -> 0.381, grep
+                              # 0.389). The full-text session arm is not: scaled apart it took
+                              # the two-session suite's other-session facts' slots (hit@1 0.81
+                              # < 0.88, tests/test_recall_quality.py).
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -120,7 +128,8 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     for arm in clause_arms:
         weights[arm] *= CLAUSE_WEIGHT / len(clause_arms)
     fused = ranking.fuse_arms(arms, families={arm: _family(arm) for arm in arms},
-                              weights=weights)
+                              weights=weights, scales={arm: f"{_family(arm)}:own"
+                                                       for arm in arms if arm in SESSION_ARMS})
     if dated is not None:
         start, end = window.start - DATE_SLACK, window.end + DATE_SLACK
         inside = {key for key, hit in hits.items() if _overlaps(hit.row, start, end)}

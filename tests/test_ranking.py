@@ -391,3 +391,17 @@ def test_each_sentence_of_a_question_gets_a_slot_near_the_top(tmp_path, monkeypa
             assert set(top[:3]) & set(ids[11:]), tool                 # the first sentence too
     finally:
         db.close()
+
+
+def test_an_arm_over_a_narrower_scope_can_be_scaled_on_its_own_rows():
+    """Every session's arm holds a row (a) better than this session's best (b); in one
+    family on one scale b keeps its lower score, on its own scale (``scales``) it is
+    its arm's best and scores 1, as in a search of this session alone."""
+    arms = {"all": [("a", 0.9), ("b", 0.5), ("c", 0.1)], "own": [("b", 0.5), ("d", 0.3)]}
+    families = {"all": "vector:messages", "own": "vector:messages"}
+    one = {key: score for key, score, _ in ranking.fuse_arms(arms, families=families)}
+    assert one["a"] == 1.0 and one["b"] == 0.5
+    apart = {key: score for key, score, _ in ranking.fuse_arms(
+        arms, families=families, scales={"own": "vector:own"})}
+    assert apart["b"] == 1.0 and apart["a"] == 1.0 and apart["d"] == 0.0
+    assert apart["c"] == 0.0
