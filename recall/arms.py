@@ -10,6 +10,7 @@ notes and stages for ``explain``. ``placed`` then applies the slot rules of
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -29,13 +30,23 @@ DATE_BOOST = 3.0              # a hit inside a date the question names scores (1
 DATE_SLACK = 86400.0          # ... a window widened by this much on each side
 CLAUSE_WEIGHT = 0.5           # a question of several sentences: each one's own vector arm,
 MAX_CLAUSES = 4               # ... sharing this much of the vector weight (0 = off)
+INTERLEAVE = True             # ... and each sentence searched alone, its best hits dealt into
+                              # the list in turn with the whole question's (see _interleave)
+SESSION_ARMS = ("vector_session",)  # this session's vector arm, scaled on its own rows
+                              # (ranking.fuse_arms' scales): other chats' near-paraphrases set
+                              # the all-session cosine maximum and pushed this session's best
+                              # vector hit under it, so trove_recall ranked it below where
+                              # trove_grep does (real chats hybrid recall 0.352 -> 0.381, grep
+                              # 0.389). The full-text session arm is not: scaled apart it took
+                              # the two-session suite's other-session facts' slots (hit@1 0.81
+                              # < 0.88, tests/test_recall_quality.py).
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
                 message_scope: search.MessageScope, summaries: search.SummaryCorpus | None,
                 session_scope: search.MessageScope | None = None,
-                choice: semantic.ModeChoice | None = None):
+                choice: semantic.ModeChoice | None = None, _alone: bool = False):
     """Ranked raw-message hits and summary hits (and vector hits), fused by score.
 
     ``session_scope`` adds an arm over this session's raw messages alone, so a
@@ -117,7 +128,8 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     for arm in clause_arms:
         weights[arm] *= CLAUSE_WEIGHT / len(clause_arms)
     fused = ranking.fuse_arms(arms, families={arm: _family(arm) for arm in arms},
-                              weights=weights)
+                              weights=weights, scales={arm: f"{_family(arm)}:own"
+                                                       for arm in arms if arm in SESSION_ARMS})
     if dated is not None:
         start, end = window.start - DATE_SLACK, window.end + DATE_SLACK
         inside = {key for key, hit in hits.items() if _overlaps(hit.row, start, end)}
@@ -125,7 +137,52 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
                        key=lambda f: -f[1])
         notes.append(f"read {window.label!r} in the query as a preference for that time "
                      f"(pass period to filter by it)")
-    return [ranking.Fused(*f) for f in fused], hits, notes, stages
+    result = [ranking.Fused(*f) for f in fused]
+    if INTERLEAVE and not _alone:
+        result = _interleave(ctx, plan, limit, result, hits, message_scope=message_scope,
+                             summaries=summaries, session_scope=session_scope, choice=choice)
+    return result, hits, notes, stages
+
+
+def _interleave(ctx: Any, plan: QueryPlan, limit: int, fused: list, hits: dict, **scopes) -> list:
+    """A question of several sentences ("Where did she go? Also, what did she buy?"):
+    each sentence searched on its own, and the lists dealt in turn (the whole
+    question's first, then each sentence's first, then the seconds, ...).
+
+    Why: every sentence is answered by a different turn. Fused by weight, one
+    sentence's strong hits (or the whole question's blend) fill the first page and the
+    other sentence's answer falls below it (real chats: asked alone, each sentence
+    finds 23 of its 94 replies in its top 5, the fused question 14; bench/README.md).
+    Dealing in turn gives every sentence a slot near the top. The dealt keys take the
+    whole list's scores in order, so a caller that rescales scores (trove_recall's
+    session preference) keeps their scale.
+    """
+    clauses = _clauses(plan.text)
+    if not clauses:
+        return fused
+    lists = [[f.key for f in fused]]
+    by_key = {f.key: f for f in fused}
+    for clause in clauses:
+        choice = scopes["choice"]
+        if choice is not None and choice.vector is not None:
+            vector = ctx.semantic.query_vector(clause)
+            choice = dataclasses.replace(choice, vector=vector) if vector is not None else None
+        found, more, _, _ = search_arms(ctx, query_plan.parse_query(clause), limit,
+                                        **{**scopes, "choice": choice}, _alone=True)
+        for key, hit in more.items():
+            hits.setdefault(key, hit)
+        for f in found:
+            by_key.setdefault(f.key, f)
+        lists.append([f.key for f in found])
+    order: list = []
+    seen: set = set()
+    for rank in range(max(len(keys) for keys in lists)):
+        for keys in lists:
+            if rank < len(keys) and keys[rank] not in seen:
+                seen.add(keys[rank])
+                order.append(keys[rank])
+    scores = sorted((f.score for f in by_key.values()), reverse=True)
+    return [ranking.Fused(key, score, by_key[key].ranks) for key, score in zip(order, scores)]
 
 
 def _clauses(text: str) -> list[str]:

@@ -195,7 +195,8 @@ FUSION = "score"              # "score" (normalised, weighted) or "rrf"; see fus
 
 def fuse_arms(arms: dict[str, Sequence[tuple[Hashable, float]]], *,
               families: dict[str, str] | None = None,
-              weights: dict[str, float] | None = None) -> list[tuple[Hashable, float, dict]]:
+              weights: dict[str, float] | None = None,
+              scales: dict[str, str] | None = None) -> list[tuple[Hashable, float, dict]]:
     """Fuse ranked arms (``[(key, score), ...]``, best first) into ``(key, score, ranks)``.
 
     By score (the default, ``FUSION``): arms of one *family* (all full-text
@@ -205,6 +206,11 @@ def fuse_arms(arms: dict[str, Sequence[tuple[Hashable, float]]], *,
     against reciprocal-rank fusion (``FUSION = "rrf"``, k = 60), which lets a
     weak row that shows up in several arms beat a strong row found by one, and
     so lost (bench/README.md has both figures).
+
+    ``scales`` (arm -> name, default its family) sets which arms share one min-max
+    scale inside a family: an arm over a narrower scope (this session's turns beside
+    every session's) is scaled on its own rows, so its best row scores 1 as it
+    would in a search of that scope alone, and a key still takes its family's best.
     """
     families = families or {}
     weights = weights or {}
@@ -216,25 +222,30 @@ def fuse_arms(arms: dict[str, Sequence[tuple[Hashable, float]]], *,
         totals = {f.key: f.score for f in fuse({arm: [k for k, _ in scored]
                                                  for arm, scored in arms.items()}, weights)}
     else:
-        totals = _score_fusion(arms, families, weights)
+        totals = _score_fusion(arms, families, weights, scales or {})
     order = sorted(totals, key=lambda key: -totals[key])
     return [(key, totals[key], ranks[key]) for key in order]
 
 
-def _score_fusion(arms, families, weights) -> dict[Hashable, float]:
+def _score_fusion(arms, families, weights, scales) -> dict[Hashable, float]:
     """Weighted sum over families of each key's best min-max normalised score."""
     by_family: dict[str, list[str]] = {}
     for arm in arms:
         by_family.setdefault(families.get(arm, arm), []).append(arm)
     totals: dict[Hashable, float] = {}
     for family, members in by_family.items():
-        scores = [s for arm in members for _, s in arms[arm]]
-        if not scores:
-            continue
-        low, high = min(scores), max(scores)
+        bounds: dict[str, tuple[float, float]] = {}
+        for scale in {scales.get(arm, family) for arm in members}:
+            scores = [s for arm in members if scales.get(arm, family) == scale
+                      for _, s in arms[arm]]
+            if scores:
+                bounds[scale] = (min(scores), max(scores))
         best: dict[Hashable, float] = {}
         for arm in members:
             weight = weights.get(arm, 1.0)
+            if not arms[arm]:
+                continue
+            low, high = bounds[scales.get(arm, family)]
             for key, s in arms[arm]:
                 norm = (s - low) / (high - low) if high > low else 1.0
                 best[key] = max(best.get(key, 0.0), weight * norm)

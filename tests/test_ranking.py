@@ -364,3 +364,44 @@ def test_a_question_of_two_sentences_searches_each_by_its_own_vector(tmp_path):
         assert {ids[10], ids[21]} <= set(list(ranks)[:3])
     finally:
         db.close()
+
+
+def test_each_sentence_of_a_question_gets_a_slot_near_the_top(tmp_path, monkeypatch):
+    """Six turns match the first sentence's four words and outscore the one turn that
+    answers the second sentence (three words) in the fused list; dealt in turn, each
+    sentence's best hit is in the first three. Off (``INTERLEAVE = False``) it is not."""
+    from hermes_trove.recall import arms
+    trail = [{"role": "user", "content": f"the hiking trail near Moab starts at gate {i}"}
+             for i in range(6)]
+    filler = [{"role": "assistant", "content": f"small talk number {i}"} for i in range(10)]
+    messages = [{"role": "assistant", "content": "Jo baked a carrot cake"}] + filler + trail
+    db, store, dag, ids = _db(tmp_path, messages)
+    query = {"query": "Where does the hiking trail near Moab start? Also, which cake did Jo bake?",
+             "limit": 3}
+    try:
+        ctx = _ctx(store, dag, tmp_path)
+        monkeypatch.setattr(arms, "INTERLEAVE", False)
+        fused = json.loads(tools.dispatch("trove_grep", query, ctx))
+        assert ids[0] not in [r["store_id"] for r in fused["results"]]
+        monkeypatch.setattr(arms, "INTERLEAVE", True)
+        for tool in ("trove_grep", "trove_recall"):
+            dealt = json.loads(tools.dispatch(tool, query, ctx))
+            top = [r["store_id"] for r in dealt["results"]]
+            assert ids[0] in top[:3], tool
+            assert set(top[:3]) & set(ids[11:]), tool                 # the first sentence too
+    finally:
+        db.close()
+
+
+def test_an_arm_over_a_narrower_scope_can_be_scaled_on_its_own_rows():
+    """Every session's arm holds a row (a) better than this session's best (b); in one
+    family on one scale b keeps its lower score, on its own scale (``scales``) it is
+    its arm's best and scores 1, as in a search of this session alone."""
+    arms = {"all": [("a", 0.9), ("b", 0.5), ("c", 0.1)], "own": [("b", 0.5), ("d", 0.3)]}
+    families = {"all": "vector:messages", "own": "vector:messages"}
+    one = {key: score for key, score, _ in ranking.fuse_arms(arms, families=families)}
+    assert one["a"] == 1.0 and one["b"] == 0.5
+    apart = {key: score for key, score, _ in ranking.fuse_arms(
+        arms, families=families, scales={"own": "vector:own"})}
+    assert apart["b"] == 1.0 and apart["a"] == 1.0 and apart["d"] == 0.0
+    assert apart["c"] == 0.0
