@@ -199,12 +199,16 @@ class PayloadStore:
         """The exact original string of a payload stored by ``guard_message``."""
         return decode_text(self._read_verified(ref))
 
-    def _read_verified(self, ref: str) -> bytes:
-        sha = parse_ref(ref)
+    def _read_bytes(self, ref: str, sha: str) -> bytes:
+        """The stored bytes of a payload, unchecked (``PayloadMissingError`` if absent)."""
         try:
-            data = self._data_path(sha).read_bytes()
+            return self._data_path(sha).read_bytes()
         except FileNotFoundError:
             raise PayloadMissingError(f"payload {ref} is not in the payload store") from None
+
+    def _read_verified(self, ref: str) -> bytes:
+        sha = parse_ref(ref)
+        data = self._read_bytes(ref, sha)
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha:
             raise PayloadCorruptError(f"payload {ref} is corrupt: its bytes hash to "
