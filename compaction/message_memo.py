@@ -31,6 +31,11 @@ class Facts(NamedTuple):
     real_user: bool                        # a user turn with text the engine did not insert
 
 
+# The facts of a message that is never stored (a leading system prompt).
+NOT_STORED = Facts(encoded=None, fp=None, block_fp=None, tail_key=None, ack=False,
+                   real_user=False)
+
+
 def _holds(entry: list, message: dict) -> bool:
     """Whether a memo entry is still this message's: the very object, holding the
     very same role, content, tool calls and tool call id."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from ..binding import forks
 from ..compaction import assemble, known_tails, tokens
 from ..compaction.budget import host_estimator
+from ..compaction.message_memo import NOT_STORED
 from ..storage import codec, identity
 from ..store import KnownTail
 
@@ -73,11 +74,14 @@ class IngestSide:
             rest = len(messages) - len(user_part)
             return ids + [None] * rest, inserted + [False] * rest
         messages = [m if isinstance(m, dict) else {} for m in messages]
-        prepare = self.policy.prepare
-        facts = self._memo.facts_of(messages, prepare)
-        stamps = [m.get("timestamp") for m in messages]
-        # a leading system prompt is not stored: only then does ``system_prompt`` matter
+        # a leading system prompt is not stored (nor prepared): only then does
+        # ``system_prompt`` matter
         system_prompt = system_prompt and bool(messages) and messages[0].get("role") == "system"
+        facts = self._memo.facts_of(messages[1:] if system_prompt else messages,
+                                    self.policy.prepare)
+        if system_prompt:
+            facts.insert(0, NOT_STORED)
+        stamps = [m.get("timestamp") for m in messages]
         store = self.store
         key = (canonical, system_prompt, handover)
         last = self._last_read(store, key, own, facts, stamps)
