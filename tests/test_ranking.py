@@ -405,3 +405,48 @@ def test_an_arm_over_a_narrower_scope_can_be_scaled_on_its_own_rows():
         arms, families=families, scales={"own": "vector:own"})}
     assert apart["b"] == 1.0 and apart["a"] == 1.0 and apart["d"] == 0.0
     assert apart["c"] == 0.0
+
+
+def test_hybrid_leans_on_vectors_when_no_turn_holds_most_of_the_question(tmp_path,
+                                                                        monkeypatch):
+    """The question's best full-text hit holds one of its two words ("fun"); the turn
+    the (bag-of-words) vectors rank first holds none of them. Full text weighed as much
+    as the vectors (``LEXICAL_POWER = 0``) lists the one-word hit first; weighed by its
+    coverage of the question (the default) it yields the first slot to the vectors."""
+    from fake_openai import FakeOpenAIServer
+    from hermes_trove.recall import arms
+    filler = [{"role": "assistant", "content": f"zq{i} xv{i} kw{i}"} for i in range(20)]
+    messages = filler[:5] + [{"role": "user", "content": "fun"}] + filler[5:15] + [
+        {"role": "user", "content": "what do you do for on"}] + filler[15:]
+    db, store, dag, ids = _db(tmp_path, messages)
+    one_word, no_word = ids[5], ids[16]
+    try:
+        with FakeOpenAIServer() as fake:
+            config, found = _embedded(db, tmp_path, fake)
+
+            def first():
+                ctx = _ctx(store, dag, tmp_path, config=config, found=found)
+                out = json.loads(tools.dispatch("trove_grep", {
+                    "query": "what do you do for fun on weekends?", "limit": 5}, ctx))
+                assert out["mode"] == "hybrid"
+                return out["results"][0]["store_id"]
+            monkeypatch.setattr(arms, "LEXICAL_POWER", 0.0)
+            assert first() == one_word
+            monkeypatch.setattr(arms, "LEXICAL_POWER", 1.0)
+            assert first() == no_word
+    finally:
+        db.close()
+
+
+def test_lexical_confidence_is_the_best_coverage_of_the_first_five_hits(monkeypatch):
+    from hermes_trove.recall import arms
+    from hermes_trove.recall.search import Hit
+
+    def hit(coverage):
+        return Hit(1, {}, "", 1.0, {"coverage": coverage})
+    monkeypatch.setattr(arms, "LEXICAL_POWER", 1.0)
+    assert arms._lexical_confidence([]) == 0.0
+    assert arms._lexical_confidence([hit(0.5), hit(0.25)]) == 0.5
+    assert arms._lexical_confidence([hit(0.2)] * 5 + [hit(1.0)]) == 0.2   # sixth not read
+    monkeypatch.setattr(arms, "LEXICAL_POWER", 2.0)
+    assert arms._lexical_confidence([hit(0.5)]) == 0.25
