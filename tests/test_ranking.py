@@ -53,6 +53,13 @@ def _embedded(db, tmp_path, fake):
     return config, semantic.Semantic(db, config, state)
 
 
+def _hybrid_ids(ctx, query, limit):
+    """The store ids ``trove_grep`` lists for ``query``, checking it ran hybrid."""
+    out = json.loads(tools.dispatch("trove_grep", {"query": query, "limit": limit}, ctx))
+    assert out["mode"] == "hybrid"
+    return [r["store_id"] for r in out["results"]]
+
+
 def test_a_question_naming_a_person_prefers_that_persons_turns(tmp_path):
     messages = [{"role": "user", "content": "[Mel] Wow Caroline, your pottery looks great!"},
                 {"role": "user", "content": "[Caroline] I love my new pottery class."},
@@ -281,15 +288,12 @@ def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
         with FakeOpenAIServer() as fake:
             config, found = _embedded(db, tmp_path, fake)
 
-            def ranks():
-                ctx = _ctx(store, dag, tmp_path, config=config, found=found)
-                out = json.loads(tools.dispatch("trove_grep", {
-                    "query": "Which hiking trail near Moab was recommended?", "limit": 20}, ctx))
-                assert out["mode"] == "hybrid"
-                return [r["store_id"] for r in out["results"]]
-            with_context = ranks()
+            question = "Which hiking trail near Moab was recommended?"
+            with_context = _hybrid_ids(_ctx(store, dag, tmp_path, config=config, found=found),
+                                       question, 20)
             monkeypatch.setattr(arms, "CONTEXT_WEIGHT", 0.0)
-            without = ranks()
+            without = _hybrid_ids(_ctx(store, dag, tmp_path, config=config, found=found),
+                                  question, 20)
         reply = ids[31]
         assert with_context[0] == ids[30] and reply in with_context[:5]
         assert reply not in without[:10]
@@ -423,17 +427,12 @@ def test_hybrid_leans_on_vectors_when_no_turn_holds_most_of_the_question(tmp_pat
     try:
         with FakeOpenAIServer() as fake:
             config, found = _embedded(db, tmp_path, fake)
-
-            def first():
-                ctx = _ctx(store, dag, tmp_path, config=config, found=found)
-                out = json.loads(tools.dispatch("trove_grep", {
-                    "query": "what do you do for fun on weekends?", "limit": 5}, ctx))
-                assert out["mode"] == "hybrid"
-                return out["results"][0]["store_id"]
+            ctx = _ctx(store, dag, tmp_path, config=config, found=found)
+            question = "what do you do for fun on weekends?"
             monkeypatch.setattr(arms, "LEXICAL_POWER", 0.0)
-            assert first() == one_word
+            assert _hybrid_ids(ctx, question, 5)[0] == one_word
             monkeypatch.setattr(arms, "LEXICAL_POWER", 1.0)
-            assert first() == no_word
+            assert _hybrid_ids(ctx, question, 5)[0] == no_word
     finally:
         db.close()
 
