@@ -288,12 +288,11 @@ def test_hybrid_lists_the_reply_beside_a_hit_even_without_shared_words(tmp_path,
         with FakeOpenAIServer() as fake:
             config, found = _embedded(db, tmp_path, fake)
 
+            ctx = _ctx(store, dag, tmp_path, config=config, found=found)
             question = "Which hiking trail near Moab was recommended?"
-            with_context = _hybrid_ids(_ctx(store, dag, tmp_path, config=config, found=found),
-                                       question, 20)
+            with_context = _hybrid_ids(ctx, question, 20)
             monkeypatch.setattr(arms, "CONTEXT_WEIGHT", 0.0)
-            without = _hybrid_ids(_ctx(store, dag, tmp_path, config=config, found=found),
-                                  question, 20)
+            without = _hybrid_ids(ctx, question, 20)
         reply = ids[31]
         assert with_context[0] == ids[30] and reply in with_context[:5]
         assert reply not in without[:10]
