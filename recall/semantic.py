@@ -44,6 +44,7 @@ IDLE_SECONDS = 30.0           # the worker re-checks for work this often without
 FAILURE_PAUSE = 60.0          # after a provider error the worker waits this long
 WORKER_NICE = 10              # the worker's thread runs at this nice value where the OS allows
 WORKER_PAUSE = 0.01           # seconds between two batches, so turns get the write lock
+QUERY_MEMO = 32               # query vectors kept for searches that ask again (query_vector)
 
 
 def message_text(row: dict) -> str:
@@ -252,6 +253,8 @@ class Semantic:
     worker: EmbeddingWorker | None = None
     _space: int | None = field(default=None, repr=False)
     _bits: vectorscan.BitIndex | None = field(default=None, repr=False)
+    _queries: dict = field(default_factory=dict, repr=False)   # (provider, text) -> vector
+    _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def bits(self) -> vectorscan.BitIndex:
@@ -301,13 +304,29 @@ class Semantic:
         return done / total if total else 1.0
 
     def query_vector(self, text: str):
-        """The query's vector, or None when the provider fails in time (full text then)."""
-        if self.provider is None:
+        """The query's vector, or None when the provider fails in time (full text then).
+
+        The last ``QUERY_MEMO`` vectors are kept: one trove_recall embeds the question
+        and each of its sentences for several searches (all sessions, this session as
+        grep ranks it, each sentence alone), and a model call costs milliseconds."""
+        provider = self.provider
+        if provider is None:
             return None
+        key = (id(provider), text)
+        with self._queries_lock:
+            if key in self._queries:
+                return self._queries[key]
         try:
-            return self.provider.query(text, self.config.embedding_query_timeout_ms / 1000.0)
+            vector = provider.query(text, self.config.embedding_query_timeout_ms / 1000.0)
         except Exception:  # a slow or broken model degrades to full text, never fails a call
             return None
+        if getattr(vector, "flags", None) is not None:
+            vector.flags.writeable = False     # shared by the calls that ask again
+        with self._queries_lock:
+            self._queries[key] = vector
+            while len(self._queries) > QUERY_MEMO:
+                self._queries.pop(next(iter(self._queries)))
+        return vector
 
     def search(self, vector, kind: str, sessions: Sequence[str] | None,
                limit: int) -> list[tuple[int, float]]:

@@ -286,3 +286,42 @@ def test_operator_embed_commands(chat, tmp_path, fake):
                                       hermes_home=tmp_path))
     with pytest.raises(ops.OperatorError, match="TROVE_EMBEDDINGS_ENABLED"):
         apply.run(off)
+
+
+def test_query_vectors_are_kept_for_searches_that_ask_again(tmp_path, monkeypatch):
+    """One recall embeds its question for several searches: the model is asked once;
+    a failure is not kept, and the memo stays bounded."""
+    import numpy
+
+    class Counting:
+        identity = SpaceIdentity("stub", "stub-model", "", 3)
+        calls: list[str] = []
+        fail = False
+
+        def query(self, text, timeout):
+            self.calls.append(text)
+            if self.fail:
+                raise embeddings.EmbeddingError("down")
+            return numpy.array([1.0, 0.0, 0.0], dtype=numpy.float32)
+
+    provider = Counting()
+    monkeypatch.setattr(semantic, "QUERY_MEMO", 2)
+    db = Database(str(tmp_path / "m.db"))
+    try:
+        found = semantic.Semantic(db, load_config(environ={}, hermes_home=tmp_path),
+                                  embeddings.ProviderState(provider, ""))
+        first = found.query_vector("where did she go?")
+        assert found.query_vector("where did she go?") is first and provider.calls == [
+            "where did she go?"]
+        with pytest.raises(ValueError):
+            first[0] = 2.0                       # shared: nobody may change it
+        provider.fail = True
+        assert found.query_vector("what did she buy?") is None
+        provider.fail = False
+        assert found.query_vector("what did she buy?") is not None
+        found.query_vector("a third question")
+        found.query_vector("where did she go?")  # pushed out by the bound of 2: asked again
+        assert provider.calls.count("what did she buy?") == 2
+        assert provider.calls.count("where did she go?") == 2
+    finally:
+        db.close()

@@ -448,3 +448,39 @@ def test_lexical_confidence_is_the_best_coverage_of_the_first_five_hits(monkeypa
     assert arms._lexical_confidence([hit(0.2)] * 5 + [hit(1.0)]) == 0.2   # sixth not read
     monkeypatch.setattr(arms, "LEXICAL_POWER", 2.0)
     assert arms._lexical_confidence([hit(0.5)]) == 0.25
+
+
+@settings(max_examples=200, deadline=None)
+@given(own_scores=st.lists(st.floats(0.01, 10), min_size=1, max_size=10, unique=True),
+       other_scores=st.lists(st.floats(0.01, 10), max_size=8),
+       order=st.randoms(use_true_random=False), extra=st.integers(0, 3),
+       share=st.sampled_from([1e-9, 0.5, 1.0]))
+def test_recall_deals_this_sessions_scores_in_grep_order(own_scores, other_scores, order, extra,
+                                                         share):
+    """This session's rows take grep's order (share 1), recall's own (share ~0) or a
+    mix, always from the same pool of scores; other sessions' rows keep theirs."""
+    from unittest import mock
+
+    from hermes_trove.toolkit import search_tools
+    own = [("m", i) for i in range(len(own_scores))]
+    others = [("m", 100 + i) for i in range(len(other_scores))]
+    biased = dict(zip(own + others, own_scores + other_scores))
+    fused = [ranking.Fused(key, score, {}) for key, score in biased.items()]
+    grep_keys = own[:]
+    order.shuffle(grep_keys)
+    grep_keys = grep_keys[:order.randint(0, len(own))] + [("m", 200 + i) for i in range(extra)]
+    mine = [ranking.Fused(key, 1.0, {}) for key in grep_keys]
+    with mock.patch.object(search_tools, "RECALL_GREP_ORDER", share):
+        fused2, dealt = search_tools._dealt_in_grep_order(fused, biased, mine, set(own))
+    keys = [f.key for f in fused2]
+    assert len(keys) == len(set(keys)) == len(set(own) | set(others) | set(grep_keys))
+    assert all(dealt[k] == biased[k] for k in others)
+    mine_only = [k for k in grep_keys if k not in biased]
+    pool = sorted(own_scores, reverse=True)
+    assert sorted((dealt[k] for k in own + mine_only), reverse=True) == \
+        pool + [pool[-1]] * len(mine_only)
+    if share == 1.0:      # grep's list first, in its order
+        assert [dealt[k] for k in grep_keys] == pool[:len(grep_keys)] + \
+            [pool[-1]] * max(0, len(grep_keys) - len(pool))
+    if share < 1e-6:      # recall's own order: every row keeps its score
+        assert all(dealt[k] == biased[k] for k in own)
