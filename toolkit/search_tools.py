@@ -192,7 +192,7 @@ def _dealt_in_grep_order(fused: list, biased: dict, mine: list, own: set) -> tup
     before. A row only grep lists takes the lowest of those scores.
     """
     by_grep = {f.key: rank for rank, f in enumerate(mine)}
-    by_recall = {key: rank for rank, key in enumerate(sorted(own, key=lambda k: -biased[k]))}
+    by_recall = {key: rank for rank, key in enumerate(sorted(own, key=lambda k: (-biased[k], k)))}
 
     def place(key) -> tuple[float, int]:
         grep_rank = by_grep.get(key, len(by_grep))
