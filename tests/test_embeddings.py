@@ -325,3 +325,23 @@ def test_query_vectors_are_kept_for_searches_that_ask_again(tmp_path, monkeypatc
         assert provider.calls.count("where did she go?") == 2
     finally:
         db.close()
+
+
+def test_the_vector_count_is_read_again_only_after_the_recheck(chat, tmp_path, fake,
+                                                               monkeypatch):
+    """Counting reads every vector row; it only picks exact scan or prescreen, so one
+    count serves the searches of the next ``RECHECK_SECONDS``."""
+    from hermes_trove.recall import vectorscan
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    calls = []
+    real = VectorStore.count_vectors
+    monkeypatch.setattr(VectorStore, "count_vectors",
+                        lambda self, *args: calls.append(args) or real(self, *args))
+    vector = found.query_vector("ceramics workshop")
+    first = found.search(vector, "m", None, 3)
+    assert first and found.search(vector, "m", None, 3) == first and len(calls) == 1
+    monkeypatch.setattr(vectorscan, "RECHECK_SECONDS", 0.0)
+    assert found.search(vector, "m", None, 3) == first and len(calls) == 2
