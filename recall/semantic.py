@@ -23,6 +23,7 @@ prescreen picks the candidates first (see ``vectorscan``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -256,6 +257,7 @@ class Semantic:
     _queries: dict = field(default_factory=dict, repr=False)   # (provider, text) -> vector
     _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _counts: dict = field(default_factory=dict, repr=False)   # (space, kind) -> (n, when)
+    _reads: threading.local = field(default_factory=threading.local, repr=False)
 
     @property
     def bits(self) -> vectorscan.BitIndex:
@@ -329,6 +331,44 @@ class Semantic:
                 self._queries.pop(next(iter(self._queries)))
         return vector
 
+    @contextlib.contextmanager
+    def one_read(self):
+        """Within it (one tool call, this thread), each scope's vectors are read from the
+        database once and kept until it ends.
+
+        Why: one trove_recall searches the same scope's vectors for the question, each
+        of its sentences and grep's list of this session; reading them (18K vectors of
+        1.5 KB on the real-chat bench) cost most of a call, once per search. Kept for
+        one call only: nothing stale outlives it and nothing is held between calls."""
+        outer = getattr(self._reads, "memo", None)
+        if outer is None:
+            self._reads.memo = {}
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._reads.memo = None
+
+    def _scope_matrix(self, store: VectorStore, space: int, kind: str,
+                      sessions: Sequence[str] | None):
+        """``(refs, matrix)`` of every vector of the scope (read once inside ``one_read``)."""
+        memo = getattr(self._reads, "memo", None)
+        key = (space, kind, None if sessions is None else tuple(sessions))
+        if memo is not None and key in memo:
+            return memo[key]
+        found = self._matrix(store.vectors(space, kind, sessions))
+        if memo is not None:
+            memo[key] = found
+        return found
+
+    def _matrix(self, rows: list) -> tuple[list, object]:
+        """``(refs, n x dim float32 matrix)`` of ``(ref, vector bytes)`` rows."""
+        if not rows:
+            return [], None
+        np = self.provider.np
+        matrix = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32)
+        return [ref for ref, _ in rows], matrix.reshape(len(rows), -1)
+
     def _vector_count(self, store: VectorStore, space: int, kind: str) -> int:
         """How many vectors the space holds, counted again after
         ``vectorscan.RECHECK_SECONDS``: it only decides exact scan or prescreen, and
@@ -354,17 +394,16 @@ class Semantic:
             total = self._vector_count(store, space, kind)
         if total > vectorscan.PRESCREEN_MIN:
             nearest = self.bits.search(store, space, kind, vector, sessions)
-            rows = store.vectors_of(space, kind, nearest)
+            refs, matrix = self._matrix(store.vectors_of(space, kind, nearest))
         else:
-            rows = store.vectors(space, kind, sessions)
-        if not rows:
+            refs, matrix = self._scope_matrix(store, space, kind, sessions)
+        if not refs:
             return []
         np = self.provider.np
-        matrix = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32)
-        scores = matrix.reshape(len(rows), -1) @ np.asarray(vector, dtype=np.float32)
+        scores = matrix @ np.asarray(vector, dtype=np.float32)
         best: dict[int, float] = {}
         for index in np.argsort(-scores)[:limit * MAX_CHUNKS]:
-            ref = rows[int(index)][0]
+            ref = refs[int(index)]
             if ref not in best:
                 best[ref] = float(scores[index])
         return sorted(best.items(), key=lambda pair: -pair[1])[:limit]
@@ -439,6 +478,11 @@ def vector_arms(semantic: Semantic, vector, messages, summaries, limit: int, own
             hits[(kind, ref)] = Hit(ref, row, text, cos, {"cosine": round(cos, 4), "matched": [],
                                                           "coverage": 0.0})
     return arms, hits
+
+
+def one_read(found: "Semantic | None"):
+    """``found.one_read()``; nothing to keep when embeddings are off."""
+    return found.one_read() if isinstance(found, Semantic) else contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------- one per database

@@ -345,3 +345,28 @@ def test_the_vector_count_is_read_again_only_after_the_recheck(chat, tmp_path, f
     assert first and found.search(vector, "m", None, 3) == first and len(calls) == 1
     monkeypatch.setattr(vectorscan, "RECHECK_SECONDS", 0.0)
     assert found.search(vector, "m", None, 3) == first and len(calls) == 2
+
+
+def test_one_tool_call_reads_a_scopes_vectors_once(chat, tmp_path, fake, monkeypatch):
+    """Inside ``one_read`` repeated searches of a scope share one read; outside it and
+    after it, every search reads the table again (nothing is kept between calls)."""
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    reads = []
+    real = VectorStore.vectors
+    monkeypatch.setattr(VectorStore, "vectors",
+                        lambda self, *args: reads.append(args) or real(self, *args))
+    vector = found.query_vector("ceramics workshop")
+    alone = found.search(vector, "m", None, 3)
+    assert len(reads) == 1
+    with semantic.one_read(found):
+        with semantic.one_read(found):          # nested: still one read per scope
+            assert found.search(vector, "m", None, 3) == alone
+        assert found.search(found.query_vector("puppy"), "m", None, 3)
+        assert found.search(vector, "m", ("s",), 3) == alone   # another scope: its own read
+        assert len(reads) == 3
+    assert found.search(vector, "m", None, 3) == alone and len(reads) == 4
+    with semantic.one_read(None):                # embeddings off: nothing to do
+        pass

@@ -38,6 +38,12 @@ def _summary_corpus(ctx: Any, access: Access, source: str | None) -> search.Summ
 
 def tool_grep(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     """Search this session's raw messages and summaries (or a named/all scope, raw only)."""
+    with semantic.one_read(getattr(ctx, "semantic", None)):
+        return _grep(params, ctx)
+
+
+def _grep(params: dict, ctx: Any) -> tuple[dict, Shape]:
+    """``tool_grep``'s search (its vector reads shared, see ``semantic.one_read``)."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_grep", "results")
@@ -116,6 +122,12 @@ def time_filter(params: dict, ctx: Any, payload: dict) -> tuple[float | None, fl
 
 def tool_recall(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     """Search every session and all time; fuse raw and summary arms, favouring this session."""
+    with semantic.one_read(getattr(ctx, "semantic", None)):
+        return _recall(params, ctx)
+
+
+def _recall(params: dict, ctx: Any) -> tuple[dict, Shape]:
+    """``tool_recall``'s search (its vector reads shared, see ``semantic.one_read``)."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_recall", "results")
