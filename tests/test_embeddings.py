@@ -327,19 +327,25 @@ def test_query_vectors_are_kept_for_searches_that_ask_again(tmp_path, monkeypatc
         db.close()
 
 
+def _indexed_and_spied(chat, tmp_path, fake, monkeypatch, method):
+    """The chat embedded by the fake server, and the calls of ``VectorStore.<method>``."""
+    db = chat[0]
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    calls = []
+    real = getattr(VectorStore, method)
+    monkeypatch.setattr(VectorStore, method,
+                        lambda self, *args: calls.append(args) or real(self, *args))
+    return found, calls
+
+
 def test_the_vector_count_is_read_again_only_after_the_recheck(chat, tmp_path, fake,
                                                                monkeypatch):
     """Counting reads every vector row; it only picks exact scan or prescreen, so one
     count serves the searches of the next ``RECHECK_SECONDS``."""
     from hermes_trove.recall import vectorscan
-    db, store, dag, ids = chat
-    config = openai_config(tmp_path, fake)
-    found = semantic.Semantic.open(db, config)
-    semantic.backfill(db, found.provider, config, apply=True)
-    calls = []
-    real = VectorStore.count_vectors
-    monkeypatch.setattr(VectorStore, "count_vectors",
-                        lambda self, *args: calls.append(args) or real(self, *args))
+    found, calls = _indexed_and_spied(chat, tmp_path, fake, monkeypatch, "count_vectors")
     vector = found.query_vector("ceramics workshop")
     first = found.search(vector, "m", None, 3)
     assert first and found.search(vector, "m", None, 3) == first and len(calls) == 1
@@ -350,14 +356,7 @@ def test_the_vector_count_is_read_again_only_after_the_recheck(chat, tmp_path, f
 def test_one_tool_call_reads_a_scopes_vectors_once(chat, tmp_path, fake, monkeypatch):
     """Inside ``one_read`` repeated searches of a scope share one read; outside it and
     after it, every search reads the table again (nothing is kept between calls)."""
-    db, store, dag, ids = chat
-    config = openai_config(tmp_path, fake)
-    found = semantic.Semantic.open(db, config)
-    semantic.backfill(db, found.provider, config, apply=True)
-    reads = []
-    real = VectorStore.vectors
-    monkeypatch.setattr(VectorStore, "vectors",
-                        lambda self, *args: reads.append(args) or real(self, *args))
+    found, reads = _indexed_and_spied(chat, tmp_path, fake, monkeypatch, "vectors")
     vector = found.query_vector("ceramics workshop")
     alone = found.search(vector, "m", None, 3)
     assert len(reads) == 1
