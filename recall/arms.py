@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ..dag import Dag
-from . import ranking, search, semantic
+from . import callmemo, ranking, search, semantic
 from ..storage import timekeys
 from . import periods, query_plan
 from .query_plan import QueryPlan
@@ -68,14 +68,12 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     if dated is not None:
         window, plan = dated
     depth = max(limit, FULL_TEXT_DEPTH)
-    messages = search.ranked_search(search.MessageCorpus(ctx.store, message_scope), plan, depth,
-                                    scored=limit)
+    messages = _full_text(ctx, message_scope, plan, depth, limit)
     arms = {"messages": [(("m", h.key), h.score) for h in messages.hits]}
     hits = {("m", h.key): h for h in messages.hits}
     notes, stages = list(messages.notes), {"messages": messages.stages}
     if session_scope is not None:
-        own = search.ranked_search(search.MessageCorpus(ctx.store, session_scope), plan, depth,
-                                   scored=limit)
+        own = _full_text(ctx, session_scope, plan, depth, limit)
         arms["session"] = [(("m", h.key), h.score) for h in own.hits]
         hits.update({("m", h.key): h for h in own.hits if ("m", h.key) not in hits})
         stages["session"] = own.stages
@@ -156,6 +154,16 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         result = _interleave(ctx, plan, limit, result, hits, message_scope=message_scope,
                              summaries=summaries, session_scope=session_scope, choice=choice)
     return result, hits, notes, stages
+
+
+def _full_text(ctx: Any, scope: search.MessageScope, plan: QueryPlan, depth: int,
+               limit: int) -> search.SearchOutcome:
+    """The full-text search of raw messages in ``scope``, done once per tool call
+    (``callmemo``): trove_recall's session arm and the grep list it orders this
+    session by are the same search."""
+    key = ("full_text", id(ctx.store), dataclasses.astuple(scope), plan, depth, limit)
+    return callmemo.kept(key, lambda: search.ranked_search(
+        search.MessageCorpus(ctx.store, scope), plan, depth, scored=limit))
 
 
 def _interleave(ctx: Any, plan: QueryPlan, limit: int, fused: list, hits: dict, **scopes) -> list:

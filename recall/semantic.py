@@ -23,7 +23,6 @@ prescreen picks the candidates first (see ``vectorscan``).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import threading
@@ -34,7 +33,7 @@ from typing import Sequence
 from ..config import TroveConfig
 from ..storage.database import Database, open_private
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
-from . import ranking, vectorscan
+from . import callmemo, ranking, vectorscan
 from .meter import RateMeter
 from .embeddings import Provider, ProviderState, open_provider
 from .search import Hit
@@ -257,7 +256,6 @@ class Semantic:
     _queries: dict = field(default_factory=dict, repr=False)   # (provider, text) -> vector
     _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _counts: dict = field(default_factory=dict, repr=False)   # (space, kind) -> (n, when)
-    _reads: threading.local = field(default_factory=threading.local, repr=False)
 
     @property
     def bits(self) -> vectorscan.BitIndex:
@@ -331,35 +329,13 @@ class Semantic:
                 self._queries.pop(next(iter(self._queries)))
         return vector
 
-    @contextlib.contextmanager
-    def one_read(self):
-        """Within it (one tool call, this thread), each scope's vectors are read from the
-        database once and kept until it ends.
-
-        Why: one trove_recall searches the same scope's vectors for the question, each
-        of its sentences and grep's list of this session; reading them (18K vectors of
-        1.5 KB on the real-chat bench) cost most of a call, once per search. Kept for
-        one call only: nothing stale outlives it and nothing is held between calls."""
-        outer = getattr(self._reads, "memo", None)
-        if outer is None:
-            self._reads.memo = {}
-        try:
-            yield
-        finally:
-            if outer is None:
-                self._reads.memo = None
-
     def _scope_matrix(self, store: VectorStore, space: int, kind: str,
                       sessions: Sequence[str] | None):
-        """``(refs, matrix)`` of every vector of the scope (read once inside ``one_read``)."""
-        memo = getattr(self._reads, "memo", None)
-        key = (space, kind, None if sessions is None else tuple(sessions))
-        if memo is not None and key in memo:
-            return memo[key]
-        found = self._matrix(store.vectors(space, kind, sessions))
-        if memo is not None:
-            memo[key] = found
-        return found
+        """``(refs, matrix)`` of every vector of the scope, read once per tool call
+        (``callmemo``: one recall searches the same scope's vectors several times)."""
+        key = ("vectors", id(self.db), space, kind,
+               None if sessions is None else tuple(sessions))
+        return callmemo.kept(key, lambda: self._matrix(store.vectors(space, kind, sessions)))
 
     def _matrix(self, rows: list) -> tuple[list, object]:
         """``(refs, n x dim float32 matrix)`` of ``(ref, vector bytes)`` rows."""
@@ -478,11 +454,6 @@ def vector_arms(semantic: Semantic, vector, messages, summaries, limit: int, own
             hits[(kind, ref)] = Hit(ref, row, text, cos, {"cosine": round(cos, 4), "matched": [],
                                                           "coverage": 0.0})
     return arms, hits
-
-
-def one_read(found: "Semantic | None"):
-    """``found.one_read()``; nothing to keep when embeddings are off."""
-    return found.one_read() if isinstance(found, Semantic) else contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------- one per database

@@ -11,7 +11,7 @@ from hermes_trove import tools
 from hermes_trove.compaction import tokens
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
-from hermes_trove.recall import embeddings, semantic
+from hermes_trove.recall import callmemo, embeddings, search, semantic
 from hermes_trove.storage import database
 from hermes_trove.storage.database import Database
 from hermes_trove.storage.vectors import SpaceIdentity, VectorStore
@@ -354,18 +354,39 @@ def test_the_vector_count_is_read_again_only_after_the_recheck(chat, tmp_path, f
 
 
 def test_one_tool_call_reads_a_scopes_vectors_once(chat, tmp_path, fake, monkeypatch):
-    """Inside ``one_read`` repeated searches of a scope share one read; outside it and
-    after it, every search reads the table again (nothing is kept between calls)."""
+    """Inside ``callmemo.one_call`` repeated searches of a scope share one read; outside
+    it and after it, every search reads the table again (nothing is kept between calls)."""
     found, reads = _indexed_and_spied(chat, tmp_path, fake, monkeypatch, "vectors")
     vector = found.query_vector("ceramics workshop")
     alone = found.search(vector, "m", None, 3)
     assert len(reads) == 1
-    with semantic.one_read(found):
-        with semantic.one_read(found):          # nested: still one read per scope
+    with callmemo.one_call():
+        with callmemo.one_call():              # nested: still one read per scope
             assert found.search(vector, "m", None, 3) == alone
         assert found.search(found.query_vector("puppy"), "m", None, 3)
         assert found.search(vector, "m", ("s",), 3) == alone   # another scope: its own read
         assert len(reads) == 3
     assert found.search(vector, "m", None, 3) == alone and len(reads) == 4
-    with semantic.one_read(None):                # embeddings off: nothing to do
-        pass
+
+
+def test_one_tool_call_runs_a_full_text_search_once(chat, tmp_path, monkeypatch):
+    """trove_recall's session arm and the grep list it orders the session by are one
+    search inside a call; two calls search twice."""
+    db, store, dag, ids = chat
+    config = load_config(environ={}, hermes_home=tmp_path)
+    runs = []
+    real = search.ranked_search
+    monkeypatch.setattr(search, "ranked_search",
+                        lambda corpus, *args, **kw: runs.append(type(corpus).__name__)
+                        or real(corpus, *args, **kw))
+    ctx = ctx_for(store, dag, tmp_path, config, None)
+    first = json.loads(tools.dispatch("trove_recall", {"query": "ceramics workshop"}, ctx))
+    once = runs.count("MessageCorpus")
+    assert first["results"][0]["store_id"] == ids[0]
+    json.loads(tools.dispatch("trove_recall", {"query": "ceramics workshop"}, ctx))
+    assert runs.count("MessageCorpus") == 2 * once          # nothing kept between calls
+    runs.clear()
+    monkeypatch.setattr(callmemo, "kept", lambda key, compute: compute())
+    again = json.loads(tools.dispatch("trove_recall", {"query": "ceramics workshop"}, ctx))
+    assert again["results"] == first["results"]
+    assert runs.count("MessageCorpus") > once                # without the memo: repeated
