@@ -253,7 +253,7 @@ class Semantic:
     worker: EmbeddingWorker | None = None
     _space: int | None = field(default=None, repr=False)
     _bits: vectorscan.BitIndex | None = field(default=None, repr=False)
-    _queries: dict = field(default_factory=dict, repr=False)   # (provider, text) -> vector
+    _queries: dict = field(default_factory=dict, repr=False)   # (identity, text) -> vector
     _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _counts: dict = field(default_factory=dict, repr=False)   # (space, kind) -> (n, when)
 
@@ -313,7 +313,7 @@ class Semantic:
         provider = self.provider
         if provider is None:
             return None
-        key = (id(provider), text)
+        key = (provider.identity, text)         # the model that made it, not the object
         with self._queries_lock:
             if key in self._queries:
                 return self._queries[key]
