@@ -33,6 +33,7 @@ from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers
 from .config import TroveConfig
 from .dag import Dag
+from .recall import callmemo
 from .schemas import (
     SCHEMAS_BY_NAME,
     ArgumentError,
@@ -82,7 +83,8 @@ def dispatch(name: str, args: Any, ctx: ToolContext) -> str:
         params, ignored = validate(name, _as_dict(args))
         if name == "trove_expand" and "max_tokens" in params:
             cap = max(200, min(cap, params["max_tokens"]))
-        payload, shape = handler(params, ctx, cap)
+        with callmemo.one_call():     # work the call repeats is done once (recall/callmemo)
+            payload, shape = handler(params, ctx, cap)
         if ignored:
             payload["ignored_arguments"] = ignored
         return render(payload, shape, ctx.count_tokens, cap, name)

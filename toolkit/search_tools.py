@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..recall import arms, callmemo, externalized, query_plan, search, semantic, periods
+from ..recall import arms, externalized, query_plan, search, semantic, periods
 from ..schemas import ArgumentError, Shape, clamp
 from ..storage import timekeys
 from ..storage.timekeys import iso
@@ -38,12 +38,6 @@ def _summary_corpus(ctx: Any, access: Access, source: str | None) -> search.Summ
 
 def tool_grep(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     """Search this session's raw messages and summaries (or a named/all scope, raw only)."""
-    with callmemo.one_call():
-        return _grep(params, ctx)
-
-
-def _grep(params: dict, ctx: Any) -> tuple[dict, Shape]:
-    """``tool_grep``'s search (repeated work done once, see ``recall/callmemo``)."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_grep", "results")
@@ -122,12 +116,6 @@ def time_filter(params: dict, ctx: Any, payload: dict) -> tuple[float | None, fl
 
 def tool_recall(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     """Search every session and all time; fuse raw and summary arms, favouring this session."""
-    with callmemo.one_call():
-        return _recall(params, ctx)
-
-
-def _recall(params: dict, ctx: Any) -> tuple[dict, Shape]:
-    """``tool_recall``'s search (repeated work done once, see ``recall/callmemo``)."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_recall", "results")
