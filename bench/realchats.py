@@ -42,6 +42,13 @@ new turn, and only the reply can answer it. Kinds:
   the same person, asked as one ("<first> Also, <second>"); both replies are
   evidence (R@5 counts each).
 
+With ``--asked name`` (``ask_by_name``) every question names the people instead
+of "you" and "I", as a user asks a memory about people ("Are you dressing up?"
+asked of Melanie by Caroline becomes "Is Melanie dressing up?"); the
+evidence is unchanged. The names are the rendering's (``chats.NAMES``), which
+the chats' own text never writes: in ``named`` turns the name is the sender's
+field, in ``plain`` turns it is a name no row holds.
+
 Per history at most ``PER_KIND`` questions of each kind, drawn with a seeded
 ``random.Random`` (the pair's rank), so the set is the same on every run.
 Renderings as in ``chats.py``: ``plain`` (first sender = user, the other =
@@ -145,6 +152,56 @@ def histories(n_histories: int, max_sessions: int) -> list[History]:
         sessions = sorted(by_pair[pair], key=lambda turns: turns[0][2])[:max_sessions]
         result.append(_derive(rank, sessions))
     return result
+
+
+_AGREE = {"are": "is", "were": "was", "do": "does", "have": "has", "am": "is"}
+_CONTRACTED = {"re": "is", "ve": "has", "ll": "will", "d": "would", "m": "is"}
+
+
+def named_question(text: str, asked: str, asker: str) -> str:
+    """A derived question as a third person would ask it, naming the people instead of
+    "you" and "I" ("Are you dressing up?" -> "Is Melanie dressing up?"), by rule:
+    second person becomes the person asked (``asked``: the one who replied), first
+    person the one who asked, and the verb next to the pronoun agrees ("do you" ->
+    "does Melanie", "you're" -> "Melanie is", "am I" -> "is Caroline").
+
+    Why: the questions a user puts to a memory name people ("What did Caroline
+    research?"), and over ``[Name] text`` turns the name is a field to match; asked
+    with "you", a real chat's questions cannot measure that (``--asked name``)."""
+    def person(pronoun: str) -> str | None:
+        word = pronoun.lower()
+        if word in ("you", "yourself"):
+            return asked
+        if word in ("i", "me", "myself"):
+            return asker
+        return None
+
+    def aux_before(match: re.Match) -> str:
+        aux, pronoun = match.group(1), match.group(2)
+        verb = _AGREE[aux.lower()]
+        return (verb.capitalize() if aux[0].isupper() else verb) + " " + person(pronoun)
+
+    def pronoun_aux(match: re.Match) -> str:
+        return person(match.group(1)) + " " + _AGREE[match.group(2).lower()]
+
+    def contracted(match: re.Match) -> str:
+        return person(match.group(1)) + " " + _CONTRACTED[match.group(2).lower()]
+
+    text = re.sub(r"\b(are|were|do|have|am)\s+(you|I)\b", aux_before, text, flags=re.I)
+    text = re.sub(r"\b(you|I)\s+(are|were|have|am)\b", pronoun_aux, text, flags=re.I)
+    text = re.sub(r"\b(you|I)['\u2019](re|ve|ll|d|m)\b", contracted, text, flags=re.I)
+    text = re.sub(r"\b(your|yours)\b", asked + "'s", text, flags=re.I)
+    text = re.sub(r"\b(my|mine)\b", asker + "'s", text, flags=re.I)
+    return re.sub(r"\b(you|yourself|I|me|myself)\b", lambda m: person(m.group(1)), text,
+                  flags=re.I)
+
+
+def ask_by_name(history: History) -> None:
+    """Every question of the history as ``named_question`` words it (in place)."""
+    for question in history.questions:
+        replier = history.turns[question.evidence[0]]["speaker"]
+        question.text = named_question(question.text, history.people[replier],
+                                       history.people[1 - replier])
 
 
 def self_contained(question: str) -> bool:

@@ -94,13 +94,17 @@ class Bm25:
         return sorted(scores, key=lambda k: (-scores[k], -k))[:limit]
 
 
-def conversations(data: str, n_chats: int, max_sessions: int) -> list:
-    """``(chat, render, now)`` per conversation of a data set (see ``--data``)."""
+def conversations(data: str, n_chats: int, max_sessions: int, asked: str = "you") -> list:
+    """``(chat, render, now)`` per conversation of a data set (see ``--data``);
+    ``asked="name"``: the real chats' questions name the people (``--asked``)."""
     if data == "generated":
         made = [chats.make_chat(1000 + index) for index in range(n_chats)]
         return [(chat, chats.render, chat.session_starts[-1] + 30 * 86400) for chat in made]
-    return [(h, realchats.render, h.turns[-1]["timestamp"] + 86400)
-            for h in realchats.histories(n_chats, max_sessions)]
+    found = realchats.histories(n_chats, max_sessions)
+    if asked == "name":
+        for history in found:
+            realchats.ask_by_name(history)
+    return [(h, realchats.render, h.turns[-1]["timestamp"] + 86400) for h in found]
 
 
 def build(style: str, convs: list, folder: Path, environ: dict):
@@ -251,6 +255,9 @@ def main(argv: list[str]) -> int:
                         help="conversations (default 10 generated, 12 chitchat histories)")
     parser.add_argument("--sessions", type=int, default=25,
                         help="chitchat: sessions per history at most")
+    parser.add_argument("--asked", choices=["you", "name"], default="you",
+                        help="chitchat: questions as typed (\"you\") or naming the person "
+                             "asked and the asker (\"Is Melanie dressing up?\")")
     parser.add_argument("--styles", nargs="+", default=["plain", "named", "field"])
     parser.add_argument("--embeddings", action="store_true",
                         help="turn the local embedding model on and add the mode runs")
@@ -284,8 +291,8 @@ def main(argv: list[str]) -> int:
     if args.methods:
         methods = [m for m in methods if m in args.methods]
     n_chats = args.chats or (10 if args.data == "generated" else 12)
-    convs = conversations(args.data, n_chats, args.sessions)
-    print(f"data {args.data}: {len(convs)} conversations, "
+    convs = conversations(args.data, n_chats, args.sessions, args.asked)
+    print(f"data {args.data} (asked: {args.asked}): {len(convs)} conversations, "
           f"{sum(len(c.turns) for c, _, _ in convs)} turns, "
           f"{sum(len(c.questions) for c, _, _ in convs)} questions")
     results = {}
@@ -305,7 +312,7 @@ def main(argv: list[str]) -> int:
         print("overrides: " + ", ".join(args.set) + " (results not saved)")
         return 0
     name = "recall_quality" + ("" if args.data == "generated" else "_" + args.data) + (
-        "_" + args.model if args.model else "")
+        "_" + args.model if args.model else "") + ("_named_questions" if args.asked == "name" else "")
     synth.save_results(name,
                        data=args.data, chats=n_chats, sessions=args.sessions, fusion=args.fusion,
                        weights=dict(semantic.WEIGHTS), results=results)

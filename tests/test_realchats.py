@@ -1,4 +1,5 @@
 """The real-chat bench's questions are derived by rule and never leak into the history."""
+import re
 import sys
 from pathlib import Path
 
@@ -67,3 +68,27 @@ def test_renderings_keep_times_and_speakers(histories):
     assert [m["timestamp"] for m in plain] == [t["timestamp"] for t in history.turns]
     assert {m["role"] for m in plain} == {"user", "assistant"}
     assert all(m["role"] == "user" and m["content"].startswith("[") for m in named)
+
+
+def test_named_questions_name_the_person_asked_and_the_asker():
+    ask = realchats.named_question
+    assert ask("Are you dressing up for the Halloween parties?", "Mel", "Jo") == (
+        "Is Mel dressing up for the Halloween parties?")
+    assert ask("what kind of computer did you get?", "Mel", "Jo") == (
+        "what kind of computer did Mel get?")
+    assert ask("Did you know I was going to be on? Also, have you made your own ice cream?",
+               "Mel", "Jo") == ("Did Mel know Jo was going to be on? Also, has Mel made "
+                                "Mel's own ice cream?")
+    assert ask("Where're you from? I'm curious", "Mel", "Jo") == "Where're Mel from? Jo is curious"
+
+
+def test_asking_by_name_keeps_the_evidence_and_names_the_replier():
+    history = realchats.histories(1, 12)[0]
+    before = [(q.text, q.evidence) for q in history.questions]
+    realchats.ask_by_name(history)
+    for (text, evidence), question in zip(before, history.questions):
+        assert question.evidence == evidence
+        replier = history.people[history.turns[evidence[0]]["speaker"]]
+        if re.search(r"\byou(r|rs|rself)?\b", text, re.IGNORECASE):
+            assert replier in question.text
+            assert not re.search(r"\byou(r|rs|rself)?\b", question.text, re.IGNORECASE)
