@@ -101,13 +101,19 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         notes += [n for n in found.notes if n not in notes]
         stages["summaries"] = found.stages
     if vectors:
+        people = messages.people | (own.people if session_scope is not None else frozenset())
+        names = _people_named(plan, people, messages.absent)
+        if names:
+            vector = ctx.semantic.query_vector(_vector_text(plan.text, names))
+            if vector is not None:
+                choice = dataclasses.replace(choice, vector=vector)
         own_corpus = search.MessageCorpus(ctx.store, session_scope) if session_scope else None
         found_arms, found_hits = semantic.vector_arms(
             ctx.semantic, choice.vector, search.MessageCorpus(ctx.store, message_scope),
             summaries, limit, own_corpus)
         clauses = _clauses(plan.text) if CLAUSE_WEIGHT > 0 else []
         for index, clause in enumerate(clauses):
-            vector = ctx.semantic.query_vector(clause)
+            vector = ctx.semantic.query_vector(_vector_text(clause, names))
             if vector is None:
                 continue
             more_arms, more_hits = semantic.vector_arms(
@@ -205,6 +211,34 @@ def _interleave(ctx: Any, plan: QueryPlan, limit: int, fused: list, hits: dict, 
                 order.append(keys[rank])
     scores = sorted((f.score for f in by_key.values()), reverse=True)
     return [ranking.Fused(key, score, by_key[key].ranks) for key, score in zip(order, scores)]
+
+
+def _people_named(plan: QueryPlan, people: frozenset[str],
+                  absent: frozenset[str] = frozenset()) -> set[str]:
+    """The people the question names, to leave out of the vector arms' text: the
+    words it writes capitalized (``ranking.proper_names``) that full text knows as
+    a sender (``SearchOutcome.people``: a ``[Name]``, a ``name`` field, a role the
+    other addresses by it), and the capitalized words no row of the scope holds
+    (``absent``) that the question asks about as its actor or owner ("did
+    Caroline go", "Caroline's dog": ``ranking.subject_names``), as plain turns
+    of people who never write each other's names.
+
+    Why: see ``ranking``'s module docstring. A place or a title ("Halloween",
+    "Harry Potter", "go back to Korea") stays in: it is what the question is about."""
+    def keys(words: set[str], among: frozenset[str]) -> set[str]:
+        return {word for word in words for concept in plan.concepts
+                if concept.key in among and word in concept.variants}
+    return keys(ranking.proper_names(plan.text), people) | keys(
+        ranking.subject_names(plan.text), absent)
+
+
+def _vector_text(text: str, names: set[str]) -> str:
+    """The text a vector arm embeds: ``text`` without ``names``, unless nothing
+    searchable would be left ("Caroline?" stays as it is)."""
+    if not names:
+        return text
+    stripped = ranking.without_names(text, names)
+    return stripped if query_plan.parse_query(stripped).concepts else text
 
 
 def _lexical_confidence(found: list) -> float:

@@ -17,6 +17,12 @@ Two things full-text scores alone get wrong in conversations:
   other's almost never do is read as the other role's name
   (``addressed_roles``; a place one person talks about is no address), so that
   role's turns count as spoken by it and the addressing turns as mentions.
+- **Names are who, not what, for the vectors.** A query vector of "What is
+  Melanie's favorite food?" lands near every turn that names or is signed by
+  Melanie, not near "I love pizza" (real chats whose questions name people:
+  the vector arm fell from 0.37 to 0.17-0.23 R@5, bench/README.md). The vector
+  arms embed the question without the names of people (``without_names``); the
+  full-text scorer still uses them as the field above.
 - **Slots.** A result slot is precious and raw turns are the evidence. A
   summary repeats the words of the turns under it, so it scores as well as
   they do and used to crowd them out. ``place_summaries`` keeps raw hits first
@@ -67,6 +73,28 @@ def proper_names(text: str) -> set[str]:
     """Lower-cased words the query writes capitalized, not at the start of a sentence
     ("When did Caroline go ..." gives ``{"caroline"}``): candidates for a person's name."""
     return {m.group(1).lower() for m in _NAME.finditer(text.strip())}
+
+
+_ACTOR = re.compile(r"\b(?i:is|was|are|were|do|does|did|has|have|had|can|could|would|will|"
+                    r"should|might|may)\s+([A-Z][a-z]+)\b|\b([A-Z][a-z]+)['\u2019]s\b")
+
+
+def subject_names(text: str) -> set[str]:
+    """Lower-cased capitalized words a question asks about as its actor or owner:
+    after an auxiliary ("did Caroline go", "does Melanie have") or with a
+    possessive ("Caroline's dog"). A place or title rarely stands there."""
+    return {(m.group(1) or m.group(2)).lower() for m in _ACTOR.finditer(text)}
+
+
+def without_names(text: str, names: Iterable[str]) -> str:
+    """``text`` with each of ``names`` (lower-cased words, and their possessive
+    "'s") taken out, as the vector arms embed a question that names people."""
+    names = sorted({n for n in names if n}, key=len, reverse=True)
+    if not names:
+        return text
+    pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(re.escape(n) for n in names)
+                         + r")(?:['\u2019]s)?(?![^\W_])", re.IGNORECASE)
+    return re.sub(r"\s+", " ", pattern.sub(" ", text)).strip()
 
 
 def addresses(name: str, text: str) -> bool:

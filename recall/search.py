@@ -394,6 +394,8 @@ class SearchOutcome:
     hits: list[Hit]
     stages: list[str]
     notes: list[str] = field(default_factory=list)
+    people: frozenset[str] = frozenset()   # concept keys naming a sender of the candidates
+    absent: frozenset[str] = frozenset()   # concept keys no row of the corpus holds
 
 
 class _Collector:
@@ -433,8 +435,9 @@ def ranked_search(corpus: Corpus, plan: QueryPlan, limit: int,
     if plan.needles:
         keys = corpus.substring(list(plan.needles), limit=max(limit * 2, 20))
         found.add("substring", keys)
-    hits = _score_all(corpus, plan, found, doc_freq, limit if scored is None else scored)
-    return SearchOutcome(hits[:limit], found.stages, notes)
+    hits, people = _score_all(corpus, plan, found, doc_freq, limit if scored is None else scored)
+    absent = frozenset(key for key, count in doc_freq.items() if not count)
+    return SearchOutcome(hits[:limit], found.stages, notes, people, absent)
 
 
 class _Retrieval:
@@ -509,9 +512,10 @@ class _Retrieval:
 
 
 def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
-               doc_freq: dict[str, int], limit: int) -> list[Hit]:
+               doc_freq: dict[str, int], limit: int) -> tuple[list[Hit], frozenset[str]]:
     """Pre-rank candidates by what FTS proved, load the best ``limit * 4`` (at least
-    ``RESCORE_MIN``) and score them (best first, newest first on ties)."""
+    ``RESCORE_MIN``) and score them (best first, newest first on ties); with the
+    concept keys that name a sender of the candidates."""
     scorer = Scorer(plan, doc_freq, corpus.total_docs())
     mass: dict[frozenset, float] = {}   # candidates share few distinct proved sets
 
@@ -523,7 +527,7 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
 
     loaded = corpus.load(heapq.nsmallest(max(limit * 4, RESCORE_MIN), found.known, key=rank))
     if not loaded:
-        return []
+        return [], frozenset()
     speakers = {key: ranking.speaker_of(row, text) for key, (row, text) in loaded.items()}
     tokenized = {key: _Tokens(body, scorer.wanted) for key, (_, body) in speakers.items()}
     avg_terms = sum(len(t.tokens) for t in tokenized.values()) / len(tokenized)
@@ -545,7 +549,7 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
         if hit.score > 0:
             hits.append(hit)
     hits.sort(key=lambda h: (-h.score, -h.key))
-    return hits
+    return hits, scorer.people
 
 
 def _plain_speakers(corpus: "MessageCorpus", plan: QueryPlan) -> dict[str, frozenset[str]]:

@@ -484,3 +484,73 @@ def test_recall_deals_this_sessions_scores_in_grep_order(own_scores, other_score
             [pool[-1]] * max(0, len(grep_keys) - len(pool))
     if share < 1e-6:      # recall's own order: every row keeps its score
         assert all(dealt[k] == biased[k] for k in own)
+
+
+def test_without_names_takes_out_whole_names_and_their_possessive():
+    text = "What is Melanie's favorite food? Also, did MELANIE see Mel or the Melanies?"
+    assert ranking.without_names(text, {"melanie"}) == (
+        "What is favorite food? Also, did see Mel or the Melanies?")
+    assert ranking.without_names(text, set()) == text
+
+
+def test_the_vector_arms_leave_out_people_but_not_what_the_question_is_about():
+    from hermes_trove.recall import arms
+    plan = query_plan.parse_query("Did Priya like Halloween in Paris with Caroline?")
+    # "caroline" names a sender: out wherever it stands
+    assert arms._people_named(plan, frozenset({"caroline"})) == {"caroline"}
+    # words no row holds: out only as the question's actor ("Did Priya ..."), so a place
+    # or a title nobody wrote stays in
+    assert arms._people_named(plan, frozenset(), frozenset({"priya", "paris"})) == {"priya"}
+    assert arms._people_named(plan, frozenset(), frozenset({"halloween"})) == set()
+    assert arms._people_named(query_plan.parse_query("did caroline go?"),
+                              frozenset({"caroline"})) == set()   # only what is written capitalized
+    assert arms._vector_text(plan.text, {"caroline", "priya"}) == (
+        "Did like Halloween in Paris with ?")
+    assert arms._vector_text("Caroline?", {"caroline"}) == "Caroline?"   # nothing else left
+    assert ranking.subject_names("What is Caroline's job? DID Mel go? Back to Korea?") == {
+        "caroline", "mel"}
+
+
+def test_a_question_naming_a_sender_finds_the_answer_not_every_turn_they_signed(
+        tmp_path, monkeypatch):
+    """Turns are embedded as "Caroline: text", so a query vector holding "Caroline"
+    lands nearest her shortest turns; without the name it lands near the answer."""
+    from fake_openai import FakeOpenAIServer
+    from hermes_trove.recall import arms
+    chatter = [{"role": "user", "content": f"[{name}] {word}"}
+               for name, word in [("Caroline", "ok"), ("Mel", "Caroline!"), ("Caroline", "yes"),
+                                  ("Caroline", "sure"), ("Mel", "lol"), ("Caroline", "hmm")] * 3]
+    answer = {"role": "user",
+              "content": "[Caroline] honestly spicy ramen is the food I crave most"}
+    db, store, dag, ids = _db(tmp_path, chatter[:9] + [answer] + chatter[9:])
+    question = "What food does Caroline like best?"
+    try:
+        with FakeOpenAIServer() as fake:
+            config, found = _embedded(db, tmp_path, fake)
+            ctx = _ctx(store, dag, tmp_path, config=config, found=found)
+
+            def semantic_ids():
+                out = json.loads(tools.dispatch("trove_grep", {
+                    "query": question, "mode": "semantic", "limit": 5}, ctx))
+                assert out["mode"] == "semantic"
+                return [r["store_id"] for r in out["results"]]
+            assert semantic_ids()[0] == ids[9]
+            monkeypatch.setattr(arms, "_people_named", lambda *args: set())
+            assert ids[9] not in semantic_ids()[:3]          # with the name: her chatter wins
+    finally:
+        db.close()
+
+
+def test_a_search_says_which_query_words_name_senders_and_which_no_row_holds(tmp_path):
+    """What the vector arms read to leave people out (``arms._people_named``)."""
+    messages = [{"role": "user", "content": "[Priya] I baked the carrot cake"},
+                {"role": "user", "content": "[Jo] the cake was lovely, Priya"}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        corpus = search.MessageCorpus(store, search.MessageScope(("s",)))
+        found = search.ranked_search(corpus, query_plan.parse_query(
+            "Did Priya bake the cake for Oskar?"), 5)
+        assert found.people == {"priya"} and found.absent == {"oskar"}
+        assert [h.key for h in found.hits][0] == ids[0]
+    finally:
+        db.close()
