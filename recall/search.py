@@ -396,6 +396,7 @@ class SearchOutcome:
     notes: list[str] = field(default_factory=list)
     people: frozenset[str] = frozenset()   # concept keys naming a sender of the candidates
     absent: frozenset[str] = frozenset()   # concept keys no row of the corpus holds
+    roles: dict[str, frozenset[str]] = field(default_factory=dict)   # plain role -> its names
 
 
 class _Collector:
@@ -435,9 +436,10 @@ def ranked_search(corpus: Corpus, plan: QueryPlan, limit: int,
     if plan.needles:
         keys = corpus.substring(list(plan.needles), limit=max(limit * 2, 20))
         found.add("substring", keys)
-    hits, people = _score_all(corpus, plan, found, doc_freq, limit if scored is None else scored)
+    hits, people, roles = _score_all(corpus, plan, found, doc_freq,
+                                     limit if scored is None else scored)
     absent = frozenset(key for key, count in doc_freq.items() if not count)
-    return SearchOutcome(hits[:limit], found.stages, notes, people, absent)
+    return SearchOutcome(hits[:limit], found.stages, notes, people, absent, roles)
 
 
 class _Retrieval:
@@ -512,10 +514,11 @@ class _Retrieval:
 
 
 def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
-               doc_freq: dict[str, int], limit: int) -> tuple[list[Hit], frozenset[str]]:
+               doc_freq: dict[str, int], limit: int) -> tuple[list[Hit], frozenset[str], dict]:
     """Pre-rank candidates by what FTS proved, load the best ``limit * 4`` (at least
     ``RESCORE_MIN``) and score them (best first, newest first on ties); with the
-    concept keys that name a sender of the candidates."""
+    concept keys that name a sender of the candidates and the names plain turns
+    show to be a role's (``_plain_speakers``)."""
     scorer = Scorer(plan, doc_freq, corpus.total_docs())
     mass: dict[frozenset, float] = {}   # candidates share few distinct proved sets
 
@@ -527,7 +530,7 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
 
     loaded = corpus.load(heapq.nsmallest(max(limit * 4, RESCORE_MIN), found.known, key=rank))
     if not loaded:
-        return [], frozenset()
+        return [], frozenset(), {}
     speakers = {key: ranking.speaker_of(row, text) for key, (row, text) in loaded.items()}
     tokenized = {key: _Tokens(body, scorer.wanted) for key, (_, body) in speakers.items()}
     avg_terms = sum(len(t.tokens) for t in tokenized.values()) / len(tokenized)
@@ -535,8 +538,9 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
              for key, (name, _) in speakers.items()}
     plain = [key for key, (name, _) in speakers.items()
              if name is None and loaded[key][0].get("role") in ranking.ROLES]
-    if plain and hasattr(corpus, "speaking_rows"):
-        for role, spoken in _plain_speakers(corpus, plan).items():
+    roles = _plain_speakers(corpus, plan) if plain and hasattr(corpus, "speaking_rows") else {}
+    if plain:
+        for role, spoken in roles.items():
             for key in plain:
                 if loaded[key][0].get("role") == role:
                     names[key] = spoken
@@ -549,7 +553,7 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
         if hit.score > 0:
             hits.append(hit)
     hits.sort(key=lambda h: (-h.score, -h.key))
-    return hits, scorer.people
+    return hits, scorer.people, roles
 
 
 def _plain_speakers(corpus: "MessageCorpus", plan: QueryPlan) -> dict[str, frozenset[str]]:

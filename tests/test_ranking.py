@@ -554,3 +554,18 @@ def test_a_search_says_which_query_words_name_senders_and_which_no_row_holds(tmp
         assert [h.key for h in found.hits][0] == ids[0]
     finally:
         db.close()
+
+
+def test_vector_hits_sent_by_a_person_the_question_names_come_first():
+    from hermes_trove.recall import arms
+    hits = {("m", 1): search.Hit(1, {"role": "user"}, "[Jo] spicy ramen tonight", 0.5, {}),
+            ("m", 2): search.Hit(2, {"role": "user"}, "[Caroline] ramen, always", 0.45, {}),
+            ("m", 3): search.Hit(3, {"role": "assistant"}, "ramen for me", 0.42, {}),
+            ("m", 4): search.Hit(4, {"role": "user"}, "ramen?", 0.41, {})}
+    listed = [(key, hit.score) for key, hit in hits.items()]
+    ranked = arms._by_speaker(listed, hits, {"caroline"}, {"assistant": frozenset({"caroline"})})
+    boost = 1 + arms.VECTOR_SPEAKER
+    assert ranked == sorted([(("m", 1), 0.5), (("m", 2), 0.45 * boost),
+                             (("m", 3), 0.42 * boost), (("m", 4), 0.41)], key=lambda kc: -kc[1])
+    assert ranked[0][0] == ("m", 2)                        # her [Name] turn over Jo's
+    assert [k for k, _ in arms._by_speaker(listed, hits, {"oskar"}, {})] == list(hits)
