@@ -251,9 +251,7 @@ def _by_speaker(listed: list, found_hits: dict, names: set[str],
         if hit is None:
             return False
         name, _ = ranking.speaker_of(hit.row, hit.text)
-        if name:
-            return bool(names.intersection(query_plan.fts_tokens(name)))
-        return bool(names & roles.get(hit.row.get("role"), frozenset()))
+        return bool(names & search.sender_names(hit.row, name, roles))
     boost = 1.0 + VECTOR_SPEAKER
     return sorted(((key, cos * boost if spoken(key) else cos) for key, cos in listed),
                   key=lambda kc: -kc[1])

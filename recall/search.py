@@ -534,16 +534,11 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
     speakers = {key: ranking.speaker_of(row, text) for key, (row, text) in loaded.items()}
     tokenized = {key: _Tokens(body, scorer.wanted) for key, (_, body) in speakers.items()}
     avg_terms = sum(len(t.tokens) for t in tokenized.values()) / len(tokenized)
-    names = {key: frozenset(fts_tokens(name)) if name else frozenset()
-             for key, (name, _) in speakers.items()}
-    plain = [key for key, (name, _) in speakers.items()
-             if name is None and loaded[key][0].get("role") in ranking.ROLES]
+    plain = any(name is None and loaded[key][0].get("role") in ranking.ROLES
+                for key, (name, _) in speakers.items())
     roles = _plain_speakers(corpus, plan) if plain and hasattr(corpus, "speaking_rows") else {}
-    if plain:
-        for role, spoken in roles.items():
-            for key in plain:
-                if loaded[key][0].get("role") == role:
-                    names[key] = spoken
+    names = {key: sender_names(loaded[key][0], name, roles)
+             for key, (name, _) in speakers.items()}
     senders = frozenset().union(*names.values())
     scorer.people = frozenset(c.key for c in plan.concepts if senders.intersection(c.variants))
     hits = []
@@ -554,6 +549,17 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
             hits.append(hit)
     hits.sort(key=lambda h: (-h.score, -h.key))
     return hits, scorer.people, roles
+
+
+def sender_names(row: dict, name: str | None,
+                 roles: dict[str, frozenset[str]]) -> frozenset[str]:
+    """The name forms a row's sender goes by: the words of its own name
+    (``ranking.speaker_of``), or for a plain turn the names its role is addressed
+    by (``roles``, from ``_plain_speakers``). One rule for the full-text scorer
+    and the vector arms' speaker preference (``arms._by_speaker``)."""
+    if name is None:
+        return roles.get(row.get("role"), frozenset())
+    return frozenset(fts_tokens(name))
 
 
 def _plain_speakers(corpus: "MessageCorpus", plan: QueryPlan) -> dict[str, frozenset[str]]:
