@@ -73,6 +73,8 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     arms = {"messages": [(("m", h.key), h.score) for h in messages.hits]}
     hits = {("m", h.key): h for h in messages.hits}
     notes, stages = list(messages.notes), {"messages": messages.stages}
+    if messages.roles:      # who plain turns are, read from how they address each other
+        stages["speakers"] = {role: sorted(names) for role, names in messages.roles.items()}
     if session_scope is not None:
         own = _full_text(ctx, session_scope, plan, depth, limit)
         arms["session"] = [(("m", h.key), h.score) for h in own.hits]
@@ -105,7 +107,9 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
         people = messages.people | (own.people if session_scope is not None else frozenset())
         names = _people_named(plan, people, messages.absent)
         if names:
-            vector = ctx.semantic.query_vector(_vector_text(plan.text, names))
+            text = _vector_text(plan.text, names)
+            stages["vector_query"] = {"text": text, "left_out": sorted(names)}
+            vector = ctx.semantic.query_vector(text)
             if vector is not None:
                 choice = dataclasses.replace(choice, vector=vector)
         own_corpus = search.MessageCorpus(ctx.store, session_scope) if session_scope else None

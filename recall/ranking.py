@@ -17,6 +17,9 @@ Two things full-text scores alone get wrong in conversations:
   other's almost never do is read as the other role's name
   (``addressed_roles``; a place one person talks about is no address), so that
   role's turns count as spoken by it and the addressing turns as mentions.
+  People are often addressed by a short form ("hey Mel!" to Melanie): when the
+  full name settles no role, its leading letters written capitalized as an
+  address are read the same way (``short_forms``).
 - **Names are who, not what, for the vectors.** A query vector of "What is
   Melanie's favorite food?" lands near every turn that names or is signed by
   Melanie, not near "I love pizza" (real chats whose questions name people:
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from typing import Hashable, Iterable, Sequence
 
 from ..dag import Dag
+from .query_plan import STOP_WORDS
 
 SPEAKER_BONUS = 0.5           # a query word names the row's sender
 MENTION_WEIGHT = 0.5          # the same name in a row someone else sent (an address, a mention)
@@ -97,27 +101,48 @@ def without_names(text: str, names: Iterable[str]) -> str:
     return re.sub(r"\s+", " ", pattern.sub(" ", text)).strip()
 
 
-def addresses(name: str, text: str) -> bool:
+SHORT_MIN = 3                 # a short form of a name has at least this many letters
+
+
+def short_forms(name: str) -> list[str]:
+    """The forms a person named ``name`` (lower-cased) may be addressed by for short:
+    its leading letters, at least ``SHORT_MIN`` and fewer than all, never a stop
+    word ("mel", "mela", "melan", "melani" for "melanie"; "and" is no short Andrew).
+    Read only as written capitalized in an address (``addresses(..., cased=True)``)."""
+    return [name[:end] for end in range(SHORT_MIN, len(name))
+            if name[:end].isalpha() and name[:end] not in STOP_WORDS]
+
+
+def addresses(name: str, text: str, *, cased: bool = False) -> bool:
     """True when ``text`` speaks *to* ``name``: "Hey Caroline", "Caroline, ...",
-    "..., Caroline!". A name merely told about ("I love Japan") is not an address."""
-    n = re.escape(name)
-    return re.search(rf"(?:\b{_GREETING}[ ,]+{n}\b|^\W*{n}\s*[,!]|,\s*{n}\s*(?:[,.!?]|$))",
-                     text.lower()) is not None
+    "..., Caroline!". A name merely told about ("I love Japan") is not an address.
+    ``cased``: the name must be written capitalized ("Hey Mel!", not "hey mel").
+    """
+    if cased:
+        n = re.escape(name[:1].upper() + name[1:].lower())
+        greeting = f"(?i:\\b{_GREETING})"
+    else:
+        n, greeting, text = re.escape(name), rf"\b{_GREETING}", text.lower()
+    return re.search(rf"(?:{greeting}[ ,]+{n}\b|^\W*{n}\s*[,!]|,\s*{n}\s*(?:[,.!?]|$))",
+                     text) is not None
 
 
-def addressed_roles(uses: dict[str, tuple[str, list[tuple[str, str]]]]) -> dict[str, set[str]]:
+def addressed_roles(uses: dict[str, tuple[str | Sequence[str], list[tuple[str, str]]]], *,
+                    cased: bool = False) -> dict[str, set[str]]:
     """``role -> names`` read from how plain turns address people.
 
-    ``uses`` maps a key to ``(name, [(role, text), ...])``: the turns that use the
-    name. A name one role addresses at least ``ADDRESS_MIN`` times, in at least
-    ``ADDRESS_SHARE`` of all addresses to it, is the *other* role's name: people
-    address the one they talk to and rarely address themselves.
+    ``uses`` maps a key to ``(name or its forms, [(role, text), ...])``: the turns
+    that use the name. A name one role addresses at least ``ADDRESS_MIN`` times, in
+    at least ``ADDRESS_SHARE`` of all addresses to it, is the *other* role's name:
+    people address the one they talk to and rarely address themselves.
+    ``cased`` as in ``addresses`` (short forms are read only capitalized).
     """
     found: dict[str, set[str]] = {}
     for key, (name, rows) in uses.items():
+        forms = (name,) if isinstance(name, str) else tuple(name)
         counts = {role: 0 for role in ROLES}
         for role, text in rows:
-            if role in counts and addresses(name, text):
+            if role in counts and any(addresses(f, text, cased=cased) for f in forms):
                 counts[role] += 1
         total = sum(counts.values())
         for role in ROLES:

@@ -44,6 +44,7 @@ from . import ranking
 from .query_plan import (
     Concept,
     QueryPlan,
+    any_of,
     concept_expr,
     fold,
     fold_tokens,
@@ -564,16 +565,24 @@ def sender_names(row: dict, name: str | None,
 
 def _plain_speakers(corpus: "MessageCorpus", plan: QueryPlan) -> dict[str, frozenset[str]]:
     """``role -> name forms`` of the query's names that plain turns show to be that
-    role's (``ranking.addressed_roles``); empty when the query names nobody."""
+    role's (``ranking.addressed_roles``), by the full name or, when that settles no
+    role, by its short forms ("hey Mel!"); empty when the query names nobody."""
     wanted = ranking.proper_names(plan.text)
     concepts = [c for c in plan.concepts if wanted.intersection(c.variants)]
     if not concepts or corpus.scope.role:
         return {}
     uses = {c.key: (c.key, corpus.speaking_rows(concept_expr(c), ranking.ADDRESS_SAMPLE))
             for c in concepts}
+    found = ranking.addressed_roles(uses)
+    settled = set().union(*found.values())
+    short = {c.key: ranking.short_forms(c.key) for c in concepts if c.key not in settled}
+    short_uses = {key: (shorts, corpus.speaking_rows(any_of(shorts), ranking.ADDRESS_SAMPLE))
+                  for key, shorts in short.items() if shorts}
+    for role, keys in ranking.addressed_roles(short_uses, cased=True).items():
+        found.setdefault(role, set()).update(keys)
     forms = {c.key: c.variants for c in concepts}
     return {role: frozenset(v for key in keys for v in forms[key])
-            for role, keys in ranking.addressed_roles(uses).items()}
+            for role, keys in found.items()}
 
 
 def context_hits(corpus: MessageCorpus, hits: Sequence[Hit], top: int) -> list[Hit]:

@@ -119,6 +119,55 @@ def test_addressed_roles_needs_a_name_one_role_uses_and_the_other_does_not():
                                     "mel": ("mel", both)}) == {"user": {"caroline"}}
 
 
+def test_a_short_form_written_as_an_address_names_the_other_role():
+    assert ranking.short_forms("melanie") == ["mel", "mela", "melan", "melani"]
+    assert ranking.short_forms("andrew") == ["andr", "andre"]      # "and" is a stop word
+    assert ranking.short_forms("sam") == []
+    assert ranking.addresses("mel", "Hey Mel! How are you?", cased=True)
+    assert ranking.addresses("mel", "Thanks, Mel.", cased=True)
+    assert not ranking.addresses("mel", "hey mel", cased=True)          # not written as a name
+    assert not ranking.addresses("mel", "the snow will melt, Melvin", cased=True)
+    hey = [("user", "Hey Mel! Good to see you"), ("user", "Thanks, Mel!"),
+           ("user", "Mel, how was the trip?"), ("assistant", "I made a melody")]
+    assert ranking.addressed_roles({"melanie": (["mel", "mela"], hey)}, cased=True) == {
+        "assistant": {"melanie"}}
+    # lower-case "mel" is not read as a short form
+    low = [(role, text.lower()) for role, text in hey]
+    assert ranking.addressed_roles({"melanie": (["mel"], low)}, cased=True) == {}
+
+
+def test_plain_turns_name_the_person_addressed_by_a_short_form(tmp_path):
+    """The user calls the assistant "Mel" and never "Melanie": a question about
+    Melanie still prefers the assistant's turn about pottery over the user's."""
+    messages = [{"role": "user", "content": "Hey Mel! Good to see you!"},
+                {"role": "assistant", "content": "You too! Busy with the kids."},
+                {"role": "user", "content": "Thanks, Mel, for the tip."},
+                {"role": "assistant", "content": "Any time."},
+                {"role": "user", "content": "Mel, how was the weekend?"},
+                {"role": "assistant", "content": "I finished a pottery bowl, so proud."},
+                {"role": "user", "content": "I should try pottery class one day."}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        query = {"query": "What pottery did Melanie make?", "explain": True}
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        best = next(r for r in out["results"]
+                    if r["score_parts"]["ranks"].get("messages") == 1)
+        assert best["store_id"] == ids[5] and best["score_parts"]["speaker_bonus"] > 0
+        assert "melanie" in out["stages"]["speakers"]["assistant"]
+        # addressed only in lower case: no short form is read, the speaker is unknown
+        for m in messages:
+            m["content"] = m["content"].replace("Mel", "mel")
+    finally:
+        db.close()
+    db, store, dag, ids = _db(tmp_path / "lower", messages)
+    try:
+        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        assert all(r["score_parts"].get("speaker_bonus", 0) == 0 for r in out["results"])
+        assert "speakers" not in out["stages"]
+    finally:
+        db.close()
+
+
 def test_summaries_do_not_crowd_out_the_turns_under_them(tmp_path):
     messages = [{"role": "user", "content": f"filler line number {i} about nothing"}
                 for i in range(6)]
@@ -535,6 +584,10 @@ def test_a_question_naming_a_sender_finds_the_answer_not_every_turn_they_signed(
                 assert out["mode"] == "semantic"
                 return [r["store_id"] for r in out["results"]]
             assert semantic_ids()[0] == ids[9]
+            explained = json.loads(tools.dispatch("trove_grep", {
+                "query": question, "mode": "semantic", "explain": True}, ctx))
+            assert explained["stages"]["vector_query"] == {
+                "text": "What food does like best?", "left_out": ["caroline"]}
             monkeypatch.setattr(arms, "_people_named", lambda *args: set())
             assert ids[9] not in semantic_ids()[:3]          # with the name: her chatter wins
     finally:
