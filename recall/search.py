@@ -540,7 +540,9 @@ def _score_all(corpus: Corpus, plan: QueryPlan, found: _Collector,
     roles = _plain_speakers(corpus, plan) if plain and hasattr(corpus, "speaking_rows") else {}
     names = {key: sender_names(loaded[key][0], name, roles)
              for key, (name, _) in speakers.items()}
-    senders = frozenset().union(*names.values())
+    # a name plain turns show to be a role's names a person even when no candidate
+    # is that role's turn (the answer shares no word with the question)
+    senders = frozenset().union(*names.values(), *roles.values())
     scorer.people = frozenset(c.key for c in plan.concepts if senders.intersection(c.variants))
     hits = []
     for key, (row, text) in loaded.items():

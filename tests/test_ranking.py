@@ -609,6 +609,32 @@ def test_a_search_says_which_query_words_name_senders_and_which_no_row_holds(tmp
         db.close()
 
 
+def test_a_role_named_by_addresses_is_a_person_even_when_none_of_its_turns_match(tmp_path):
+    """The answer shares no word with the question ("engaged" for "proposal"), so
+    every candidate is a turn *addressing* Gina; she is still a person the question
+    names: those turns weigh her name half, and the vectors leave her out."""
+    messages = [{"role": "user", "content": "Hey Gina! How was the weekend?"},
+                {"role": "assistant", "content": "We got engaged on the beach at sunset."},
+                {"role": "user", "content": "No way, Gina! Was the proposal a surprise?"},
+                {"role": "assistant", "content": "Totally, he hid the ring in a shell."},
+                {"role": "user", "content": "Thanks, Gina, for sharing."},
+                {"role": "user", "content": "I read about a proposal for a new park."}]
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        corpus = search.MessageCorpus(store, search.MessageScope(("s",)))
+        found = search.ranked_search(corpus, query_plan.parse_query(
+            "When did Gina get a marriage proposal?"), 5)
+        assert all(h.row["role"] == "user" for h in found.hits)
+        assert "gina" in found.roles["assistant"]
+        assert found.people == {"gina"}
+        # the addressing turn and the unrelated one both hold "proposal": Gina's name
+        # weighs half in the first, so it no longer doubles its coverage
+        by_key = {h.key: h for h in found.hits}
+        assert by_key[ids[2]].parts["coverage"] < 2 * by_key[ids[5]].parts["coverage"]
+    finally:
+        db.close()
+
+
 def test_vector_hits_sent_by_a_person_the_question_names_come_first():
     from hermes_trove.recall import arms
     hits = {("m", 1): search.Hit(1, {"role": "user"}, "[Jo] spicy ramen tonight", 0.5, {}),
