@@ -40,7 +40,11 @@ SESSION_ARMS = ("vector_session",)  # this session's vector arm, scaled on its o
                               # 0.389). The full-text session arm is not: scaled apart it took
                               # the two-session suite's other-session facts' slots (hit@1 0.81
                               # < 0.88, tests/test_recall_quality.py).
-VECTOR_SPEAKER = 0.3          # a vector hit sent by a person the question names: cosine x (1 + this)
+VECTOR_SPEAKER = 1.0          # a vector hit sent by a person the question names: cosine x (1 + this)
+                              # (real chats asked by name, [Name] turns, grep/recall R@5: 0.1
+                              # 0.399/0.401, 0.3 0.403/0.413, 0.6 0.411/0.417, 1.0 0.419/0.429,
+                              # 2.0 0.425/0.443; 1.0 is about full text's own preference:
+                              # the name counted as covered and SPEAKER_BONUS)
 LEXICAL_POWER = 1.0           # hybrid: the full-text arms' weight times (the best coverage of
                               # the question among the top 5 full-text hits) ** this: when no
                               # turn holds most of the question's words, the vectors decide
