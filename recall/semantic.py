@@ -377,12 +377,38 @@ class Semantic:
             return []
         np = self.provider.np
         scores = matrix @ np.asarray(vector, dtype=np.float32)
-        best: dict[int, float] = {}
-        for index in np.argsort(-scores)[:limit * MAX_CHUNKS]:
-            ref = refs[int(index)]
-            if ref not in best:
-                best[ref] = float(scores[index])
-        return sorted(best.items(), key=lambda pair: -pair[1])[:limit]
+        return _distinct_best(refs, matrix, scores, np.argsort(-scores, kind="stable"),
+                              limit)
+
+
+def _distinct_best(refs: Sequence[int], matrix, scores, order,
+                   limit: int) -> list[tuple[int, float]]:
+    """The best ``limit`` rows by their best chunk, one row per distinct vector.
+
+    Why: chats repeat themselves ("lol", "Anyway, what's new with you?" said fifty
+    times), and every copy has the same vector, so one short line that happens to
+    sit near the question took every slot of the arm and pushed the answer out of
+    it (generated chats, plain turns: the arm listed one line 20 times). A copy has
+    the same score and the same vector: the newest copy takes the one slot
+    (``placed`` would list the others after the raw hits anyway).
+    """
+    best: dict[int, float] = {}
+    holders: dict[float, list[list]] = {}     # score -> [[row kept, its index], ...]
+    for index in order:
+        ref, score = refs[int(index)], float(scores[index])
+        same = next((held for held in holders.get(score, ())
+                     if (matrix[held[1]] == matrix[index]).all()), None)
+        if same is not None:                  # the same text again: keep its newest row
+            if ref > same[0] and ref not in best:
+                best[ref] = best.pop(same[0])
+                same[0], same[1] = ref, index
+            continue
+        if len(best) >= limit:
+            break                             # sorted: nothing after this can enter
+        if ref not in best:                   # a row's weaker chunk adds nothing
+            best[ref] = score
+            holders.setdefault(score, []).append([ref, index])
+    return sorted(best.items(), key=lambda pair: -pair[1])
 
 
 # ---------------------------------------------------------------- search modes

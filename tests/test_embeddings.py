@@ -390,3 +390,41 @@ def test_one_tool_call_runs_a_full_text_search_once(chat, tmp_path, monkeypatch)
     again = json.loads(tools.dispatch("trove_recall", {"query": "ceramics workshop"}, ctx))
     assert again["results"] == first["results"]
     assert runs.count("MessageCorpus") > once                # without the memo: repeated
+
+
+def test_a_line_said_many_times_takes_one_slot_of_the_vector_arm(chat, tmp_path, fake):
+    """Chats repeat small talk; every copy has the same vector, and the copies of one
+    line near the question used to fill the arm, pushing the answer out of it."""
+    db, store, dag, ids = chat
+    turns = []
+    for i in range(25):
+        turns += [{"role": "assistant", "content": "what is new with you"},
+                  {"role": "user", "content": f"not much, chore number {i}"}]
+    turns.insert(17, {"role": "user", "content": "my new job is head baker"})
+    added = store.ingest("s", turns).store_ids
+    config = openai_config(tmp_path, fake)
+    found = semantic.Semantic.open(db, config)
+    semantic.backfill(db, found.provider, config, apply=True)
+    best = found.search(found.query_vector("what new job"), "m", ("s",), 5)
+    texts = {ref: text for ref, (_, text) in
+             search.MessageCorpus(store, search.MessageScope(("s",))).load(
+                 [ref for ref, _ in best]).items()}
+    listed = [texts[ref] for ref, _ in best]
+    assert listed.count("what is new with you") == 1
+    assert "my new job is head baker" in listed[:2]
+    repeats = [ref for ref, text in zip(added, turns) if text["content"] == "what is new with you"]
+    assert best[0][0] == max(repeats)          # the newest copy holds the line's slot
+
+
+def test_distinct_best_keeps_one_row_per_vector_and_a_rows_best_chunk():
+    import numpy as np
+    refs = [1, 2, 3, 3, 4, 5, 6]
+    matrix = np.array([[1, 0], [1, 0], [0, 1], [0.5, 0.5], [0.2, 0.8], [1, 0], [0.3, 0.3]],
+                      dtype=np.float32)
+    scores = np.array([0.9, 0.9, 0.8, 0.85, 0.7, 0.9, 0.7], dtype=np.float32)
+    order = np.argsort(-scores, kind="stable")
+    best = semantic._distinct_best(refs, matrix, scores, order, 4)
+    # rows 1, 2 and 5 share one vector: the newest (5) stands for them; row 3 by its
+    # better chunk; rows 4 and 6 tie on score but are two texts: both are kept
+    assert best == [(5, pytest.approx(0.9)), (3, pytest.approx(0.85)), (4, pytest.approx(0.7)),
+                    (6, pytest.approx(0.7))]
