@@ -262,12 +262,15 @@ class Alignment:
         from the view), it is new."""
         if len(gaps) != 1 or gaps[0][3] is not None or gaps[0][2] is None or not claimed:
             return False
-        low = min(claimed)
+        # The rows themselves, not a count: a list may claim rows a summary covers (a
+        # view from before a compaction), and those must not stand in for an unclaimed
+        # fresh row (an /undo's dropped turn the list shows again). One more row than
+        # the list claims is enough to know.
         rows = conn.execute(
-            "SELECT COUNT(*) FROM messages AS m WHERE session_id = ? AND store_id >= ?"
-            " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)",
-            (session_id, low)).fetchone()[0]
-        return rows <= sum(1 for sid in claimed if sid >= low)
+            "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id >= ?"
+            " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
+            " ORDER BY store_id LIMIT ?", (session_id, min(claimed), len(claimed) + 1)).fetchall()
+        return all(row[0] in claimed for row in rows)
 
     @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,

@@ -104,6 +104,29 @@ def test_retry_and_edit_after_compaction_keep_the_newest_message(tmp_path):
     check_prompt(edited, compact(engine, edited))
 
 
+def test_a_list_from_before_an_undo_and_a_compaction_stores_nothing_more(tmp_path):
+    """Found by the walk below: a turn, its /undo, the same text sent again and a
+    compaction; then the list from before the /undo is shown again (a stale copy).
+    Its last turn is rows the store holds (the undone turn), not new rows. The fast
+    path took it for the next turn because it counted the summarized rows the list
+    claims as if they stood for the unclaimed fresh ones."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
+    messages = [m for t in range(4) for m in turn(VOCAB[t % 3], VOCAB[(t * 2) % 3])]
+    check_invariants(engine, messages)
+    first = list(messages)
+    messages = messages + turn("continue", "continue")
+    check_invariants(engine, messages)
+    before_undo = list(messages)
+    messages = messages[:-2]                                  # /undo
+    check_invariants(engine, messages)
+    messages = compact(engine, messages + [{"role": "user", "content": "continue"}])
+    check_invariants(engine, messages)
+    count = engine.store.count_messages("sess")
+    for stale in (first, before_undo):
+        engine.ingest(stale)
+        assert engine.store.count_messages("sess") == count, "a stale view stored more"
+
+
 @st.composite
 def operations(draw):
     return draw(st.lists(st.one_of(
