@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
@@ -71,6 +71,21 @@ def _first_showings(live: list) -> list:
             seen.add(sid)
         out.append((message, sid))
     return out
+
+
+def _before_summarized(live: list, body: Sequence[dict], store_ids: Sequence[int | None],
+                       inserted: Sequence[bool], covered: set[int], floor: int) -> set[int]:
+    """Indexes into ``live`` of the rows the list shows before its last summarized
+    element (a row a summary covers, or the engine's own block): old live rows a
+    compaction summarizes rather than keeps."""
+    last = max((i for i, (sid, ins) in enumerate(zip(store_ids, inserted))
+                if ins or (sid is not None and (sid in covered or sid <= floor))), default=-1)
+    if last < 0:
+        return set()
+    older = {sid for sid in store_ids[:last] if sid is not None}
+    later = {sid for sid in store_ids[last + 1:] if sid is not None}
+    return {i for i, (_, sid) in enumerate(live)
+            if sid is not None and sid in older and sid not in later}
 
 
 def _clean(message: dict) -> dict:
@@ -513,6 +528,12 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                                                  and sid > floor)]
         live = _first_showings(live)
         live_msgs = [m for m, _ in live]
+        # live rows the list shows before summarized ones (a retried reply only a
+        # restored transcript shows, an old message edited in place) are summarized,
+        # never kept raw: the tail is the list's end as it stands, and a stray row
+        # beside it would sit out of order and make two turns of one role in a row,
+        # which the host merges into a message nobody sent.
+        stale = _before_summarized(live, body, store_ids, inserted, covered, floor)
         count = self.count_message
         budget = self._budget(messages, system, current_tokens, trigger)
         before = self.count_messages(body)
@@ -552,6 +573,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 max_tokens = max(0, room - block_cost)
             keep, cut = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                              max_tokens=max_tokens, count=tail_cost)
+            keep -= stale
             # When the share left only the newest turn (a big one), the turns before it
             # that may fit beside the block as it turns out are held back from the
             # first summary pass (not under an explicit tail cap): the block's real
@@ -564,7 +586,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 wider, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                                 max_tokens=max(0, room - block_floor),
                                                 count=tail_cost)
-                held = wider - keep
+                held = wider - keep - stale
             compactor = self._compactor(room)
             if swept is not None:
                 compactor.summarizer = swept.bound(compactor.summarizer)
@@ -606,6 +628,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                                  wait_seconds=wait)
             tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))
                                        for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
+            stale = {new for new, old in enumerate(sorted(keep)) if old in stale}
             live, live_msgs = ([live[i] for i in sorted(keep)], [live_msgs[i] for i in sorted(keep)])
             units = assemble.group_units(live_msgs)
             tail_tokens = sum(tail_cost(m) for m in tail)

@@ -55,6 +55,28 @@ def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
     return entries
 
 
+BELOW_CHECKED = 64            # fresh rows below a list's first row looked up in its views
+
+
+def _lowest_followed(conn, session_id: str, claimed: set[int]) -> int:
+    """The lowest row a list claiming ``claimed`` could go on with: its own first row,
+    or a row that followed those rows in an earlier list of the session (an /undo
+    after an edit drops rows older than the edited one's new row: [9, 10, 7, 8] ->
+    [9, 10], and [9, 10, 7, 8] shown again is those rows, not new ones)."""
+    low = min(claimed)
+    below = [row[0] for row in conn.execute(
+        "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id < ? AND NOT EXISTS"
+        " (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
+        " ORDER BY store_id DESC LIMIT ?", (session_id, low, BELOW_CHECKED))]
+    # only fresh rows below the list's first can be missed, and only views naming one
+    for view in views.holding(conn, session_id, below, views.RING):
+        ids = [sid for _, sid in view.entries]
+        last = max((k for k, sid in enumerate(ids) if sid in claimed), default=None)
+        if last is not None:
+            low = min([low] + [sid for sid in ids[last + 1:] if sid > 0])
+    return low
+
+
 @dataclass(frozen=True)
 class KnownTail:
     """What the engine returned after one of its summary blocks: the raw messages
@@ -269,7 +291,8 @@ class Alignment:
         rows = conn.execute(
             "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id >= ?"
             " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
-            " ORDER BY store_id LIMIT ?", (session_id, min(claimed), len(claimed) + 1)).fetchall()
+            " ORDER BY store_id LIMIT ?",
+            (session_id, _lowest_followed(conn, session_id, claimed), len(claimed) + 1)).fetchall()
         return all(row[0] in claimed for row in rows)
 
     @staticmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from typing import Iterator, Sequence
 
@@ -50,6 +51,21 @@ def each(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> I
         " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
     for row in rows:  # fetched at once (no statement left open), decoded as needed
         yield _view(row)
+
+
+def holding(conn: sqlite3.Connection, session_id: str, store_ids: Sequence[int],
+            limit: int = MAX_VIEWS) -> Iterator[View]:
+    """The session's newest ``limit`` views that name one of ``store_ids``, newest
+    first; the others are not decoded (a turn's fast path asks this)."""
+    if not store_ids:
+        return
+    named = re.compile(r":(?:" + "|".join(str(int(s)) for s in store_ids) + r")(?= |$)")
+    rows = conn.execute(
+        "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id = ?"
+        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
+    for row in rows:
+        if row[2] and named.search(row[2]):
+            yield _view(row)
 
 
 def block_fps(conn: sqlite3.Connection, session_id: str) -> set[str]:

@@ -62,8 +62,12 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # seed 18 stored the parent's transcript, handed over at exit under its
 # branch's id after /new and /resume, in the branch (exit after step 59); seed 9
 # took the host's overhead from an estimate of a list without the re-sent message
-# and left the prompt over the trigger after a compaction (step 15).
-REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60}
+# and left the prompt over the trigger after a compaction (step 15). Seed 7302: a
+# second CLI restored a transcript holding a /retry's older reply, which no summary
+# covered (the first CLI never showed it again); its compaction kept that reply raw
+# beside the fresh tail, two assistant turns in a row, and the host merged them into
+# a message nobody sent, stored as new (step 25).
+REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25}
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))

@@ -127,6 +127,21 @@ def test_a_list_from_before_an_undo_and_a_compaction_stores_nothing_more(tmp_pat
         assert engine.store.count_messages("sess") == count, "a stale view stored more"
 
 
+def test_a_list_from_before_an_undo_after_an_edit_stores_nothing_more(tmp_path):
+    """Found by the walk below (seed 23): an edit gives the first message a new row
+    (higher than the rows after it), an /undo drops those older rows from the list,
+    and the list from before the /undo is shown again: they are those rows."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
+    messages = turn("continue", "continue") + turn("continue", "continue")
+    check_invariants(engine, messages)
+    edited = [{"role": "user", "content": "ok"}] + messages[1:]
+    check_invariants(engine, edited)
+    check_invariants(engine, edited[:2])                       # /undo
+    count = engine.store.count_messages("sess")
+    engine.ingest(edited)
+    assert engine.store.count_messages("sess") == count, "a stale view stored more"
+
+
 @st.composite
 def operations(draw):
     return draw(st.lists(st.one_of(
