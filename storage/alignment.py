@@ -132,7 +132,7 @@ class Alignment:
                 return fast
         known_blocks = views.block_fps(conn, session_id)
         if shown.copy_from:  # a /branch shows its parent's block before it has views
-            known_blocks |= views.block_fps(conn, shown.copy_from)
+            known_blocks |= views.lineage_block_fps(conn, shown.copy_from)
         found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
                                  gaps=True, known_blocks=known_blocks)
         if found is not None and not found.foreign:

@@ -79,6 +79,24 @@ def block_fps(conn: sqlite3.Connection, session_id: str) -> set[str]:
     return found
 
 
+LINEAGE_DEPTH = 8             # a branch's ancestors read for the blocks it may show
+
+
+def lineage_block_fps(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    """Block fingerprints of a session and its ancestors (``parent_session_id``): a
+    /branch of a branch that never stored anything shows its grandparent's block."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    current: str | None = session_id
+    while current and current not in seen and len(seen) < LINEAGE_DEPTH:
+        seen.add(current)
+        found |= block_fps(conn, current)
+        row = conn.execute("SELECT parent_session_id FROM sessions WHERE session_id = ?",
+                           (current,)).fetchone()
+        current = row[0] if row else None
+    return found
+
+
 def load_others(conn: sqlite3.Connection, session_id: str,
                 limit: int = OTHER_VIEWS) -> list[View]:
     """The newest views of every other session (a list that may not be this

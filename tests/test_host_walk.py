@@ -66,8 +66,10 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # second CLI restored a transcript holding a /retry's older reply, which no summary
 # covered (the first CLI never showed it again); its compaction kept that reply raw
 # beside the fresh tail, two assistant turns in a row, and the host merged them into
-# a message nobody sent, stored as new (step 25).
-REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25}
+# a message nobody sent, stored as new (step 25). Seed 8400: a /branch of a /branch
+# that never stored anything shows its grandparent's block, which was read as the
+# user's message (step 56).
+REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56}
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))
