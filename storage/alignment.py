@@ -130,8 +130,11 @@ class Alignment:
             fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
             if fast is not None:
                 return fast
-        known_blocks = views.block_fps(conn, session_id)
-        if shown.copy_from:  # a /branch shows its parent's block before it has views
+        # a /branch shows its parent's block before it has views: the parent's (and
+        # theirs, a branch of a branch) are the engine's too, also when another
+        # process resumed the branch and never saw the /branch
+        known_blocks = views.lineage_block_fps(conn, session_id)
+        if shown.copy_from:
             known_blocks |= views.lineage_block_fps(conn, shown.copy_from)
         found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
                                  gaps=True, known_blocks=known_blocks)

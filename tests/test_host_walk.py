@@ -68,8 +68,9 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # beside the fresh tail, two assistant turns in a row, and the host merged them into
 # a message nobody sent, stored as new (step 25). Seed 8400: a /branch of a /branch
 # that never stored anything shows its grandparent's block, which was read as the
-# user's message (step 56).
-REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56}
+# user's message (step 56); seed 9504: a second process resumed a fresh /branch (it
+# never saw the /branch) and stored the parent's block as a user message (step 19).
+REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19}
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))
