@@ -60,6 +60,14 @@ def _hybrid_ids(ctx, query, limit):
     return [r["store_id"] for r in out["results"]]
 
 
+def _grep_best(store, dag, tmp_path, query: str) -> tuple[dict, dict]:
+    """``trove_grep`` with ``explain`` and the full-text arm's first hit."""
+    out = json.loads(tools.dispatch("trove_grep", {"query": query, "explain": True},
+                                    _ctx(store, dag, tmp_path)))
+    best = next(r for r in out["results"] if r["score_parts"]["ranks"].get("messages") == 1)
+    return out, best
+
+
 def test_a_question_naming_a_person_prefers_that_persons_turns(tmp_path):
     messages = [{"role": "user", "content": "[Mel] Wow Caroline, your pottery looks great!"},
                 {"role": "user", "content": "[Caroline] I love my new pottery class."},
@@ -90,18 +98,12 @@ def test_plain_turns_name_the_person_the_other_role_addresses(tmp_path):
                 {"role": "assistant", "content": "Morning Caroline!"}]
     db, store, dag, ids = _db(tmp_path, messages)
     try:
-        query = {"query": "What did Caroline say about the support group?", "explain": True}
-        def best_match(out):
-            return next(r for r in out["results"] if r["score_parts"]["ranks"].get("messages") == 1)
-
-        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
-        best = best_match(out)
+        query = "What did Caroline say about the support group?"
+        out, best = _grep_best(store, dag, tmp_path, query)
         assert best["store_id"] == ids[5] and best["score_parts"]["speaker_bonus"] > 0
         assert {r["store_id"] for r in out["results"][:2]} == {ids[4], ids[5]}
         # a lower-case query names nobody: the address turn matches more words and wins
-        query["query"] = query["query"].lower()
-        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
-        assert best_match(out)["store_id"] == ids[4]
+        assert _grep_best(store, dag, tmp_path, query.lower())[1]["store_id"] == ids[4]
     finally:
         db.close()
 
@@ -139,19 +141,15 @@ def test_a_short_form_written_as_an_address_names_the_other_role():
 def test_plain_turns_name_the_person_addressed_by_a_short_form(tmp_path):
     """The user calls the assistant "Mel" and never "Melanie": a question about
     Melanie still prefers the assistant's turn about pottery over the user's."""
-    messages = [{"role": "user", "content": "Hey Mel! Good to see you!"},
-                {"role": "assistant", "content": "You too! Busy with the kids."},
-                {"role": "user", "content": "Thanks, Mel, for the tip."},
-                {"role": "assistant", "content": "Any time."},
-                {"role": "user", "content": "Mel, how was the weekend?"},
-                {"role": "assistant", "content": "I finished a pottery bowl, so proud."},
-                {"role": "user", "content": "I should try pottery class one day."}]
+    said = ["Hey Mel! Good to see you!", "You too! Busy with the kids.",
+            "Thanks, Mel, for the tip.", "Any time.", "Mel, how was the weekend?",
+            "I finished a pottery bowl, so proud.", "I should try pottery class one day."]
+    messages = [{"role": ("user", "assistant")[i % 2], "content": text}
+                for i, text in enumerate(said)]
     db, store, dag, ids = _db(tmp_path, messages)
+    query = "What pottery did Melanie make?"
     try:
-        query = {"query": "What pottery did Melanie make?", "explain": True}
-        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
-        best = next(r for r in out["results"]
-                    if r["score_parts"]["ranks"].get("messages") == 1)
+        out, best = _grep_best(store, dag, tmp_path, query)
         assert best["store_id"] == ids[5] and best["score_parts"]["speaker_bonus"] > 0
         assert "melanie" in out["stages"]["speakers"]["assistant"]
         # addressed only in lower case: no short form is read, the speaker is unknown
@@ -161,7 +159,7 @@ def test_plain_turns_name_the_person_addressed_by_a_short_form(tmp_path):
         db.close()
     db, store, dag, ids = _db(tmp_path / "lower", messages)
     try:
-        out = json.loads(tools.dispatch("trove_grep", query, _ctx(store, dag, tmp_path)))
+        out, _ = _grep_best(store, dag, tmp_path, query)
         assert all(r["score_parts"].get("speaker_bonus", 0) == 0 for r in out["results"])
         assert "speakers" not in out["stages"]
     finally:
@@ -613,12 +611,12 @@ def test_a_role_named_by_addresses_is_a_person_even_when_none_of_its_turns_match
     """The answer shares no word with the question ("engaged" for "proposal"), so
     every candidate is a turn *addressing* Gina; she is still a person the question
     names: those turns weigh her name half, and the vectors leave her out."""
-    messages = [{"role": "user", "content": "Hey Gina! How was the weekend?"},
-                {"role": "assistant", "content": "We got engaged on the beach at sunset."},
-                {"role": "user", "content": "No way, Gina! Was the proposal a surprise?"},
-                {"role": "assistant", "content": "Totally, he hid the ring in a shell."},
-                {"role": "user", "content": "Thanks, Gina, for sharing."},
-                {"role": "user", "content": "I read about a proposal for a new park."}]
+    said = [("user", "Hey Gina! How was the weekend?"),
+            ("assistant", "We got engaged on the beach at sunset."),
+            ("user", "No way, Gina! Was the proposal a surprise?"),
+            ("assistant", "Totally, he hid the ring in a shell."),
+            ("user", "Thanks, Gina, for sharing."), ("user", "I read about a proposal for a new park.")]
+    messages = [{"role": role, "content": text} for role, text in said]
     db, store, dag, ids = _db(tmp_path, messages)
     try:
         corpus = search.MessageCorpus(store, search.MessageScope(("s",)))
