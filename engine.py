@@ -73,8 +73,8 @@ def _first_showings(live: list) -> list:
     return out
 
 
-def _before_summarized(live: list, body: Sequence[dict], store_ids: Sequence[int | None],
-                       inserted: Sequence[bool], covered: set[int], floor: int) -> set[int]:
+def _before_summarized(live: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
+                       covered: set[int], floor: int) -> set[int]:
     """Indexes into ``live`` of the rows the list shows before its last summarized
     element (a row a summary covers, or the engine's own block): old live rows a
     compaction summarizes rather than keeps."""
@@ -533,7 +533,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         # never kept raw: the tail is the list's end as it stands, and a stray row
         # beside it would sit out of order and make two turns of one role in a row,
         # which the host merges into a message nobody sent.
-        stale = _before_summarized(live, body, store_ids, inserted, covered, floor)
+        stale = _before_summarized(live, store_ids, inserted, covered, floor)
         count = self.count_message
         budget = self._budget(messages, system, current_tokens, trigger)
         before = self.count_messages(body)

@@ -133,9 +133,7 @@ class Alignment:
         # a /branch shows its parent's block before it has views: the parent's (and
         # theirs, a branch of a branch) are the engine's too, also when another
         # process resumed the branch and never saw the /branch
-        known_blocks = views.lineage_block_fps(conn, session_id)
-        if shown.copy_from:
-            known_blocks |= views.lineage_block_fps(conn, shown.copy_from)
+        known_blocks = views.lineage_block_fps(conn, session_id, shown.copy_from)
         found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
                                  gaps=True, known_blocks=known_blocks)
         if found is not None and not found.foreign:

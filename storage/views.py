@@ -46,11 +46,16 @@ def load(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> l
 def each(conn: sqlite3.Connection, session_id: str, limit: int = MAX_VIEWS) -> Iterator[View]:
     """The session's views, newest first, read one at a time (a reader that is
     answered by the newest few never decodes the rest)."""
-    rows = conn.execute(
+    for row in _newest(conn, session_id, limit):  # decoded as needed
+        yield _view(row)
+
+
+def _newest(conn: sqlite3.Connection, session_id: str, limit: int) -> list:
+    """The session's newest ``limit`` view rows, undecoded, fetched at once (no
+    statement left open)."""
+    return conn.execute(
         "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id = ?"
         " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
-    for row in rows:  # fetched at once (no statement left open), decoded as needed
-        yield _view(row)
 
 
 def holding(conn: sqlite3.Connection, session_id: str, store_ids: Sequence[int],
@@ -60,10 +65,7 @@ def holding(conn: sqlite3.Connection, session_id: str, store_ids: Sequence[int],
     if not store_ids:
         return
     named = re.compile(r":(?:" + "|".join(str(int(s)) for s in store_ids) + r")(?= |$)")
-    rows = conn.execute(
-        "SELECT session_id, origin, entries, meta FROM session_views WHERE session_id = ?"
-        " ORDER BY updated_at DESC LIMIT ?", (session_id, limit)).fetchall()
-    for row in rows:
+    for row in _newest(conn, session_id, limit):
         if row[2] and named.search(row[2]):
             yield _view(row)
 
@@ -82,18 +84,21 @@ def block_fps(conn: sqlite3.Connection, session_id: str) -> set[str]:
 LINEAGE_DEPTH = 8             # a branch's ancestors read for the blocks it may show
 
 
-def lineage_block_fps(conn: sqlite3.Connection, session_id: str) -> set[str]:
-    """Block fingerprints of a session and its ancestors (``parent_session_id``): a
-    /branch of a branch that never stored anything shows its grandparent's block."""
+def lineage_block_fps(conn: sqlite3.Connection, *session_ids: str | None) -> set[str]:
+    """Block fingerprints of these sessions and their ancestors (``parent_session_id``,
+    ``LINEAGE_DEPTH`` each, every session read once): a /branch of a branch that never
+    stored anything shows its grandparent's block."""
     found: set[str] = set()
     seen: set[str] = set()
-    current: str | None = session_id
-    while current and current not in seen and len(seen) < LINEAGE_DEPTH:
-        seen.add(current)
-        found |= block_fps(conn, current)
-        row = conn.execute("SELECT parent_session_id FROM sessions WHERE session_id = ?",
-                           (current,)).fetchone()
-        current = row[0] if row else None
+    for current in session_ids:
+        depth = 0
+        while current and current not in seen and depth < LINEAGE_DEPTH:
+            seen.add(current)
+            depth += 1
+            found |= block_fps(conn, current)
+            row = conn.execute("SELECT parent_session_id FROM sessions WHERE session_id = ?",
+                               (current,)).fetchone()
+            current = row[0] if row else None
     return found
 
 
