@@ -137,6 +137,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._builtin = None                     # Hermes's compressor, for unstored sessions
         self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
+        self._provider_prompt_tokens = 0         # the provider's last real prompt count
         self._noop_at_tokens: int | None = None
         self.current_turn_store_id: int | None = None
         self.reachability: list[str] = []
@@ -400,7 +401,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         """Track the provider's real usage (it beats any estimate)."""
         usage = usage if isinstance(usage, dict) else {}
         prompt = tokens.as_count(usage.get("prompt_tokens") or usage.get("input_tokens"))
-        self.last_prompt_tokens = prompt
+        self.last_prompt_tokens = self._provider_prompt_tokens = prompt
         self.last_completion_tokens = tokens.as_count(usage.get("completion_tokens")
                                                       or usage.get("output_tokens"))
         self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
@@ -869,8 +870,14 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         just re-sent): system prompt and schemas change rarely, and an overhead
         taken too small overflows the host's trigger, one taken too large only
         keeps a shorter tail. Once the provider's usage is known, the host's
-        overhead is never taken below ``budget.host_overhead_floor`` of it."""
-        if current_tokens and current_tokens > 0:
+        overhead is never taken below ``budget.host_overhead_floor`` of it.
+
+        After a tool call the host hands over the provider's real prompt count
+        instead (``approx_tokens=last_prompt_tokens``): real tokens of a request
+        the list has grown past, not host units, so it is no sample (taken as one,
+        it set the overhead 7K too high and starved the tail)."""
+        if current_tokens and current_tokens > 0 \
+                and current_tokens != self._provider_prompt_tokens:
             shown = sum(self.rough_message(m) for m in messages)
             limit = max(0, self.context_length // 2) or current_tokens
             sample = max(0, min(current_tokens - shown, limit))

@@ -435,3 +435,23 @@ def test_compress_preflight_counts_a_pasted_block_header_as_conversation(tmp_pat
     assert engine.has_content_to_compress([outputs[-1][0], pasted, newest])
     assert not engine.has_content_to_compress([newest])
     assert not engine.has_content_to_compress([])
+
+
+def test_a_real_prompt_count_handed_as_current_tokens_is_no_overhead_sample(tmp_path):
+    """After a tool call the host compresses with ``approx_tokens=last_prompt_tokens``:
+    the provider's real count of the request before the tool result, not its rough
+    estimate of the list. Taken as a host-unit sample it inflated the overhead by
+    the gap between the two counters and starved the tail (host walk seed 9505)."""
+    engine = make_engine(tmp_path, window=16_000)
+    messages = [m for t in range(6) for m in coding_turn(t)]
+    engine.compress(list(messages), current_tokens=host_tokens(messages), force=True)
+    learned = engine.last_compaction["host_overhead"]
+    assert abs(learned - DEFAULT_OVERHEAD) <= 50  # per message vs the whole list
+    real = host_tokens(messages) + 7_000  # the provider counts this request far higher
+    engine.update_from_response({"prompt_tokens": real, "completion_tokens": 20})
+    engine.compress(list(messages), current_tokens=real, force=True)
+    assert engine.last_compaction["host_overhead"] == learned
+    # the host's own rough estimate is still a sample, however large
+    engine.compress(list(messages), current_tokens=host_tokens(messages, overhead=5_000),
+                    force=True)
+    assert abs(engine.last_compaction["host_overhead"] - 5_000) <= 50
