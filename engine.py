@@ -88,6 +88,25 @@ def _before_summarized(live: list, store_ids: Sequence[int | None], inserted: Se
             if sid is not None and sid in older and sid not in later}
 
 
+def _tail_candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
+                     covered: set[int], floor: int, stale_ids: set[int]) -> list:
+    """The rows a compaction may keep raw, in list order: every live row, and the
+    summarized rows the list shows after its last block and its last stale row.
+
+    Why: a list another process built before it compacted (a second CLI on the same
+    session) shows as raw the exchange just before its newest turn, which that
+    process has summarized since. Left out, the tail starved to the newest turn while
+    the previous exchange fit beside it. Rows kept this way are never summarized again
+    (their summary stays in the block); rows before a stale one stay out, so the tail
+    is still a stretch of the list as the host shows it."""
+    start = max([i for i, ins in enumerate(inserted) if ins]
+                + [i for i, sid in enumerate(store_ids) if sid is not None and sid in stale_ids],
+                default=-1)
+    return [(m, sid) for i, (m, sid, ins) in enumerate(zip(body, store_ids, inserted))
+            if (sid is None and not ins)
+            or (sid is not None and sid > floor and (sid not in covered or i > start))]
+
+
 def _clean(message: dict) -> dict:
     """A message as returned to the host: without host-internal ``_`` keys
     (the same object when it has none, so per-message memos keep hitting)."""
@@ -524,17 +543,20 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         covered = self.dag.covered_store_ids(s for s in store_ids if s is not None)
         # Messages the ignore patterns match are not stored but stay in place: kept
         # when the tail reaches them, dropped (never summarized) when older.
-        live = [(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
-                if (sid is None and not ins) or (sid is not None and sid not in covered
-                                                 and sid > floor)]
-        live = _first_showings(live)
-        live_msgs = [m for m, _ in live]
+        live = _first_showings([(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
+                                if (sid is None and not ins) or (sid is not None and sid not in covered
+                                                                 and sid > floor)])
         # live rows the list shows before summarized ones (a retried reply only a
         # restored transcript shows, an old message edited in place) are summarized,
         # never kept raw: the tail is the list's end as it stands, and a stray row
         # beside it would sit out of order and make two turns of one role in a row,
         # which the host merges into a message nobody sent.
-        stale = _before_summarized(live, store_ids, inserted, covered, floor)
+        stale_ids = {live[i][1] for i in _before_summarized(live, store_ids, inserted, covered, floor)}
+        # The list's end as it stands includes rows another process summarized since
+        # this list was built: they may stay raw in the tail (never summarized again).
+        live = _first_showings(_tail_candidates(body, store_ids, inserted, covered, floor, stale_ids))
+        live_msgs = [m for m, _ in live]
+        stale = {i for i, (_, sid) in enumerate(live) if sid is not None and sid in stale_ids}
         count = self.count_message
         budget = self._budget(messages, system, current_tokens, trigger)
         before = self.count_messages(body)
@@ -595,7 +617,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             def summarize(indices: list[int], may_defer: bool) -> set[int]:
                 """Leaf summaries of these live messages; the store_ids left raw."""
                 backlog = [(live[i][1], self.stored_form(live_msgs[i]), None, count(live_msgs[i]))
-                           for i in indices if live[i][1] is not None]
+                           for i in indices if live[i][1] is not None and live[i][1] not in covered]
                 if not backlog:
                     return set()
                 raw = prepare.leaf_pass(compactor, self.store.db, session, backlog,

@@ -455,3 +455,4 @@ def test_a_real_prompt_count_handed_as_current_tokens_is_no_overhead_sample(tmp_
     engine.compress(list(messages), current_tokens=host_tokens(messages, overhead=5_000),
                     force=True)
     assert abs(engine.last_compaction["host_overhead"] - 5_000) <= 50
+

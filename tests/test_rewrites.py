@@ -283,3 +283,28 @@ def test_the_known_tail_an_earlier_version_saved_is_still_recognized():
     _, inserted, known = known_tails.read([block, {"role": "user", "content": "go"}], {},
                                           lambda: state)
     assert inserted == [True, False] and known.store_ids == (7, 8)
+
+
+def test_a_second_process_keeps_the_exchange_the_first_one_summarized(tmp_path):
+    """Found by the host walk (seed 30004): a second CLI on the session holds a list
+    built before the first one compacted; that list's previous exchange is rows the
+    first process has summarized since. They are the list's end as it stands: they
+    stay raw beside the newest turn (their summary stays in the block) instead of the
+    tail starving to the newest message, and nothing is stored twice."""
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=1)
+    second = make_engine(tmp_path, window=64_000)
+    history = [m for t in range(6) for m in turn(f"question {t} about module_{t}",
+                                                 f"answer {t}: handler_{t} returns {t}")]
+    check_invariants(first, history)
+    check_invariants(second, history)
+    compact(first, history + [{"role": "user", "content": "first process asks on"}])
+    previous = history[-2:]
+    assert first.dag.covered_store_ids(second.ingest(previous)) == set(second.ingest(previous))
+    count = first.store.count_messages("sess")
+    newest = {"role": "user", "content": "second process asks on"}
+    out = compact(second, history + [newest])
+    assert out[-3:] == previous + [newest], "the previous exchange did not stay raw"
+    assert second.store.count_messages("sess") == count + 1
+    text = "\n".join(str(m.get("content")) for m in out)
+    assert all(f"question {t}" in text or f"answer {t}" in text for t in range(6)), \
+        "a summarized turn is neither in the block nor raw"
