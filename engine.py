@@ -15,12 +15,12 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
-from .compaction import assemble, fallback, prepare, spend, sweep, tokens
+from .compaction import assemble, fallback, prepare, spend, sweep, tail_rows, tokens
 from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, bounded_real_overhead,
                                  host_overhead_floor, host_text_cost)
 from .storage import codec, faults, identity, locks
@@ -57,54 +57,6 @@ STUB_TOKENS_ESTIMATE = 600
 COMPACTION_LOCK_SECONDS = 120.0
 
 _breakers: dict[tuple, CircuitBreaker] = {}
-
-
-def _first_showings(live: list) -> list:
-    """Each stored row once, where the list first shows it: a list that shows one
-    message twice (the host restored its transcript twice) returns it once."""
-    seen: set[int] = set()
-    out = []
-    for message, sid in live:
-        if sid is not None:
-            if sid in seen:
-                continue
-            seen.add(sid)
-        out.append((message, sid))
-    return out
-
-
-def _before_summarized(live: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
-                       covered: set[int], floor: int) -> set[int]:
-    """Indexes into ``live`` of the rows the list shows before its last summarized
-    element (a row a summary covers, or the engine's own block): old live rows a
-    compaction summarizes rather than keeps."""
-    last = max((i for i, (sid, ins) in enumerate(zip(store_ids, inserted))
-                if ins or (sid is not None and (sid in covered or sid <= floor))), default=-1)
-    if last < 0:
-        return set()
-    older = {sid for sid in store_ids[:last] if sid is not None}
-    later = {sid for sid in store_ids[last + 1:] if sid is not None}
-    return {i for i, (_, sid) in enumerate(live)
-            if sid is not None and sid in older and sid not in later}
-
-
-def _tail_candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
-                     covered: set[int], floor: int, stale_ids: set[int]) -> list:
-    """The rows a compaction may keep raw, in list order: every live row, and the
-    summarized rows the list shows after its last block and its last stale row.
-
-    Why: a list another process built before it compacted (a second CLI on the same
-    session) shows as raw the exchange just before its newest turn, which that
-    process has summarized since. Left out, the tail starved to the newest turn while
-    the previous exchange fit beside it. Rows kept this way are never summarized again
-    (their summary stays in the block); rows before a stale one stay out, so the tail
-    is still a stretch of the list as the host shows it."""
-    start = max([i for i, ins in enumerate(inserted) if ins]
-                + [i for i, sid in enumerate(store_ids) if sid is not None and sid in stale_ids],
-                default=-1)
-    return [(m, sid) for i, (m, sid, ins) in enumerate(zip(body, store_ids, inserted))
-            if (sid is None and not ins)
-            or (sid is not None and sid > floor and (sid not in covered or i > start))]
 
 
 def _clean(message: dict) -> dict:
@@ -541,22 +493,8 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         session = self.canonical_id
         floor = (self.store.get_session(session) or {}).get("replay_floor", 0)
         covered = self.dag.covered_store_ids(s for s in store_ids if s is not None)
-        # Messages the ignore patterns match are not stored but stay in place: kept
-        # when the tail reaches them, dropped (never summarized) when older.
-        live = _first_showings([(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
-                                if (sid is None and not ins) or (sid is not None and sid not in covered
-                                                                 and sid > floor)])
-        # live rows the list shows before summarized ones (a retried reply only a
-        # restored transcript shows, an old message edited in place) are summarized,
-        # never kept raw: the tail is the list's end as it stands, and a stray row
-        # beside it would sit out of order and make two turns of one role in a row,
-        # which the host merges into a message nobody sent.
-        stale_ids = {live[i][1] for i in _before_summarized(live, store_ids, inserted, covered, floor)}
-        # The list's end as it stands includes rows another process summarized since
-        # this list was built: they may stay raw in the tail (never summarized again).
-        live = _first_showings(_tail_candidates(body, store_ids, inserted, covered, floor, stale_ids))
+        live, stale = tail_rows.candidates(body, store_ids, inserted, covered, floor)
         live_msgs = [m for m, _ in live]
-        stale = {i for i, (_, sid) in enumerate(live) if sid is not None and sid in stale_ids}
         count = self.count_message
         budget = self._budget(messages, system, current_tokens, trigger)
         before = self.count_messages(body)
