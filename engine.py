@@ -21,8 +21,8 @@ from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, prepare, spend, sweep, tail_rows, tokens
-from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, bounded_real_overhead,
-                                 host_overhead_floor, host_text_cost)
+from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, api_form, bounded_real_overhead,
+                                 host_estimator, host_overhead_floor, host_text_cost)
 from .storage import codec, faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -496,7 +496,8 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         live, stale = tail_rows.candidates(body, store_ids, inserted, covered, floor)
         live_msgs = [m for m, _ in live]
         count = self.count_message
-        budget = self._budget(messages, system, current_tokens, trigger)
+        host_rough = self._host_rough(messages, current_tokens)
+        budget = self._budget(messages, system, current_tokens, trigger, host_rough)
         before = self.count_messages(body)
         deterministic = self._under_critical_pressure(current_tokens)
         # a summary a worker is making right now is waited for, never longer than one call
@@ -509,7 +510,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
 
         def tail_cost(message: dict) -> int:
             exact = tail_count(message)
-            rough = self.rough_message(message) if exact == count(message) else exact
+            rough = host_rough(message) if exact == count(message) else exact
             return budget.cost(exact, rough)
 
         def text_cost(text: str) -> int:
@@ -615,7 +616,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             final = (budget.real_overhead + budget.system_exact
                      + self.count_messages(returned))
             host_final = (budget.host_overhead + budget.system_rough
-                          + sum(self.rough_message(m) for m in returned))
+                          + sum(host_rough(m) for m in returned))
             if final < trigger and host_final < trigger:
                 break
         over = final >= trigger or host_final >= trigger
@@ -653,9 +654,9 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         return bool(meta) and meta.get("frontier") == frontier_ids
 
     def _budget(self, messages: list, system: dict | None, current_tokens: int | None,
-                trigger: int) -> Budget:
+                trigger: int, rough: Callable[[dict], int] | None = None) -> Budget:
         """Room for this compaction's result in both units (see ``compaction/budget``)."""
-        host_overhead = self.overhead_estimate(messages, current_tokens)
+        host_overhead = self.overhead_estimate(messages, current_tokens, rough)
         return Budget(target=int(trigger * (1 - assemble.TARGET_MARGIN)),
                       host_overhead=host_overhead,
                       real_overhead=bounded_real_overhead(self._real_overhead, host_overhead),
@@ -819,7 +820,37 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                                 "path": path, "session_mode": self.session_mode}
         return result
 
-    def overhead_estimate(self, messages: list, current_tokens: int | None) -> int:
+    def _host_rough(self, messages: list, current_tokens: int | None) -> Callable[[dict], int]:
+        """The host's estimate of a message as the figure that called this compaction
+        counts it: the current turn's user message in its API form when
+        ``current_tokens`` shows the host counted it so, else as the message stands.
+
+        Why: the message holds the text and its ``api_content`` sidecar; the host
+        counts it once where it estimates its request copies (before each API call)
+        and twice where it estimates its own list. Counted twice there, a 10K-token
+        turn alone was over the trigger, and the previous exchange that fit beside it
+        by the host's own figure was left out (host walk seed 30009). Told apart by the
+        overhead learned before (unknown yet: as the message stands)."""
+        turn = next((m for m in reversed(messages)
+                     if isinstance(m, dict) and m.get("role") == "user"), None)
+        overhead = self._overhead_tokens
+        if turn is None or api_form(turn) is turn or not current_tokens or current_tokens <= 0 \
+                or current_tokens == self._provider_prompt_tokens or overhead is None:
+            return self.rough_message
+        sidecar = turn["api_content"]
+        full = overhead + sum(self.rough_message(m) for m in messages)
+        once = full - self.rough_message(turn) + host_estimator()([api_form(turn)])
+        if abs(current_tokens - once) >= abs(current_tokens - full):
+            return self.rough_message
+
+        def rough(message: dict) -> int:
+            if message.get("role") == "user" and message.get("api_content") == sidecar:
+                return host_estimator()([api_form(message)])
+            return self.rough_message(message)
+        return rough
+
+    def overhead_estimate(self, messages: list, current_tokens: int | None,
+                          rough: Callable[[dict], int] | None = None) -> int:
         """What the host adds around the messages (system prompt, tool schemas), in
         the host's own units: ``current_tokens`` is its rough estimate of the whole
         request, so the difference with its estimate of the messages is exact.
@@ -835,10 +866,11 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         After a tool call the host hands over the provider's real prompt count
         instead (``approx_tokens=last_prompt_tokens``): real tokens of a request
         the list has grown past, not host units, so it is no sample (taken as one,
-        it set the overhead 7K too high and starved the tail)."""
+        it set the overhead 7K too high and starved the tail). ``rough``: a message
+        as ``current_tokens`` counted it (``_host_rough``)."""
         if current_tokens and current_tokens > 0 \
                 and current_tokens != self._provider_prompt_tokens:
-            shown = sum(self.rough_message(m) for m in messages)
+            shown = sum((rough or self.rough_message)(m) for m in messages)
             limit = max(0, self.context_length // 2) or current_tokens
             sample = max(0, min(current_tokens - shown, limit))
             self._overhead_tokens = max(sample, self._overhead_tokens or 0)

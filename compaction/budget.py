@@ -48,6 +48,17 @@ def host_estimator() -> Callable[[list], int]:
     return estimate_messages_tokens_rough
 
 
+def api_form(message: dict) -> dict:
+    """A user message as the host estimates it on its request copies: its
+    ``api_content`` sidecar (the wire text: the message and the context plugins
+    add) in place of ``content``, not beside it. The message itself holds both,
+    and the host's estimates of its own list count both."""
+    sidecar = message.get("api_content")
+    if not isinstance(sidecar, str) or not sidecar:
+        return message
+    return {**{k: v for k, v in message.items() if k != "api_content"}, "content": sidecar}
+
+
 def host_text_cost(text: str) -> int:
     """The host's estimate of one user message holding ``text`` (the summary block)."""
     return (len(str({"role": "user", "content": text})) + 3) // 4

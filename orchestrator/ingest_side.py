@@ -222,7 +222,9 @@ class IngestSide:
         """``pre_llm_call``: the user just sent ``message``. It is a new message even
         when its text equals an undone or retried one, so the first list showing it
         stores it as a new row (``storage/identity`` rule 2), unless this turn's
-        compaction already did."""
+        compaction already did. The no-op guard a /compress left between turns ends
+        here (see ``turn_done``)."""
+        self._noop_at_tokens = None
         if not isinstance(message, dict) or not self.canonical_id or not self.stores:
             return
         try:
@@ -236,8 +238,16 @@ class IngestSide:
         self._pending_turn = (message, fp, self.canonical_id)
 
     def turn_done(self) -> None:
-        """``post_llm_call``: the turn is over; the next user message is a new turn."""
+        """``post_llm_call``: the turn is over; the next user message is a new turn.
+
+        The no-op guard (``should_compress``) ends with the turn: it keeps the host from
+        retrying a compaction that could do nothing at this size within the turn, but
+        the next turn's list is another list, and its figure may be counted otherwise
+        (the host counts the current turn's message once before an API call, older
+        ones twice before a turn), so a figure under the old guard can still be over
+        with work to do (host walk seed 30004)."""
         self._turn_inserted = None
+        self._noop_at_tokens = None
 
     def stored_form(self, message: dict) -> dict:
         """The message as its row holds it (redacted, payloads externalized): what

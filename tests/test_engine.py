@@ -168,6 +168,23 @@ def test_newest_turn_alone_over_the_trigger_is_reported_not_retried(tmp_path):
     assert engine.should_compress(current + 500)  # growth re-arms it
 
 
+def test_the_no_op_guard_lasts_one_turn(tmp_path):
+    """The guard keeps the host from retrying within the turn; the next turn's list is
+    another list whose figure the host may count otherwise (host walk seed 30004: a
+    /compress between turns left a guard that skipped the next turn's compaction)."""
+    engine = make_engine(tmp_path, window=8_000)
+    huge = [{"role": "user", "content": "word " * 9000}]
+    current = prompt_tokens(engine, huge)
+    engine.compress(huge, current_tokens=current, force=True)
+    assert not engine.should_compress(current)
+    engine.turn_done()                                     # post_llm_call
+    assert engine.should_compress(current)
+    engine.compress(huge, current_tokens=current, force=True)   # a /compress between turns
+    assert not engine.should_compress(current)
+    engine.note_user_turn({"role": "user", "content": "next"})  # pre_llm_call
+    assert engine.should_compress(current)
+
+
 def test_unreachable_trigger_is_detected_at_start(tmp_path):
     engine = make_engine(tmp_path, window=64_000, context_threshold=0.1)
     assert engine.reachability
@@ -456,3 +473,33 @@ def test_a_real_prompt_count_handed_as_current_tokens_is_no_overhead_sample(tmp_
                     force=True)
     assert abs(engine.last_compaction["host_overhead"] - 5_000) <= 50
 
+
+
+def test_the_current_turn_is_counted_as_the_host_counted_it(tmp_path):
+    """The current turn's user message carries ``api_content`` (the wire text) beside
+    ``content``. Where the host estimates its request copies it counts the wire text
+    once (``budget.api_form``); its figure shows it, and the tail is sized the same
+    way. Counted twice, a big message left no room for the previous exchange (host
+    walk seed 30009). A figure that counted the whole dict is taken as it stands. The
+    overhead learned on an earlier list tells the two apart."""
+    from hermes_trove.compaction.budget import api_form, host_estimator
+    history = [m for t in range(8) for m in coding_turn(t)]
+    text = "lorem ipsum dolor sit amet " * 1_300          # ~9K host units
+    newest = {"role": "user", "content": text, "api_content": text + "\n\n[context]"}
+    once = host_estimator()([api_form(newest)])
+    assert host_estimator()([newest]) > 1.9 * once     # the dict holds the text twice
+    engine = make_engine(tmp_path, window=64_000)
+    engine.compress(history[:4], current_tokens=host_tokens(history[:4]), force=True)
+    out = engine.compress(history + [newest],
+                          current_tokens=host_tokens(history + [api_form(newest)]), force=True)
+    outcome = engine.last_compaction
+    assert abs(outcome["host_overhead"] - DEFAULT_OVERHEAD) <= 50
+    assert outcome["host_tokens_after"] - outcome["host_overhead"] < 1.5 * once + 2_000
+    assert out[-1] is newest                          # returned as the host holds it
+    assert out[-3:-1] == history[-2:], "the previous exchange did not stay raw"
+    engine = make_engine(tmp_path / "twice", window=64_000)
+    engine.compress(history[:4], current_tokens=host_tokens(history[:4]), force=True)
+    engine.compress(history + [newest], current_tokens=host_tokens(history + [newest]),
+                    force=True)
+    outcome = engine.last_compaction
+    assert outcome["host_tokens_after"] - outcome["host_overhead"] > 1.9 * once

@@ -70,7 +70,7 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # that never stored anything shows its grandparent's block, which was read as the
 # user's message (step 56); seed 9504: a second process resumed a fresh /branch (it
 # never saw the /branch) and stored the parent's block as a user message (step 19).
-REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24, 30004: 51}
+REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24, 30004: 51, 30009: 38}
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))
