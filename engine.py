@@ -21,8 +21,8 @@ from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, prepare, spend, sweep, tail_rows, tokens
-from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, api_form, bounded_real_overhead,
-                                 host_estimator, host_overhead_floor, host_text_cost)
+from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, as_counted,
+                                 bounded_real_overhead, host_overhead_floor, host_text_cost)
 from .storage import codec, faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -821,33 +821,11 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         return result
 
     def _host_rough(self, messages: list, current_tokens: int | None) -> Callable[[dict], int]:
-        """The host's estimate of a message as the figure that called this compaction
-        counts it: the current turn's user message in its API form when
-        ``current_tokens`` shows the host counted it so, else as the message stands.
-
-        Why: the message holds the text and its ``api_content`` sidecar; the host
-        counts it once where it estimates its request copies (before each API call)
-        and twice where it estimates its own list. Counted twice there, a 10K-token
-        turn alone was over the trigger, and the previous exchange that fit beside it
-        by the host's own figure was left out (host walk seed 30009). Told apart by the
-        overhead learned before (unknown yet: as the message stands)."""
-        turn = next((m for m in reversed(messages)
-                     if isinstance(m, dict) and m.get("role") == "user"), None)
-        overhead = self._overhead_tokens
-        if turn is None or api_form(turn) is turn or not current_tokens or current_tokens <= 0 \
-                or current_tokens == self._provider_prompt_tokens or overhead is None:
+        """The host's estimate of a message as ``current_tokens`` counted it
+        (``budget.as_counted``); a provider's real count says nothing of that."""
+        if current_tokens == self._provider_prompt_tokens:
             return self.rough_message
-        sidecar = turn["api_content"]
-        full = overhead + sum(self.rough_message(m) for m in messages)
-        once = full - self.rough_message(turn) + host_estimator()([api_form(turn)])
-        if abs(current_tokens - once) >= abs(current_tokens - full):
-            return self.rough_message
-
-        def rough(message: dict) -> int:
-            if message.get("role") == "user" and message.get("api_content") == sidecar:
-                return host_estimator()([api_form(message)])
-            return self.rough_message(message)
-        return rough
+        return as_counted(messages, current_tokens, self._overhead_tokens, self.rough_message)
 
     def overhead_estimate(self, messages: list, current_tokens: int | None,
                           rough: Callable[[dict], int] | None = None) -> int:
@@ -867,7 +845,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         instead (``approx_tokens=last_prompt_tokens``): real tokens of a request
         the list has grown past, not host units, so it is no sample (taken as one,
         it set the overhead 7K too high and starved the tail). ``rough``: a message
-        as ``current_tokens`` counted it (``_host_rough``)."""
+        as ``current_tokens`` counted it (``budget.as_counted``)."""
         if current_tokens and current_tokens > 0 \
                 and current_tokens != self._provider_prompt_tokens:
             shown = sum((rough or self.rough_message)(m) for m in messages)

@@ -59,6 +59,36 @@ def api_form(message: dict) -> dict:
     return {**{k: v for k, v in message.items() if k != "api_content"}, "content": sidecar}
 
 
+def as_counted(messages: list, current_tokens: int | None, overhead: int | None,
+               rough: Callable[[dict], int]) -> Callable[[dict], int]:
+    """The host's estimate of a message as the figure ``current_tokens`` counted it:
+    the current turn's user message in its API form (``api_form``) when the figure
+    shows the host counted it so, else ``rough`` (the message as it stands).
+
+    Why: the message holds the text and its ``api_content`` sidecar; the host counts
+    it once where it estimates its request copies (before each API call) and twice
+    where it estimates its own list. Counted twice there, a 10K-token turn alone was
+    over the trigger, and the previous exchange that fit beside it by the host's own
+    figure was left out (host walk seed 30009). ``overhead`` (host units, learned
+    before; None while unknown) tells the two apart."""
+    turn = next((m for m in reversed(messages)
+                 if isinstance(m, dict) and m.get("role") == "user"), None)
+    if turn is None or api_form(turn) is turn or not current_tokens or current_tokens <= 0 \
+            or overhead is None:
+        return rough
+    sidecar = turn["api_content"]
+    whole = overhead + sum(rough(m) for m in messages)
+    once = whole - rough(turn) + host_estimator()([api_form(turn)])
+    if abs(current_tokens - once) >= abs(current_tokens - whole):
+        return rough
+
+    def counted(message: dict) -> int:
+        if message.get("role") == "user" and message.get("api_content") == sidecar:
+            return host_estimator()([api_form(message)])
+        return rough(message)
+    return counted
+
+
 def host_text_cost(text: str) -> int:
     """The host's estimate of one user message holding ``text`` (the summary block)."""
     return (len(str({"role": "user", "content": text})) + 3) // 4
