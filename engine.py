@@ -94,8 +94,14 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self.last_total_tokens = 0
         self.compression_count = 0
         self.threshold_percent = config.context_threshold if config else 0.35
+        # The host reads these only to gate its estimates: its preflight check runs on
+        # lists longer than protect_first_n + protect_last_n + 1. The tail is trove's
+        # (TROVE_FRESH_TAIL_COUNT); reported as 32 it kept the preflight off for the
+        # short lists a compaction leaves, and a big turn kept there was counted twice
+        # (its api_content sidecar) by no check until the request went over the
+        # threshold (host walk seeds 30 and 70003).
         self.protect_first_n = 0
-        self.protect_last_n = config.fresh_tail_count if config else 32
+        self.protect_last_n = 0
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
         self._last_summary_error: str | None = None
