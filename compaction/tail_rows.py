@@ -23,10 +23,7 @@ def candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[b
     transcript shows, an old message edited in place) are stale: kept beside the
     tail they would sit out of order and make two turns of one role in a row, which
     the host merges into a message nobody sent."""
-    live = first_showings([(m, sid) for m, sid, ins in zip(body, store_ids, inserted)
-                           if (sid is None and not ins)
-                           or (sid is not None and sid not in covered and sid > floor)])
-    stale_ids = {live[i][1] for i in before_summarized(live, store_ids, inserted, covered, floor)}
+    stale_ids = stale_rows(store_ids, inserted, covered, floor)
     rows = first_showings(_listed_rows(body, store_ids, inserted, covered, floor, stale_ids))
     stale = {i for i, (_, sid) in enumerate(rows) if sid is not None and sid in stale_ids}
     return rows, stale
@@ -46,19 +43,18 @@ def first_showings(live: list) -> list:
     return out
 
 
-def before_summarized(live: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
-                       covered: set[int], floor: int) -> set[int]:
-    """Indexes into ``live`` of the rows the list shows before its last summarized
-    element (a row a summary covers, or the engine's own block): old live rows a
-    compaction summarizes rather than keeps."""
+def stale_rows(store_ids: Sequence[int | None], inserted: Sequence[bool],
+               covered: set[int], floor: int) -> set[int]:
+    """Store ids of the live rows the list shows before its last summarized element
+    (a row a summary covers, or the engine's own block) and not again after it: old
+    live rows a compaction summarizes rather than keeps."""
     last = max((i for i, (sid, ins) in enumerate(zip(store_ids, inserted))
                 if ins or (sid is not None and (sid in covered or sid <= floor))), default=-1)
     if last < 0:
         return set()
     older = {sid for sid in store_ids[:last] if sid is not None}
     later = {sid for sid in store_ids[last + 1:] if sid is not None}
-    return {i for i, (_, sid) in enumerate(live)
-            if sid is not None and sid in older and sid not in later}
+    return {sid for sid in older - later if sid not in covered and sid > floor}
 
 
 def _listed_rows(body: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
