@@ -188,7 +188,11 @@ class IngestSide:
                        if assemble.is_real_user(messages[i]) and not engine_own[i]), None)
         if shown.turn_index is not None:
             self._pending_turn = None  # the turn's user message has its row now
-        elif newest is not None and newest in result.new_positions:
+        elif newest is not None and newest == len(messages) - 1 \
+                and newest in result.new_positions:
+            # the host's preflight compaction, before ``pre_llm_call``, stored the
+            # turn's message: the list ends with it. A list whose newest user message
+            # was answered (a /compress, a /branch between turns) stored an old one.
             self._turn_inserted = (canonical, fps[newest])
         if own:
             for sid, message in zip(reversed(result.store_ids), reversed(messages)):

@@ -160,18 +160,19 @@ class Alignment:
         return _Identified(alignment, flags)
 
     @staticmethod
-    def _foreign_list(conn, session_id: str, shown: identity.Shown,
-                      known_blocks: set[str]) -> tuple[identity.View | None, list[int]]:
-        """Rule 4 for a list no view of its session explains: the other session whose
-        view explains it, and the list's elements before the turn (the blocks that
-        session rendered count as its own, not as conversation)."""
+    def _foreign_list(conn, session_id: str, shown: identity.Shown, known_blocks: set[str],
+                      own_matched: int = 0) -> tuple[identity.View | None, list[int]]:
+        """Rule 4: the other session whose view explains the list better than the
+        ``own_matched`` elements this session's views do, and the list's elements
+        before the turn. The blocks that session rendered count as its own, not as
+        conversation (its compacted list at exit, seed 80000)."""
         others = list(views.load_others(conn, session_id))
         blocks = known_blocks | {fp for v in others for fp, sid in v.entries
                                  if sid == identity.BLOCK_ID}
         fps = shown.reading_fps(shown.engine_flags(blocks))
         body = [i for i, fp in enumerate(fps) if fp is not None
                 and (shown.turn_index is None or i < shown.turn_index)]
-        owner = identity.foreign_owner([fps[i] for i in body], 0, others)
+        owner = identity.foreign_owner([fps[i] for i in body], own_matched, others)
         return owner, [i for i in body if shown.fps[i] is not None]
 
     @staticmethod
@@ -248,9 +249,8 @@ class Alignment:
         if shown.handover and open_:
             # Part of it is unexplained: it may be another session's list (rule 4), when
             # another session's view explains more of it than this session's do.
-            owner = identity.foreign_owner([fps[i] for i in range(limit) if not flags[i]],
-                                           wanted - len(open_),
-                                           views.load_others(conn, session_id))
+            owner, _ = self._foreign_list(conn, session_id, shown, known_blocks,
+                                          own_matched=wanted - len(open_))
             if owner is not None and owner.session != shown.copy_from:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)

@@ -77,7 +77,8 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # /compress right after a big turn kept it, and the next request was over the
 # threshold by the host's own-list estimate, which its preflight never ran on the
 # short list (step 9).
-REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24, 30004: 51, 30009: 38, 70003: 10}
+REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24, 30004: 51, 30009: 38, 70003: 10,
+           80000: 46, 80001: 60}
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))

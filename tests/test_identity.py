@@ -240,6 +240,22 @@ def test_an_identical_resend_after_undo_is_a_new_row(tmp_path):
     assert len(stored(engine)) == 6
 
 
+def test_a_retry_after_a_compress_between_turns_is_a_new_row(tmp_path):
+    # A /compress between turns stores the list's last exchange when no earlier list
+    # did (a fresh /branch). Its user message was answered: it is not the next turn's,
+    # so an identical re-send by /retry is a new row (host walk 80001).
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    history = long_history(30) + turn("continue", "reply one")
+    out = compact(engine, history)
+    rows = len(stored(engine))
+    again = out[:-2] + [{"role": "user", "content": "continue"}]   # /retry
+    engine.note_user_turn(again[-1])
+    engine.ingest(again + [{"role": "assistant", "content": "reply two"}])
+    assert len(stored(engine)) == rows + 2
+    assert stored(engine)[-4:] == [("user", "continue"), ("assistant", "reply one"),
+                                   ("user", "continue"), ("assistant", "reply two")]
+
+
 def test_a_turn_stored_by_its_own_compaction_is_not_stored_twice(tmp_path):
     engine = make_engine(tmp_path, window=64_000)
     history = long_history(40)
@@ -361,6 +377,24 @@ def test_a_doubled_transcript_of_the_previous_session_at_exit_stores_nothing(tmp
     engine.on_session_end("other-session", history + copy.deepcopy(history))
     assert stored(engine, "other-session") == []
     assert len(stored(engine)) == len(history)
+
+
+def test_the_other_sessions_compacted_list_at_exit_stores_nothing(tmp_path):
+    # /new, a compaction there, /resume back, exit: the CLI hands the other session's
+    # compacted list (its block, then "ok" and the rest) under the resumed id. Its
+    # "ok" lines up with this session's, so this session's views explain a little of
+    # it; the other session's view, its block included, explains it (host walk 80000).
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=3)
+    history = long_history(4)
+    engine.ingest(history)
+    engine.on_session_start("other-session", platform="cli")
+    out = compact(engine, long_history(30)[6:] + turn("go on", "ok"))
+    assert any(assemble.is_trove_message(m) for m in out)
+    other_rows = len(stored(engine, "other-session"))
+    engine.on_session_start("sess", platform="cli")
+    engine.on_session_end("sess", out)
+    assert stored(engine) == [(m["role"], m["content"]) for m in history]
+    assert len(stored(engine, "other-session")) == other_rows
 
 
 def test_a_list_with_timed_copies_goes_on_with_the_same_rows(tmp_path):
