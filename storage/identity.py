@@ -287,6 +287,29 @@ def lcs_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
     return pairs + suffix[::-1]
 
 
+def replay_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
+    """Index pairs of a longest common subsequence of a run ``a`` and its replay
+    ``b``, preferring the earliest copies in ``b``: a replay repeats the run and
+    then goes on, so a repeated "ok" at the run's end is the replay's copy at that
+    place, not a newer "ok" after it (host walk 90004). ``lcs_pairs`` prefers the
+    latest copies, which suits a list read against a view, not a replay."""
+    lo = 0
+    pairs: list[tuple[int, int]] = []
+    while lo < len(a) and lo < len(b) and a[lo] is not None and a[lo] == b[lo]:
+        pairs.append((lo, lo))
+        lo += 1
+    mid_a, mid_b = a[lo:], b[lo:]
+    if mid_a and mid_b:
+        if len(mid_a) * len(mid_b) <= LCS_CELLS:
+            middle = _lcs_table(mid_a, mid_b)  # its walk takes the earliest match
+        else:
+            matcher = difflib.SequenceMatcher(None, list(mid_a), list(mid_b), autojunk=False)
+            middle = [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks()
+                      for k in range(blk.size) if mid_a[blk.a + k] is not None]
+        pairs += [(i + lo, j + lo) for i, j in middle]
+    return pairs
+
+
 def _lcs_table(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
     n, m = len(a), len(b)
     table = [[0] * (m + 1) for _ in range(n + 1)]
@@ -443,7 +466,7 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
     for ks in repeated:
         for first, second in zip(ks, ks[1:]):
             earlier, later = run_after(first), run_after(second)
-            for e, l in lcs_pairs([shown[i] for i in earlier], [shown[i] for i in later]):
+            for e, l in replay_pairs([shown[i] for i in earlier], [shown[i] for i in later]):
                 one, other = earlier[e], later[l]
                 if shown[one] is None:
                     continue

@@ -76,15 +76,23 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # sidecar counted twice where the host counted it once (step 37). Seed 70003: a
 # /compress right after a big turn kept it, and the next request was over the
 # threshold by the host's own-list estimate, which its preflight never ran on the
-# short list (step 9).
-REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24, 30004: 51, 30009: 38, 70003: 10,
-           80000: 46, 80001: 60}
+# short list (step 9). Seed 80000: after /new, a compaction there and /resume,
+# the exit handed the other session's compacted list under the resumed id, and its
+# block and replies were stored there (step 46); seed 80001: a /retry after a
+# /branch and a /compress between turns matched the re-sent text to the old row
+# (step 60); seed 90004 (turns up to 20K tokens): a /resume restored a compacted
+# list twice, both copies ending in "ok" like the turn after them, and the first
+# copy's "ok" was read as that newer one, the second's stored again (step 28).
+REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
+           30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28}
+LARGEST_TURN = {90004: 20_000}   # tokens; the walks' default elsewhere
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))
 def test_walks_that_once_failed_stay_clean(tmp_path, server, seed):
     with ck.CliHost(tmp_path, server=server, responder=wk.ScriptedModel(seed)) as host:
-        w = wk.Walk(host, seed, steps=REPLAYS[seed], use_process=True)
+        w = wk.Walk(host, seed, steps=REPLAYS[seed], use_process=True,
+                    **({"largest_turn": LARGEST_TURN[seed]} if seed in LARGEST_TURN else {}))
         stats = w.run()
     assert stats.steps == REPLAYS[seed]
     assert stats.clean, wk.describe(stats) + f"\nsteps: {w.log}"

@@ -170,6 +170,18 @@ def test_a_list_cut_short_keeps_each_element_at_its_place():
     assert reading.store_ids == [1, 2, 3, 4]
 
 
+def test_a_replay_ending_like_what_followed_it_pairs_copy_with_copy():
+    # Both copies end with "ok", and the second goes on with a turn answered "ok":
+    # each copy's "ok" is the other's at its place, not the newer one (host walk 90004).
+    known = view(("blk", identity.BLOCK_ID), ("ok", 20), ("c", 21), ("ok", 22),
+                 ("x", 23), ("ok", 24), ("y", 33), ("ok", 34))
+    copy_ = ["blk", "ok", "c", "ok", "x", "ok"]
+    reading = identity.read(copy_ + copy_ + ["y", "ok", "turn"], [known], turn_index=14)
+    once = [identity.BLOCK_ID, 20, 21, 22, 23, 24]
+    assert reading.store_ids == once + once + [33, 34, None]
+    assert not reading.same_as
+
+
 def test_copies_of_new_elements_after_a_repeated_block_share_one_row():
     # Both copies of a restored list show an exchange no view knows: one row for both.
     returned = view(("blk", identity.BLOCK_ID), ("a", 20))

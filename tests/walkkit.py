@@ -257,7 +257,7 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
                   host_list: Optional[List[dict]] = None) -> RequestCheck:
     """One main request after ``chat(sent)``: its newest user message is ``sent``;
     tool pairs are valid; after a compaction the host's own estimate is under
-    ``threshold`` and the raw tail is not starved (only the newest user message
+    ``threshold`` unless nothing but the newest user message was kept raw, and the raw tail is not starved (only the newest user message
     kept although the previous exchange would fit under STARVE_MARGIN of the
     threshold); the provider's count fits the window.
 
@@ -271,7 +271,9 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
     kept = raw_kept(body, oracle, suffix)
     rough = ck.host_rough_tokens(body, host_list)
     real = ck.real_prompt_tokens(body)
-    over = compacted and rough >= threshold
+    # kept only the newest user message: over only by what no compaction can drop
+    # (the turn itself, the summaries: a turn larger than the threshold)
+    over = compacted and rough >= threshold and len(kept) > 1
     starved = False
     if compacted and len(kept) <= 1 and previous_pair:
         starved = rough + rough_messages(previous_pair) <= STARVE_MARGIN * threshold
