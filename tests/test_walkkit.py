@@ -59,3 +59,26 @@ def test_a_branch_holds_zero_or_one_copy_never_two(tmp_path):
         home.mkdir()
         rows = parent + [("b", "user", "q1"), ("b", "assistant", "a1")] * copies + [("b", "user", "q2")]
         assert (o.check(store(home, rows)).total == 0) is clean, copies
+
+
+def request(*messages):
+    return {"messages": [{"role": "system", "content": "you are a test"}, *messages]}
+
+
+def after_compaction(o, block, sent, threshold=3000):
+    """The checks of the first request after a compaction: block, ack, the turn."""
+    body = request(block, {"role": "assistant", "content": "ok"}, {"role": "user", "content": sent})
+    return wk.check_request(body, sent, o, threshold=threshold, context_length=100_000,
+                            compacted=True, previous_pair=[])
+
+
+def test_over_the_threshold_after_a_compaction_spares_only_a_turn_too_big_for_it():
+    block = {"role": "user", "content": "[trove context: summaries]\n" + "s " * 200}
+    big_turn, small_turn = "word " * 4000, "a short question"   # ~5K host tokens; a few
+    o = oracle([("s1", "user", big_turn), ("s1", "user", small_turn)])
+    # the turn alone is over the threshold: nothing a compaction could drop
+    assert not after_compaction(o, block, big_turn).over_threshold
+    # a small turn under summaries that are over alone: the compaction's fault
+    big_block = dict(block, content=block["content"] + "x" * 40_000)
+    found = after_compaction(o, big_block, small_turn)
+    assert found.over_threshold and found.tail_size == 1

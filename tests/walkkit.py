@@ -257,9 +257,10 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
                   host_list: Optional[List[dict]] = None) -> RequestCheck:
     """One main request after ``chat(sent)``: its newest user message is ``sent``;
     tool pairs are valid; after a compaction the host's own estimate is under
-    ``threshold`` unless nothing but the newest user message was kept raw, and the raw tail is not starved (only the newest user message
-    kept although the previous exchange would fit under STARVE_MARGIN of the
-    threshold); the provider's count fits the window.
+    ``threshold`` (but for the turn itself when nothing else was kept raw) and
+    the raw tail is not starved (only the newest user message kept although the
+    previous exchange would fit under STARVE_MARGIN of the threshold); the
+    provider's count fits the window.
 
     ``host_list``: the host's own list at that request (its history up to the
     newest user message, :func:`host_list_of_turn`): the host estimates that,
@@ -271,9 +272,13 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
     kept = raw_kept(body, oracle, suffix)
     rough = ck.host_rough_tokens(body, host_list)
     real = ck.real_prompt_tokens(body)
-    # kept only the newest user message: over only by what no compaction can drop
-    # (the turn itself, the summaries: a turn larger than the threshold)
-    over = compacted and rough >= threshold and len(kept) > 1
+    # Kept nothing raw but the newest user message: over only when the rest (host
+    # overhead, summaries) is over without the turn, counted twice to be safe (the
+    # host may count its api_content sidecar too); a turn larger than the
+    # threshold is no compaction's fault.
+    over = compacted and rough >= threshold
+    if over and len(kept) <= 1:
+        over = rough - 2 * rough_messages(kept[-1:]) >= threshold
     starved = False
     if compacted and len(kept) <= 1 and previous_pair:
         starved = rough + rough_messages(previous_pair) <= STARVE_MARGIN * threshold
