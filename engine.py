@@ -130,8 +130,6 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._origin: str | None = None           # this copy's name in the views table
         self._view = None                          # the view this copy wrote last
         self._last_ingest = None                   # its last ingest (a repeat is not read again)
-        self._pending_turn: tuple | None = None    # (message, fingerprint, session)
-        self._turn_inserted: tuple | None = None   # (session, fingerprint) stored this turn
         self._foreign_noted: set = set()
         self._copy_from: str | None = None         # a /branch's parent: its lists are copied
         self._real_overhead: int | None = None     # learned from the provider's usage
@@ -149,7 +147,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             else:
                 twin.__dict__[key] = value if key in shared else copy.deepcopy(value, memo)
         twin._runtime = dict(self._runtime)
-        twin._origin, twin._view, twin._pending_turn = None, None, None
+        twin._origin, twin._view = None, None
         return twin
 
     # ------------------------------------------------------------------ identity

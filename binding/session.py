@@ -31,7 +31,10 @@ from ..storage import faults, locks
 from ..storage.owners import Owners
 from . import forks, host_input, owners, switches
 
-_live_engines: "weakref.WeakValueDictionary[str, object]" = weakref.WeakValueDictionary()
+# Session id -> the engines bound to it, oldest first (weak: a dropped agent's copy
+# goes). Usually one; a second copy on the same session (two CLIs in one process, a
+# gateway hygiene agent) must not hide the first, nor take it away when it leaves.
+_live_engines: dict[str, list] = {}
 _live_lock = threading.Lock()
 # Session ids some engine of this process was bound to by a host call: the lazy
 # HERMES_SESSION_ID check never moves an engine onto a session another agent owns.
@@ -42,12 +45,33 @@ def register(engine, session_id: str, *, previous: str | None, by_host: bool) ->
     """Make ``engine`` the live engine of ``session_id`` (and no longer of the id it
     left, so a late hook for that id cannot reach it)."""
     with _live_lock:
-        if previous and previous != session_id and _live_engines.get(previous) is engine:
-            del _live_engines[previous]
-        _live_engines[session_id] = engine
+        if previous and previous != session_id:
+            _drop(previous, engine)
+        _drop(session_id, engine)
+        _live_engines.setdefault(session_id, []).append(weakref.ref(engine))
         if by_host:
             _claimed_ids.add(session_id)
     _hold_bound(engine)
+
+
+def _drop(session_id: str, engine) -> None:
+    """Take ``engine`` (and copies that are gone) off a session's list (lock held)."""
+    refs = [r for r in _live_engines.get(session_id, ()) if r() is not None and r() is not engine]
+    if refs:
+        _live_engines[session_id] = refs
+    else:
+        _live_engines.pop(session_id, None)
+
+
+def _all_engines() -> list:
+    """Every live engine, each once (lock held)."""
+    found: dict[int, object] = {}
+    for refs in _live_engines.values():
+        for ref in refs:
+            engine = ref()
+            if engine is not None:
+                found[id(engine)] = engine
+    return list(found.values())
 
 
 def _hold_bound(engine) -> None:
@@ -60,7 +84,7 @@ def _hold_bound(engine) -> None:
             return
         path = str(engine.store.db.path)
         with _live_lock:
-            engines = list(_live_engines.values())
+            engines = _all_engines()
         bound = {e.canonical_id for e in engines
                  if getattr(e, "canonical_id", None) and getattr(e, "stores", False)
                  and getattr(e, "_config", None) is not None
@@ -68,6 +92,31 @@ def _hold_bound(engine) -> None:
         locks.hold_sessions(path, bound | {engine.canonical_id} - {None})
     except Exception as exc:  # bookkeeping must never break a session
         getattr(engine, "errors", []).append(f"session hold: {exc}")
+
+
+# The turn in progress of each (database, canonical session) in this process: the
+# user message ``pre_llm_call`` named and the one a compaction before it stored.
+# Shared by every engine copy bound to the session, since the hooks reach one copy
+# (the one registered last) and the host may ingest through another (a gateway
+# hygiene agent's copy outliving its compaction; two CLIs on one session in one
+# process: host walk 100018, in-process).
+_turns: dict[tuple[str, str], dict] = {}
+
+
+def turn_state(key: tuple[str, str], field: str):
+    """One field of a session's turn in progress (None when there is none)."""
+    with _live_lock:
+        return _turns.get(key, {}).get(field)
+
+
+def set_turn_state(key: tuple[str, str], field: str, value) -> None:
+    """Set one field of a session's turn in progress (a session with none left is
+    dropped, so the table holds only turns under way)."""
+    with _live_lock:
+        state = _turns.setdefault(key, {})
+        state[field] = value
+        if all(v is None for v in state.values()):
+            del _turns[key]
 
 
 def claimed(session_id: str) -> bool:
@@ -78,18 +127,18 @@ def claimed(session_id: str) -> bool:
 
 def find_engine(session_id: str | None = None):
     """The live engine bound to a session now (default: the host's
-    ``HERMES_SESSION_ID``); None when the engine registered under that id has
-    since switched to another session."""
+    ``HERMES_SESSION_ID``), the one bound last when several are; None when every
+    engine registered under that id has since switched to another session."""
     key = session_id or forks.host_session_hint() or ""
     with _live_lock:
-        engine = _live_engines.get(key)
-    return engine if engine is not None and engine.session_id == key else None
+        engines = [r() for r in reversed(_live_engines.get(key, ()))]
+    return next((e for e in engines if e is not None and e.session_id == key), None)
 
 
 def live_engines() -> list:
     """Every live engine of this process (status and tests)."""
     with _live_lock:
-        return list(_live_engines.values())
+        return _all_engines()
 
 
 class SessionBinding:

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, replace
 
 from ..binding import forks
+from ..binding import session as session_binding
 from ..compaction import assemble, known_tails, tokens
 from ..compaction.budget import host_estimator
 from ..compaction.message_memo import NOT_STORED
@@ -42,6 +43,28 @@ class _LastIngest:
 
 class IngestSide:
     """The engine's ingest methods."""
+
+    # ------------------------------------------------------- the turn in progress
+    # ``_pending_turn``: (message, fingerprint, session) that ``pre_llm_call`` named;
+    # ``_turn_inserted``: (session, fingerprint) a compaction before it stored. Kept
+    # per session for every copy of the engine in this process (``binding.session``).
+    def _turn_key(self) -> tuple[str, str] | None:
+        canonical = self.__dict__.get("canonical_id")
+        return (self.config.database_display, canonical) if canonical else None
+
+    def _turn_field(self, field: str):
+        key = self._turn_key()
+        return None if key is None else session_binding.turn_state(key, field)
+
+    def _set_turn_field(self, field: str, value) -> None:
+        key = self._turn_key()
+        if key is not None:
+            session_binding.set_turn_state(key, field, value)
+
+    _pending_turn = property(lambda self: self._turn_field("pending"),
+                             lambda self, value: self._set_turn_field("pending", value))
+    _turn_inserted = property(lambda self: self._turn_field("inserted"),
+                              lambda self, value: self._set_turn_field("inserted", value))
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, messages: list, into: str | None = None) -> list[int | None]:

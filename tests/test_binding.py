@@ -121,6 +121,19 @@ def test_switching_away_unregisters_the_old_id(tmp_path):
     assert find_engine("s1") is None and find_engine("s2") is engine
 
 
+def test_a_second_copy_on_the_session_neither_hides_nor_takes_away_the_first(tmp_path):
+    # Two CLIs in one process (or a gateway hygiene agent beside the session's own):
+    # hooks reach the copy bound last, and the session keeps a live copy when that
+    # one leaves (host walk 100002, in-process: the other CLI's turns went unstored).
+    first = make_engine(tmp_path, session="s1")
+    second = make_engine(tmp_path, session="s1")
+    assert find_engine("s1") is second
+    second.bind_session_state(None, "s2")
+    assert find_engine("s1") is first and find_engine("s2") is second
+    first.bind_session_state(None, "s3")
+    assert find_engine("s1") is None
+
+
 def test_same_id_bind_is_a_no_op(tmp_path):
     engine = make_engine(tmp_path, session="s1")
     engine.bind_session_state(None, "s1")

@@ -10,6 +10,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hermes_trove as plugin
 from hermes_trove.compaction import assemble
 from hermes_trove.storage import codec, identity
 
@@ -266,6 +267,28 @@ def test_a_retry_after_a_compress_between_turns_is_a_new_row(tmp_path):
     assert len(stored(engine)) == rows + 2
     assert stored(engine)[-4:] == [("user", "continue"), ("assistant", "reply one"),
                                    ("user", "continue"), ("assistant", "reply two")]
+
+
+def test_a_turn_the_hooks_name_to_another_copy_is_stored_once(tmp_path):
+    # Two engine copies on one session in one process: the hooks reach the copy
+    # bound last, the host compacts through its own agent's copy in the middle of
+    # the turn (after a tool call). The turn is the session's, not the copy's
+    # (host walk 100018, in-process: the turn's message was stored by both).
+    own = make_engine(tmp_path, window=64_000)
+    other = make_engine(tmp_path, window=64_000)
+    history = long_history(4)
+    own.ingest(history)
+    ask = {"role": "user", "content": "question 1 " + "word " * 40}   # an earlier text again
+    plugin.on_pre_llm_call(session_id="sess", conversation_history=history + [ask])
+    call = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "file body"}
+    own.ingest(history + [ask, call, result])        # a compaction's list, mid-turn
+    done = history + [ask, call, result, {"role": "assistant", "content": "done"}]
+    plugin.on_post_llm_call(session_id="sess", conversation_history=done)
+    rows = stored(other)
+    assert rows.count(("user", ask["content"])) == 2   # turn 1's and this one
+    assert len(rows) == len(history) + 4
 
 
 def test_a_turn_stored_by_its_own_compaction_is_not_stored_twice(tmp_path):
