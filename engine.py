@@ -115,7 +115,6 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
         self._provider_prompt_tokens = 0         # the provider's last real prompt count
-        self._noop_at_tokens: int | None = None
         self.current_turn_store_id: int | None = None
         self.reachability: list[str] = []
         self.last_compaction: dict = {}

@@ -46,8 +46,10 @@ class IngestSide:
 
     # ------------------------------------------------------- the turn in progress
     # ``_pending_turn``: (message, fingerprint, session) that ``pre_llm_call`` named;
-    # ``_turn_inserted``: (session, fingerprint) a compaction before it stored. Kept
-    # per session for every copy of the engine in this process (``binding.session``).
+    # ``_turn_inserted``: (session, fingerprint) a compaction before it stored;
+    # ``_noop_at_tokens``: the figure of this turn's hopeless compaction (see
+    # ``should_compress``). Kept per session for every copy of the engine in this
+    # process (``binding.session``): the hooks that end them reach one copy.
     def _turn_key(self) -> tuple[str, str] | None:
         canonical = self.__dict__.get("canonical_id")
         return (self.config.database_display, canonical) if canonical else None
@@ -65,6 +67,8 @@ class IngestSide:
                              lambda self, value: self._set_turn_field("pending", value))
     _turn_inserted = property(lambda self: self._turn_field("inserted"),
                               lambda self, value: self._set_turn_field("inserted", value))
+    _noop_at_tokens = property(lambda self: self._turn_field("noop"),
+                               lambda self, value: self._set_turn_field("noop", value))
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, messages: list, into: str | None = None) -> list[int | None]:

@@ -185,6 +185,20 @@ def test_the_no_op_guard_lasts_one_turn(tmp_path):
     assert engine.should_compress(current)
 
 
+def test_the_turn_ends_for_every_copy_of_the_session(tmp_path):
+    """The hooks reach the copy bound last (a gateway hygiene agent's, beside the
+    session's own): the turn they end is the session's, so the own copy's guard ends
+    with it too."""
+    own = make_engine(tmp_path, window=8_000)
+    other = make_engine(tmp_path, window=8_000)             # bound last: the hooks' copy
+    huge = [{"role": "user", "content": "word " * 9000}]
+    current = prompt_tokens(own, huge)
+    own.compress(huge, current_tokens=current, force=True)
+    assert not own.should_compress(current)
+    other.turn_done()
+    assert own.should_compress(current)
+
+
 def test_unreachable_trigger_is_detected_at_start(tmp_path):
     engine = make_engine(tmp_path, window=64_000, context_threshold=0.1)
     assert engine.reachability
