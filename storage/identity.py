@@ -271,20 +271,30 @@ def lcs_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
     while hi_a > lo and hi_b > lo and a[hi_a - 1] is not None and a[hi_a - 1] == b[hi_b - 1]:
         hi_a, hi_b = hi_a - 1, hi_b - 1
         suffix.append((hi_a, hi_b))
-    mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
-    if mid_a and mid_b:
-        if len(mid_a) * len(mid_b) <= LCS_CELLS:
-            # Among equally long matches the latest win (a repeated "ok" is the newest
-            # copy): the table runs over both sequences reversed.
+    # Among equally long matches the latest win (a repeated "ok" is the newest copy).
+    pairs += _middle_pairs(a[lo:hi_a], b[lo:hi_b], lo, latest=True)
+    return pairs + suffix[::-1]
+
+
+def _middle_pairs(mid_a: Sequence, mid_b: Sequence, offset: int, *,
+                  latest: bool) -> list[tuple[int, int]]:
+    """An LCS of two runs that start at ``offset`` in their lists: the DP table when
+    small (the ``latest`` or the earliest copies of a repeated element win),
+    difflib's matching blocks when not."""
+    if not mid_a or not mid_b:
+        return []
+    if len(mid_a) * len(mid_b) <= LCS_CELLS:
+        if latest:  # the table's walk takes the earliest match: run it reversed
             na, nb = len(mid_a), len(mid_b)
             middle = [(na - 1 - i, nb - 1 - j)
                       for i, j in _lcs_table(mid_a[::-1], mid_b[::-1])][::-1]
         else:
-            matcher = difflib.SequenceMatcher(None, list(mid_a), list(mid_b), autojunk=False)
-            middle = [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks()
-                      for k in range(blk.size) if mid_a[blk.a + k] is not None]
-        pairs += [(i + lo, j + lo) for i, j in middle]
-    return pairs + suffix[::-1]
+            middle = _lcs_table(mid_a, mid_b)
+    else:
+        matcher = difflib.SequenceMatcher(None, list(mid_a), list(mid_b), autojunk=False)
+        middle = [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks()
+                  for k in range(blk.size) if mid_a[blk.a + k] is not None]
+    return [(i + offset, j + offset) for i, j in middle]
 
 
 def replay_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
@@ -298,16 +308,7 @@ def replay_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
     while lo < len(a) and lo < len(b) and a[lo] is not None and a[lo] == b[lo]:
         pairs.append((lo, lo))
         lo += 1
-    mid_a, mid_b = a[lo:], b[lo:]
-    if mid_a and mid_b:
-        if len(mid_a) * len(mid_b) <= LCS_CELLS:
-            middle = _lcs_table(mid_a, mid_b)  # its walk takes the earliest match
-        else:
-            matcher = difflib.SequenceMatcher(None, list(mid_a), list(mid_b), autojunk=False)
-            middle = [(blk.a + k, blk.b + k) for blk in matcher.get_matching_blocks()
-                      for k in range(blk.size) if mid_a[blk.a + k] is not None]
-        pairs += [(i + lo, j + lo) for i, j in middle]
-    return pairs
+    return pairs + _middle_pairs(a[lo:], b[lo:], lo, latest=False)
 
 
 def _lcs_table(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
