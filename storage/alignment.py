@@ -152,7 +152,7 @@ class Alignment:
         flags = shown.engine_flags(known_blocks)
         if shown.handover:
             owner, body = self._foreign_list(conn, session_id, shown, known_blocks)
-            if owner is not None and owner.session != shown.copy_from:
+            if owner is not None:
                 return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
                                    foreign_of=owner.session)
         alignment = self._legacy_alignment(conn, session_id, self._masked(shown, hashes, flags),
@@ -251,7 +251,7 @@ class Alignment:
             # another session's view explains more of it than this session's do.
             owner, _ = self._foreign_list(conn, session_id, shown, known_blocks,
                                           own_matched=wanted - len(open_))
-            if owner is not None and owner.session != shown.copy_from:
+            if owner is not None:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)
         return _Identified(alignment, flags, same_as=reading.same_as)

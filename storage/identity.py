@@ -33,8 +33,10 @@ explains most of it wins. Then:
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's
    transcript handed over at exit after /new or /resume, a review fork replaying
-   its parent), is not this session's: nothing is stored from it. A /branch's
-   first list is its parent's history, and the branch stores its own copy.
+   its parent), is not this session's: nothing is stored from it. A /branch
+   stores its own copy of its parent's history from the first list of its own
+   (a turn, a compaction); one handed over under its id that a view of the parent
+   explains is the parent's (a list from before the parent's last /compress).
 5. **A repeated block replays what followed it.** A list that shows the engine's
    block a second time (the host appended its copy of a returned list to its
    transcript twice, and a /resume restores both) shows the same messages again

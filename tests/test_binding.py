@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_trove.binding import forks, switches
 from hermes_trove.engine import find_engine
-from enginekit import make_engine
+from enginekit import host_tokens, make_engine
 
 HARNESS = ("Review the conversation above and update the skill library. Be ACTIVE ...\n\n"
            "You can only call memory and skill management tools.")
@@ -103,6 +103,29 @@ def test_bind_session_state_new_branch_resume(tmp_path):
     assert user_rows(engine, "s2") == ["one in s2"]
     assert engine.store.get_session("s2")["parent_session_id"] == "s1"
     assert engine.store.get_session("s1")["parent_session_id"] is None
+
+
+def test_a_branchs_pre_compaction_list_at_exit_stores_nothing(tmp_path):
+    # /compress twice, /branch, exit: the host hands the branch the parent's list from
+    # before the last /compress. It is the parent's (rule 4): the branch stores its own
+    # copy from the first list of its own, never from one handed over (host walk 110001).
+    engine = make_engine(tmp_path, session="s1", window=64_000, fresh_tail_count=3)
+    history = [m for t in range(30) for m in turn(f"question {t} " + "word " * 40)]
+    first = engine.compress(history, current_tokens=host_tokens(history), force=True)
+    stale = first + turn("yes") + turn("continue")
+    engine.ingest(stale)
+    engine.compress(stale, current_tokens=host_tokens(stale), force=True)
+    parent = user_rows(engine, "s1")
+    db = FakeSessionDB()
+    db.rows["b"] = {"id": "b", "parent_session_id": "s1"}
+    engine.on_session_reset()
+    engine.bind_session_state(db, "b")
+    assert engine.last_switch["kind"] == "branch"
+    engine.on_session_end("b", stale)
+    assert user_rows(engine, "b") == [] and user_rows(engine, "s1") == parent
+    engine.ingest(stale + turn("on the branch"))          # its first turn: its own copy
+    assert user_rows(engine, "b")[-3:] == ["yes", "continue", "on the branch"]
+    assert user_rows(engine, "s1") == parent
 
 
 def test_a_host_row_of_another_lineage_is_a_resume_without_carry(tmp_path):

@@ -95,9 +95,11 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # copies on one session: seed 100002's other CLI went unstored once the first CLI
 # left the session (the hooks found no engine for it: step 22); seed 100018's turn
 # was named to one copy and compacted through the other, and both stored it (step 8).
+# Seed 110001: /compress twice, /branch, exit: the branch stored the parent's list from
+# before the last /compress, handed over under its id, as its own copy (step 19).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
-           100018: 8}
+           100018: 8, 110001: 19}
 LARGEST_TURN = {90004: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018}    # the second CLI in this process
 
