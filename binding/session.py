@@ -95,7 +95,8 @@ def _hold_bound(engine) -> None:
 
 
 # The turn in progress of each (database, canonical session) in this process: the
-# user message ``pre_llm_call`` named and the one a compaction before it stored.
+# user message ``pre_llm_call`` named, the one a compaction before it stored and the
+# no-op guard of a hopeless compaction (``orchestrator/ingest_side``).
 # Shared by every engine copy bound to the session, since the hooks reach one copy
 # (the one registered last) and the host may ingest through another (a gateway
 # hygiene agent's copy outliving its compaction; two CLIs on one session in one
