@@ -190,15 +190,16 @@ class Shown:
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
         """Which elements are the engine's own: ``preinserted`` ones, a block whose
-        fingerprint a view of the session holds, and the acknowledgement right
-        after such a block. A pasted block header is conversation."""
+        fingerprint a view of the session holds, and every acknowledgement (the
+        engine's exact text in the assistant's role, which nobody else writes; the
+        host may restore one away from its block: host walk 120017). A pasted block
+        header is conversation."""
         flags = [i in self.preinserted for i in range(len(self.fps))]
         for pos, fp in self.block_fps.items():
             if fp in known_blocks:
                 flags[pos] = True
         for pos in self.ack_at:
-            if pos > 0 and flags[pos - 1] and (pos - 1) in self.block_fps:
-                flags[pos] = True
+            flags[pos] = True
         return flags
 
     def reading_fps(self, flags: Sequence[bool]) -> list[str | None]:

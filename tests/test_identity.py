@@ -291,6 +291,18 @@ def test_a_turn_the_hooks_name_to_another_copy_is_stored_once(tmp_path):
     assert len(rows) == len(history) + 4
 
 
+def test_an_acknowledgement_away_from_its_block_is_never_stored(tmp_path):
+    # The host may restore the engine's acknowledgement after a turn rather than right
+    # after its block (a compacted list appended to its transcript again, host walk
+    # 120017): it is still the engine's, never a row.
+    engine = make_engine(tmp_path, window=64_000)
+    ack = {"role": "assistant", "content": assemble.ACK_TEXT}
+    engine.ingest(turn("hello", "hi") + [{"role": "user", "content": "go on"}, ack]
+                  + turn("next", "fine"))
+    assert stored(engine) == [("user", "hello"), ("assistant", "hi"), ("user", "go on"),
+                              ("user", "next"), ("assistant", "fine")]
+
+
 def test_a_turn_stored_by_its_own_compaction_is_not_stored_twice(tmp_path):
     engine = make_engine(tmp_path, window=64_000)
     history = long_history(40)
