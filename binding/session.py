@@ -56,7 +56,7 @@ def register(engine, session_id: str, *, previous: str | None, by_host: bool) ->
 
 def _drop(session_id: str, engine) -> None:
     """Take ``engine`` (and copies that are gone) off a session's list (lock held)."""
-    refs = [r for r in _live_engines.get(session_id, ()) if r() is not None and r() is not engine]
+    refs = [r for r in _live_engines.get(session_id, ()) if r() not in (None, engine)]
     if refs:
         _live_engines[session_id] = refs
     else:
