@@ -21,8 +21,9 @@ from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, prepare, spend, sweep, tail_rows, tokens
-from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, as_counted,
-                                 bounded_real_overhead, host_overhead_floor, host_text_cost)
+from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, HOST_PROGRESS_SHARE, Budget,
+                                 as_counted, bounded_real_overhead, host_overhead_floor,
+                                 host_sees_progress, host_text_cost)
 from .storage import codec, faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -626,7 +627,8 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._noop_at_tokens = max(final, host_final, current_tokens or 0) if over else None
         if swept is not None:
             report.sweep = swept.describe()
-        return self._finish(messages, result, before=before, final=final, host_final=host_final,
+        return self._finish(messages, result, current_tokens, force, before=before, final=final,
+                            host_final=host_final,
                             trigger=trigger, budget=budget, report=report, gave_way=gave_way,
                             tail_cut=tail_cut, omitted=omitted, started=started, tail=live,
                             frontier_ids=frontier_ids)
@@ -704,13 +706,16 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                 out[i] = stub
         return out
 
-    def _finish(self, messages: list, result: list, *, before: int, final: int,
+    def _finish(self, messages: list, result: list, current_tokens: int | None, force: bool,
+                *, before: int, final: int,
                 host_final: int, trigger: int, budget: Budget, report: PassReport,
                 gave_way: bool, tail_cut: bool, omitted: list, started: float, tail: list,
                 frontier_ids: list | None) -> list:
         """Decide progress or no-op, record the outcome and the returned view, update
         host-facing counters."""
         changed = result != [_clean(m) for m in messages]
+        unseen = changed and not self._host_takes(messages, result, current_tokens, force)
+        changed = changed and not unseen
         tail_tokens = sum(self.count_message(m) for m, _ in tail)
         outcome = {
             "outcome": "compacted" if changed else "noop",
@@ -741,6 +746,10 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             if self.context_length and final > self.context_length:
                 outcome["over_window"] = True
                 log.warning("hermes-trove: %s", outcome["reason"])
+        if unseen:
+            outcome["reason"] = ("kept the list as it was: the host would not count this pass "
+                                 "as progress (as many rows, its estimate down by less than "
+                                 f"{round((1 - HOST_PROGRESS_SHARE) * 100)}%)")
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
@@ -815,13 +824,21 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             messages, compressor=self._builtin, current_tokens=current_tokens, focus=focus,
             budget_tokens=budget.real_room + budget.system_exact,
             count=lambda m: budget.cost(self.count_message(m), self.rough_message(m)))
-        changed = result != messages
+        changed = result != messages and self._host_takes(messages, result, current_tokens)
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
         self.last_compaction = {"at": time.time(), "outcome": "delegated" if changed else "noop",
                                 "path": path, "session_mode": self.session_mode}
-        return result
+        return result if changed else messages
+
+    def _host_takes(self, messages: list, result: list, current_tokens: int | None,
+                    force: bool = False) -> bool:
+        """Whether the host takes ``result`` as the turn's history (``host_sees_progress``);
+        a /compress (``force``) and a pass after a tool call (the provider's count, its
+        history always taken) do."""
+        return force or current_tokens == self._provider_prompt_tokens \
+            or host_sees_progress(messages, result, current_tokens)
 
     def _host_rough(self, messages: list, current_tokens: int | None) -> Callable[[dict], int]:
         """The host's estimate of a message as ``current_tokens`` counted it

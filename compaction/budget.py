@@ -89,6 +89,34 @@ def as_counted(messages: list, current_tokens: int | None, overhead: int | None,
     return counted
 
 
+# The host's preflight loop counts a pass as progress only when it drops rows or
+# cuts its rough estimate by more than this share (``_compression_made_progress``).
+HOST_PROGRESS_SHARE = 0.95
+# Our prediction of the host's estimate after the pass may be a little off (the
+# system prompt is rebuilt at a compaction): a pass this close to the line is
+# taken as no progress, which only keeps the list the host has.
+HOST_PROGRESS_MARGIN = 0.01
+
+
+def host_sees_progress(before: list, after: list, current_tokens: int | None) -> bool:
+    """Whether the host's preflight loop will count ``before`` -> ``after`` as progress.
+
+    Why: when it does not, the loop stops without taking the new list as the turn's
+    history, although its in-place compaction has already written that list to
+    state.db; the turn's end then writes it a second time and a later /resume
+    restores both copies (host walk 120017: a 20K-token turn whose block was only
+    re-rendered). A result the host will not take as progress is better not
+    returned at all. ``current_tokens`` is the host's rough estimate of the request
+    (without it, only fewer rows can be known to count)."""
+    if len(after) < len(before):
+        return True
+    if not current_tokens or current_tokens <= 0:
+        return False
+    estimate = host_estimator()
+    predicted = current_tokens - estimate(before) + estimate(after)
+    return predicted < current_tokens * (HOST_PROGRESS_SHARE - HOST_PROGRESS_MARGIN)
+
+
 def host_text_cost(text: str) -> int:
     """The host's estimate of one user message holding ``text`` (the summary block)."""
     return (len(str({"role": "user", "content": text})) + 3) // 4

@@ -517,3 +517,43 @@ def test_the_current_turn_is_counted_as_the_host_counted_it(tmp_path):
                     force=True)
     outcome = engine.last_compaction
     assert outcome["host_tokens_after"] - outcome["host_overhead"] > 1.9 * once
+
+
+def test_a_pass_the_host_would_not_count_as_progress_keeps_the_list(tmp_path):
+    """The host's preflight loop stops without taking a result that kept as many rows
+    and cut its estimate by 5% or less, although its in-place compaction already wrote
+    it to state.db; the turn's end then wrote it again and a /resume restored both
+    copies (host walk 120017). Such a pass returns the host's list unchanged; a
+    /compress takes its result, and every message is stored either way."""
+    engine = make_engine(tmp_path, window=8_000)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok there"},
+                {"role": "user", "content": "word " * 9000}]
+    current = prompt_tokens(engine, messages)
+    out = engine.compress(messages, current_tokens=current)
+    assert out is messages
+    outcome = engine.last_compaction
+    assert outcome["outcome"] == "noop" and "progress" in outcome["reason"]
+    stored = [decode_row(r)["content"] for r in engine.store.session_messages(engine.canonical_id)]
+    assert stored == [m["content"] for m in messages]
+    assert not engine.should_compress(current)       # no pointless retry at this size
+    forced = engine.compress(messages, current_tokens=current, force=True)
+    assert forced != messages and assemble.is_trove_message(forced[0])
+
+
+def test_the_hosts_progress_rule_as_predicted():
+    """Fewer rows always count; as many rows count only when the host's estimate of
+    the request drops by more than 5% (with a point of margin, since the host rebuilds
+    its system prompt); without the host's figure only fewer rows can be known."""
+    from hermes_trove.compaction.budget import host_estimator, host_sees_progress
+    before = [{"role": "user", "content": "a" * 40_000}, {"role": "assistant", "content": "b" * 400}]
+    current = 10_000 + host_estimator()(before)
+    fewer = [{"role": "user", "content": "a" * 40_000}]
+    assert host_sees_progress(before, fewer, current)
+    assert host_sees_progress(before, fewer, None)
+    assert not host_sees_progress(before, before, current)
+    for cut, counts in ((0.03, False), (0.055, False), (0.10, True)):
+        chars = int(current * cut * 4)
+        after = [{"role": "user", "content": "a" * (40_000 - chars)},
+                 {"role": "assistant", "content": "b" * 400}]
+        assert host_sees_progress(before, after, current) is counts, cut
+        assert not host_sees_progress(before, after, None)

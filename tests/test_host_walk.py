@@ -97,10 +97,14 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # was named to one copy and compacted through the other, and both stored it (step 8).
 # Seed 110001: /compress twice, /branch, exit: the branch stored the parent's list from
 # before the last /compress, handed over under its id, as its own copy (step 19).
+# Seed 120017 (turns up to 20K tokens): a big turn's compaction only re-rendered the
+# block; the host's preflight loop did not count it as progress and kept the old list
+# as the turn's history, so state.db held the compacted list twice and a /resume
+# restored a message nobody sent (the turn's text and the block merged: step 19).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
-           100018: 8, 110001: 19}
-LARGEST_TURN = {90004: 20_000}   # tokens; the walks' default elsewhere
+           100018: 8, 110001: 19, 120017: 19}
+LARGEST_TURN = {90004: 20_000, 120017: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018}    # the second CLI in this process
 
 
