@@ -624,7 +624,10 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             if final < trigger and host_final < trigger:
                 break
         over = final >= trigger or host_final >= trigger
-        self._noop_at_tokens = max(final, host_final, current_tokens or 0) if over else None
+        # the guard is for the host's retries within a turn; a /compress (``force``) is
+        # between turns, and the next turn's list is counted otherwise (host walk 120000)
+        self._noop_at_tokens = (max(final, host_final, current_tokens or 0)
+                                if over and not force else None)
         if swept is not None:
             report.sweep = swept.describe()
         return self._finish(messages, result, current_tokens, force, before=before, final=final,

@@ -175,14 +175,27 @@ def test_the_no_op_guard_lasts_one_turn(tmp_path):
     engine = make_engine(tmp_path, window=8_000)
     huge = [{"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(engine, huge)
-    engine.compress(huge, current_tokens=current, force=True)
+    engine.compress(huge, current_tokens=current)
     assert not engine.should_compress(current)
     engine.turn_done()                                     # post_llm_call
     assert engine.should_compress(current)
-    engine.compress(huge, current_tokens=current, force=True)   # a /compress between turns
+    engine.compress(huge, current_tokens=current)
     assert not engine.should_compress(current)
     engine.note_user_turn({"role": "user", "content": "next"})  # pre_llm_call
     assert engine.should_compress(current)
+
+
+def test_a_compress_between_turns_leaves_no_guard(tmp_path):
+    """A /compress is no retry within a turn: the next turn's preflight, which the host
+    runs before ``pre_llm_call`` and may count lower (its new message counted once),
+    still compacts (host walk 120000: a /compress that could not cut a big turn left a
+    guard at 41,291 host tokens, and the next turn went out at 41,170, over the
+    threshold, with the big turn no longer the newest)."""
+    engine = make_engine(tmp_path, window=8_000)
+    huge = [{"role": "user", "content": "word " * 9000}]
+    current = prompt_tokens(engine, huge)
+    engine.compress(huge, current_tokens=current, force=True)  # a /compress between turns
+    assert engine.should_compress(current - 100)
 
 
 def test_the_turn_ends_for_every_copy_of_the_session(tmp_path):
@@ -193,7 +206,7 @@ def test_the_turn_ends_for_every_copy_of_the_session(tmp_path):
     other = make_engine(tmp_path, window=8_000)             # bound last: the hooks' copy
     huge = [{"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(own, huge)
-    own.compress(huge, current_tokens=current, force=True)
+    own.compress(huge, current_tokens=current)
     assert not own.should_compress(current)
     other.turn_done()
     assert own.should_compress(current)

@@ -101,6 +101,9 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # block; the host's preflight loop did not count it as progress and kept the old list
 # as the turn's history, so state.db held the compacted list twice and a /resume
 # restored a message nobody sent (the turn's text and the block merged: step 19).
+# Seed 120000 (turns up to 20K tokens, in this process): a /compress that could not
+# cut a big turn left the within-turn no-op guard, and the next turn's preflight,
+# counted lower, skipped its compaction and went out over the threshold (step 39).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
            100018: 8, 110001: 19, 120017: 19}
