@@ -106,9 +106,9 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # counted lower, skipped its compaction and went out over the threshold (step 39).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
-           100018: 8, 110001: 19, 120017: 19}
-LARGEST_TURN = {90004: 20_000, 120017: 20_000}   # tokens; the walks' default elsewhere
-IN_PROCESS = {100002, 100018}    # the second CLI in this process
+           100018: 8, 110001: 19, 120000: 39, 120017: 19}
+LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000}   # tokens; else the default
+IN_PROCESS = {100002, 100018, 120000}    # the second CLI in this process
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))
