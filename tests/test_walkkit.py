@@ -82,3 +82,20 @@ def test_over_the_threshold_after_a_compaction_spares_only_a_turn_too_big_for_it
     big_block = dict(block, content=block["content"] + "x" * 40_000)
     found = after_compaction(o, big_block, small_turn)
     assert found.over_threshold and found.tail_size == 1
+
+
+def test_a_tail_is_starved_only_when_the_exchange_fits_by_both_counters():
+    """The engine compacts on the provider's count too: a CJK exchange the host counts
+    at a fifth of its tokens did not fit, and keeping only the turn is no starvation."""
+    block = {"role": "user", "content": "[trove context: summaries]\n" + "s " * 100}
+    turn = "a short question"
+    o = oracle([("s1", "user", turn)])
+
+    def starved(previous_text):
+        pair = [{"role": "user", "content": previous_text}, {"role": "assistant", "content": "ok"}]
+        body = request(block, {"role": "assistant", "content": "ok"}, {"role": "user", "content": turn})
+        return wk.check_request(body, turn, o, threshold=3000, context_length=100_000,
+                                compacted=True, previous_pair=pair).starved
+
+    assert starved("word " * 300)          # ~375 host tokens, ~300 real: it fit
+    assert not starved("灰度发布" * 900)     # ~900 host tokens, ~3,600 real: it did not

@@ -259,7 +259,8 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
     tool pairs are valid; after a compaction the host's own estimate is under
     ``threshold`` (but for the turn itself when nothing else was kept raw) and
     the raw tail is not starved (only the newest user message kept although the
-    previous exchange would fit under STARVE_MARGIN of the threshold); the
+    previous exchange would fit under STARVE_MARGIN of the threshold, by the host's
+    count and the provider's); the
     provider's count fits the window.
 
     ``host_list``: the host's own list at that request (its history up to the
@@ -279,9 +280,13 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
     over = compacted and rough >= threshold
     if over and len(kept) <= 1:
         over = rough - 2 * rough_messages(kept[-1:]) >= threshold
+    # Starved: the previous exchange would have fit by both counters (the engine
+    # compacts on either; a CJK turn is 5x more real tokens than the host counts).
     starved = False
     if compacted and len(kept) <= 1 and previous_pair:
-        starved = rough + rough_messages(previous_pair) <= STARVE_MARGIN * threshold
+        starved = (rough + rough_messages(previous_pair) <= STARVE_MARGIN * threshold
+                   and real + ck.real_prompt_tokens({"messages": previous_pair})
+                   <= STARVE_MARGIN * threshold)
     return RequestCheck(ends_with_user=ends, tool_problems=tool_pair_problems(msgs), over_threshold=over,
                         starved=starved, tail_size=len(kept), rough=rough, real=real,
                         overflow=compacted and real > context_length,
