@@ -506,6 +506,9 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         body = messages[1:] if system is not None else messages
         store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
+        if self._real_projection is not None and self._real_overhead is not None:
+            # the list at hand, counted: an /undo or /retry since the reply shrank it
+            self._real_projection = self._real_overhead + self.count_messages(body)
         if not force and current_tokens is not None \
                 and 0 < self.real_pressure(current_tokens) < trigger:
             self.last_compaction = {"at": time.time(), "outcome": "noop",

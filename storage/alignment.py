@@ -137,7 +137,7 @@ class Alignment:
         found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
                                  gaps=True, known_blocks=known_blocks)
         if found is not None and not found.foreign:
-            open_ = self._unexplained(shown, found)
+            open_ = self._unexplained_inside(shown, found)
             if open_:
                 # Part of it is no view's: a whole-transcript list from before the ring
                 # (a stale copy, a replay) may line up with the history as it stands.
@@ -185,6 +185,18 @@ class Alignment:
             out = out[:shown.turn_index] + [None] * (len(out) - shown.turn_index)
         return out
 
+    @classmethod
+    def _unexplained_inside(cls, shown: identity.Shown, found: "_Identified") -> list[int]:
+        """The unexplained elements (``_unexplained``) before the last element a view
+        gave a row: only those say the list may be a stale whole transcript. Elements
+        after it are the list going on (a reply the turn added), and reading them
+        against the whole history matched a new "ok" to an older identical reply
+        behind the block, then the rows before it to older rows too (host walk 140012:
+        a resend after a /retry, compacted in its turn; the reply was lost)."""
+        open_ = cls._unexplained(shown, found)
+        rows = [i for i, sid in enumerate(found.store_ids) if sid is not None]
+        return [i for i in open_ if rows and i < rows[-1]] if rows else open_
+
     @staticmethod
     def _unexplained(shown: identity.Shown, found: "_Identified") -> list[int]:
         """Conversational elements before the turn that no row explains yet."""
@@ -222,6 +234,9 @@ class Alignment:
             return _Identified(identity.share_rows(identity.replies_follow(
                 [sid if sid is not None and sid > 0 else None for sid in ids], fps,
                 shown.roles, flags), reading.same_as), flags, same_as=reading.same_as)
+        if self._slide_into_room(conn, session_id, fps, ids, reading.gaps):
+            limit = len(fps) if shown.turn_index is None else shown.turn_index
+            reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         for start, end, before, after in reading.gaps:
             run = fps[start:end]
@@ -231,9 +246,13 @@ class Alignment:
             if after is None and reading.view is not None:
                 # after a returned list: not onto rows that compaction saw and dropped
                 before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
+            # Between two rows the view matched, the rows in between are what the gap
+            # is, summarized since or not: a stale list shown again (a second CLI's,
+            # restored before later compactions; host walk 150004) still lines up.
+            bounded = (before or 0) > 0 and (after or 0) > 0
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
-                                  fresh_only=any(flags[:start]))
+                                  fresh_only=any(flags[:start]) and not bounded)
             for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
                                                             taken=taken)):
                 if sid is not None:
@@ -295,6 +314,48 @@ class Alignment:
             " ORDER BY store_id LIMIT ?",
             (session_id, _lowest_followed(conn, session_id, claimed), len(claimed) + 1)).fetchall()
         return all(row[0] in claimed for row in rows)
+
+    @staticmethod
+    def _slide_into_room(conn, session_id: str, fps: list, ids: list,
+                         gaps: list) -> bool:
+        """Move a view's match back to the gap's earliest equal element when no row
+        lies between the rows around the gap: the view's entry is that element, and
+        the gap is what came after it.
+
+        Why: a view's reading prefers the latest of equal elements; a transcript the
+        host restored with a /retry's first attempts ("ok", T9, "ok", T9, reply, ...)
+        then had the view's "ok" read as the second one, leaving the first "ok" and
+        T9 in a gap between two consecutive rows, stored again (host walk 150004: a
+        second CLI's restored list)."""
+        moved = False
+        for start, end, before, after in gaps:
+            if not ((before or 0) > 0 and (after or 0) > 0 and end < len(ids)
+                    and ids[end] == after):
+                continue
+            between = conn.execute(
+                "SELECT 1 FROM messages WHERE session_id = ? AND store_id > ? AND store_id < ?"
+                " LIMIT 1", (session_id, before, after)).fetchone()
+            if between is not None:
+                continue
+            earliest = next((k for k in range(start, end) if fps[k] == fps[end]), None)
+            if earliest is None:
+                continue
+            # ... and only when the rows after it can be what then follows it: as many
+            # rows before the next matched one as elements left between them (the next
+            # matched one bounds them: after the last, elements may be new)
+            nxt = next((k for k in range(end + 1, len(ids)) if (ids[k] or 0) > 0), None)
+            if nxt is None:
+                continue
+            left = sum(1 for k in range(earliest + 1, nxt)
+                       if fps[k] is not None and (k == end or ids[k] is None))
+            upper = ids[nxt]
+            room = conn.execute(
+                "SELECT COUNT(*) FROM messages WHERE session_id = ? AND store_id > ?"
+                " AND store_id < ?", (session_id, after, upper)).fetchone()[0]
+            if room >= left:
+                ids[earliest], ids[end] = after, None
+                moved = True
+        return moved
 
     @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,

@@ -431,6 +431,15 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 reading.matched -= 1
             seen.add(sid)
     reading.matched += _replays(shown, ids, limit, reading.same_as)
+    reading.gaps = find_gaps(shown, ids, limit)
+    return reading
+
+
+def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
+              limit: int) -> list[tuple[int, int, int | None, int | None]]:
+    """The runs of unexplained elements before ``limit`` that a matched row bounds:
+    (start, end, the store_id before, the store_id after; None at the list's end)."""
+    gaps = []
     k = 0
     while k < limit:
         if shown[k] is None or ids[k] is not None:
@@ -444,8 +453,8 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
         after = next((ids[p] for p in range(k, len(ids)) if ids[p] is not None and ids[p] > 0),
                      None) if k < limit else None
         if before is not None or after is not None:
-            reading.gaps.append((start, k, before, after))
-    return reading
+            gaps.append((start, k, before, after))
+    return gaps
 
 
 def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,

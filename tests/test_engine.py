@@ -597,3 +597,22 @@ def test_the_trigger_counts_the_real_tokens_the_list_is_known_to_hold(tmp_path):
     assert out != messages and assemble.is_trove_message(out[0])
     assert out[-1]["content"] == chinese
     assert not engine.should_compress(host_tokens(out))     # unknown again until a reply
+
+
+def test_the_real_side_of_the_trigger_is_the_list_at_hand_once_compress_sees_it(tmp_path):
+    """An /undo after the reply shrinks the list with no hook: the projection from the
+    provider's count is then too high, and ``compress`` counts the list it is given
+    instead of compacting on the stale figure."""
+    engine = make_engine(tmp_path, window=64_000)
+    trigger = engine.threshold_tokens
+    messages = [{"role": "user", "content": "question " * 50},
+                {"role": "assistant", "content": "answer " * 50}]
+    engine.update_from_response({"prompt_tokens": 1_000, "completion_tokens": 60})
+    engine.learn_overhead(messages)                    # post_llm_call: the real overhead
+    engine.update_from_response({"prompt_tokens": trigger + 1_000, "completion_tokens": 60})
+    engine.note_user_turn({"role": "user", "content": "next"})
+    current = host_tokens(messages)                    # the list after an /undo: small
+    assert engine.should_compress(current)             # the stale projection says over
+    assert engine.compress(messages, current_tokens=current) is messages
+    assert engine.last_compaction["outcome"] == "noop"
+    assert not engine.should_compress(current)         # the list at hand, counted
