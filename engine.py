@@ -116,10 +116,6 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
         self._provider_prompt_tokens = 0         # the provider's last real prompt count
-        # Real tokens of the host's list since the provider last counted it: that count
-        # plus the reply, plus each user message noted since; None once a compaction
-        # changed the list (see ``real_pressure``).
-        self._real_projection: int | None = None
         self.current_turn_store_id: int | None = None
         self.reachability: list[str] = []
         self.last_compaction: dict = {}
@@ -373,7 +369,6 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
         self.compression_count = 0
         self._noop_at_tokens = None
-        self._real_projection = None
         self._known_tails = {}
 
     @faults.host_entry()
@@ -386,7 +381,6 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                                                       or usage.get("output_tokens"))
         self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
                                   or self.last_prompt_tokens + self.last_completion_tokens)
-        self._real_projection = (prompt + self.last_completion_tokens) if prompt > 0 else None
 
     @faults.host_entry(False)
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
@@ -399,24 +393,12 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self.last_checked_tokens = current  # the number the host's trigger saw (status)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
-        current = self.real_pressure(current)
         self._maybe_prepare(current)
         if current < self.threshold_tokens:
             return False
         if self._noop_at_tokens is not None and current <= self._noop_at_tokens:
             return False
         return True
-
-    def real_pressure(self, host_tokens: int) -> int:
-        """The request's size for the trigger: the host's rough figure, or the real
-        tokens the list is known to hold when that is more.
-
-        Why: the host asks on chars/4, which counts CJK text about 5x low; two 20K-token
-        Chinese turns stayed under its figure of the threshold and the request went out
-        over the window, the host never asking (host walk 120004). The real side is the
-        provider's count of the last request plus its reply and the user messages noted
-        since (``_real_projection``); unknown after a compaction until the next reply."""
-        return max(host_tokens, self._real_projection or 0)
 
     @faults.host_entry(False)
     def has_content_to_compress(self, messages: list) -> bool:
@@ -506,11 +488,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         body = messages[1:] if system is not None else messages
         store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
-        if self._real_projection is not None and self._real_overhead is not None:
-            # the list at hand, counted: an /undo or /retry since the reply shrank it
-            self._real_projection = self._real_overhead + self.count_messages(body)
-        if not force and current_tokens is not None \
-                and 0 < self.real_pressure(current_tokens) < trigger:
+        if not force and current_tokens is not None and 0 < current_tokens < trigger:
             self.last_compaction = {"at": time.time(), "outcome": "noop",
                                     "note": f"under the trigger ({current_tokens} < {trigger})"}
             return messages
@@ -771,14 +749,15 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
             if self.context_length and final > self.context_length:
                 outcome["over_window"] = True
                 log.warning("hermes-trove: %s", outcome["reason"])
-        if unseen:
+        if unseen:  # the same list gives the same pass: no retry within the turn
+            self._noop_at_tokens = max(self._noop_at_tokens or 0, final, host_final,
+                                       current_tokens or 0)
             outcome["reason"] = ("kept the list as it was: the host would not count this pass "
                                  "as progress (as many rows, its estimate down by less than "
                                  f"{round((1 - HOST_PROGRESS_SHARE) * 100)}%)")
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
-            self._real_projection = None
             self._remember_returned(result, tail, frontier_ids,
                                     has_block=len(result) > len(tail) + (
                                         1 if result and result[0].get("role") == "system" else 0))
@@ -854,7 +833,6 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
-            self._real_projection = None
         self.last_compaction = {"at": time.time(), "outcome": "delegated" if changed else "noop",
                                 "path": path, "session_mode": self.session_mode}
         return result if changed else messages

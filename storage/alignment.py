@@ -137,7 +137,7 @@ class Alignment:
         found = self._read_views(conn, session_id, shown, views.each(conn, session_id),
                                  gaps=True, known_blocks=known_blocks)
         if found is not None and not found.foreign:
-            open_ = self._unexplained_inside(shown, found)
+            open_ = self._unexplained(shown, found)
             if open_:
                 # Part of it is no view's: a whole-transcript list from before the ring
                 # (a stale copy, a replay) may line up with the history as it stands.
@@ -184,18 +184,6 @@ class Alignment:
         if shown.turn_index is not None:
             out = out[:shown.turn_index] + [None] * (len(out) - shown.turn_index)
         return out
-
-    @classmethod
-    def _unexplained_inside(cls, shown: identity.Shown, found: "_Identified") -> list[int]:
-        """The unexplained elements (``_unexplained``) before the last element a view
-        gave a row: only those say the list may be a stale whole transcript. Elements
-        after it are the list going on (a reply the turn added), and reading them
-        against the whole history matched a new "ok" to an older identical reply
-        behind the block, then the rows before it to older rows too (host walk 140012:
-        a resend after a /retry, compacted in its turn; the reply was lost)."""
-        open_ = cls._unexplained(shown, found)
-        rows = [i for i, sid in enumerate(found.store_ids) if sid is not None]
-        return [i for i in open_ if rows and i < rows[-1]] if rows else open_
 
     @staticmethod
     def _unexplained(shown: identity.Shown, found: "_Identified") -> list[int]:
