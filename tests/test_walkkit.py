@@ -85,8 +85,9 @@ def test_over_the_threshold_after_a_compaction_spares_only_a_turn_too_big_for_it
 
 
 def test_a_tail_is_starved_only_when_the_exchange_fits_by_both_counters():
-    """The engine compacts on the provider's count too: a CJK exchange the host counts
-    at a fifth of its tokens did not fit, and keeping only the turn is no starvation."""
+    """The engine's budget holds the provider's count under its target too: a CJK
+    exchange the host counts at a fifth of its tokens did not fit, and keeping only
+    the turn is no starvation."""
     block = {"role": "user", "content": "[trove context: summaries]\n" + "s " * 100}
     turn = "a short question"
     o = oracle([("s1", "user", turn)])

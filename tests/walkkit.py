@@ -280,8 +280,9 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
     over = compacted and rough >= threshold
     if over and len(kept) <= 1:
         over = rough - 2 * rough_messages(kept[-1:]) >= threshold
-    # Starved: the previous exchange would have fit by both counters (the engine
-    # compacts on either; a CJK turn is 5x more real tokens than the host counts).
+    # Starved: the previous exchange would have fit by both counters (the engine's
+    # budget holds both under its target; a CJK turn is ~5x more real tokens than
+    # the host counts).
     starved = False
     if compacted and len(kept) <= 1 and previous_pair:
         starved = (rough + rough_messages(previous_pair) <= STARVE_MARGIN * threshold
