@@ -234,13 +234,9 @@ class Alignment:
             if after is None and reading.view is not None:
                 # after a returned list: not onto rows that compaction saw and dropped
                 before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
-            # Between two rows the view matched, the rows in between are what the gap
-            # is, summarized since or not: a stale list shown again (a second CLI's,
-            # restored before later compactions; host walk 150004) still lines up.
-            bounded = (before or 0) > 0 and (after or 0) > 0
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
-                                  fresh_only=any(flags[:start]) and not bounded)
+                                  fresh_only=any(flags[:start]))
             for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
                                                             taken=taken)):
                 if sid is not None:
