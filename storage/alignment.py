@@ -465,13 +465,20 @@ class Alignment:
     @staticmethod
     def _fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
         """``(store_id, hash)`` of the session's newest ``limit`` rows that no summary
-        covers, in store order (looking at most ``FRESH_SCAN_FACTOR * limit`` rows back)."""
-        rows = [(r[0], r[1]) for r in conn.execute(
-            "SELECT store_id, content_hash FROM (SELECT store_id, content_hash FROM messages"
-            " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?) AS m WHERE NOT EXISTS"
-            " (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
-            " ORDER BY store_id DESC LIMIT ?", (session_id, FRESH_SCAN_FACTOR * limit, limit))]
-        return rows[::-1]
+        covers and that come after the newest row one does, in store order (looking
+        at most ``FRESH_SCAN_FACTOR * limit`` rows back). A row older than what the
+        newest summary covers and left out of it is one the host dropped (a /retry's
+        or /undo's first attempt): nothing shown after a block is that row."""
+        rows = []
+        for store_id, digest, covered in conn.execute(
+                "SELECT store_id, content_hash, EXISTS (SELECT 1 FROM node_edges AS e"
+                " WHERE e.child_store_id = m.store_id) FROM messages AS m"
+                " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?",
+                (session_id, FRESH_SCAN_FACTOR * limit)):
+            if covered:
+                break
+            rows.append((store_id, digest))
+        return rows[:limit][::-1]
 
     @staticmethod
     def _hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
