@@ -61,6 +61,23 @@ def test_a_branch_holds_zero_or_one_copy_never_two(tmp_path):
         assert (o.check(store(home, rows)).total == 0) is clean, copies
 
 
+def test_a_branch_first_ingested_after_an_undo_holds_the_shorter_copy(tmp_path):
+    # /branch, /undo, then a /compress as the branch's first ingest (host walk 160013):
+    # the branch's copy is the list the engine was handed, without the undone exchange
+    whole = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+             {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    o = oracle([("p", m["role"], m["content"]) for m in whole])
+    o.branched("b", whole)
+    o.first_ingest("b", whole[:2])
+    o.first_ingest("b", whole)                     # later lists are no new candidate
+    parent = [("p", m["role"], m["content"]) for m in whole]
+    for branch_rows, clean in ((whole[:2], True), (whole, True), (whole + whole[:2], False)):
+        home = tmp_path / str(len(branch_rows))
+        home.mkdir()
+        rows = parent + [("b", m["role"], m["content"]) for m in branch_rows]
+        assert (o.check(store(home, rows)).total == 0) is clean, len(branch_rows)
+
+
 def request(*messages):
     return {"messages": [{"role": "system", "content": "you are a test"}, *messages]}
 

@@ -632,6 +632,9 @@ class Walk:
 
     def do_compress(self) -> None:
         before = self._compression_count(self.cli)
+        # a /compress hands the list to the engine: a branch's first ingest when no
+        # turn came before it (after an /undo its copy is the shorter list)
+        self.oracle.first_ingest(self.cli.session_id, list(self.cli.history))
         self.cli.compress()
         if self._compression_count(self.cli) > before:
             session = self.cli.session_id
