@@ -22,8 +22,8 @@ from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
 from .compaction import assemble, fallback, prepare, spend, sweep, tail_rows, tokens
 from .compaction.budget import (DEFAULT_OVERHEAD_TOKENS, HOST_PROGRESS_SHARE, Budget,
-                                 as_counted, bounded_real_overhead, host_overhead_floor,
-                                 host_sees_progress, host_text_cost)
+                                 RealProjection, as_counted, bounded_real_overhead,
+                                 host_overhead_floor, host_sees_progress, host_text_cost)
 from .storage import codec, faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
 from .config import TroveConfig, check_reachability, load_config, trigger_and_rule, trigger_tokens
@@ -116,6 +116,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self._counter: tokens.TokenCounter | None = None
         self._overhead_tokens: int | None = None
         self._provider_prompt_tokens = 0         # the provider's last real prompt count
+        self._real_projection = RealProjection()  # real tokens the host's list holds
         self.current_turn_store_id: int | None = None
         self.reachability: list[str] = []
         self.last_compaction: dict = {}
@@ -369,6 +370,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
         self.compression_count = 0
         self._noop_at_tokens = None
+        self._real_projection.forget()
         self._known_tails = {}
 
     @faults.host_entry()
@@ -381,6 +383,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
                                                       or usage.get("output_tokens"))
         self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
                                   or self.last_prompt_tokens + self.last_completion_tokens)
+        self._real_projection.counted(prompt, self.last_completion_tokens)
 
     @faults.host_entry(False)
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
@@ -393,6 +396,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         self.last_checked_tokens = current  # the number the host's trigger saw (status)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
+        current = self._real_projection.pressure(current)
         self._maybe_prepare(current)
         if current < self.threshold_tokens:
             return False
@@ -488,7 +492,9 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         body = messages[1:] if system is not None else messages
         store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
-        if not force and current_tokens is not None and 0 < current_tokens < trigger:
+        self._real_projection.recount(self._real_overhead, lambda: self.count_messages(body))
+        if not force and current_tokens is not None \
+                and 0 < self._real_projection.pressure(current_tokens) < trigger:
             self.last_compaction = {"at": time.time(), "outcome": "noop",
                                     "note": f"under the trigger ({current_tokens} < {trigger})"}
             return messages
@@ -758,6 +764,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
+            self._real_projection.forget()
             self._remember_returned(result, tail, frontier_ids,
                                     has_block=len(result) > len(tail) + (
                                         1 if result and result[0].get("role") == "system" else 0))
@@ -833,6 +840,7 @@ class TroveEngine(SessionBinding, IngestSide, ToolSide, Maintenance, ContextEngi
         if changed:
             self.compression_count += 1
             self._last_compression_made_progress = True
+            self._real_projection.forget()
         self.last_compaction = {"at": time.time(), "outcome": "delegated" if changed else "noop",
                                 "path": path, "session_mode": self.session_mode}
         return result if changed else messages

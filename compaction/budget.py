@@ -117,6 +117,43 @@ def host_sees_progress(before: list, after: list, current_tokens: int | None) ->
     return predicted < current_tokens * (HOST_PROGRESS_SHARE - HOST_PROGRESS_MARGIN)
 
 
+class RealProjection:
+    """The real tokens the host's list is known to hold: the provider's count of the
+    last request plus its reply, plus each user message noted since; unknown after a
+    compaction changed the list, until the next reply.
+
+    Why: the host asks for a compaction on chars/4, which counts CJK text about five
+    times low; two 20K-token Chinese turns stayed under its figure of the threshold
+    and the request went out over the window, the host never asking (host walk
+    120004). The trigger reads the larger of the two figures."""
+
+    def __init__(self) -> None:
+        self.tokens: int | None = None
+
+    def counted(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """The provider counted a request and its reply."""
+        self.tokens = prompt_tokens + completion_tokens if prompt_tokens > 0 else None
+
+    def grew(self, message_tokens: int) -> None:
+        """A user message joined the list since the provider counted it."""
+        if self.tokens is not None:
+            self.tokens += message_tokens
+
+    def recount(self, overhead_tokens: int | None, count_list: Callable[[], int]) -> None:
+        """``compress`` counts the list at hand: an /undo or /retry since the reply
+        may have shrunk it with no hook telling."""
+        if self.tokens is not None and overhead_tokens is not None:
+            self.tokens = overhead_tokens + count_list()
+
+    def forget(self) -> None:
+        """A compaction changed the list (or the session changed): unknown again."""
+        self.tokens = None
+
+    def pressure(self, host_tokens: int) -> int:
+        """The request's size for the trigger."""
+        return max(host_tokens, self.tokens or 0)
+
+
 def host_text_cost(text: str) -> int:
     """The host's estimate of one user message holding ``text`` (the summary block)."""
     return (len(str({"role": "user", "content": text})) + 3) // 4

@@ -256,6 +256,11 @@ class IngestSide:
         compaction already did. The no-op guard a /compress left between turns ends
         here (see ``turn_done``)."""
         self._noop_at_tokens = None
+        if isinstance(message, dict):
+            try:  # the list grew by this message since the provider counted it
+                self._real_projection.grew(self.count_message(message))
+            except Exception:  # bookkeeping must never break the turn
+                self._real_projection.forget()
         if not isinstance(message, dict) or not self.canonical_id or not self.stores:
             return
         try:

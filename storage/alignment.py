@@ -77,6 +77,21 @@ def _lowest_followed(conn, session_id: str, claimed: set[int]) -> int:
     return low
 
 
+def _fresh_from(conn, session_id: str, low: int, limit: int) -> list[int]:
+    """The session's first ``limit`` rows from ``low`` on that no summary covers."""
+    return [row[0] for row in conn.execute(
+        "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id >= ?"
+        " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
+        " ORDER BY store_id LIMIT ?", (session_id, low, limit))]
+
+
+def _after(view: identity.View, store_id: int) -> list[int]:
+    """The rows ``view`` lists after ``store_id``'s place in it."""
+    ids = [sid for _, sid in view.entries]
+    at = max((k for k, sid in enumerate(ids) if sid == store_id), default=len(ids))
+    return [sid for sid in ids[at + 1:] if sid > 0]
+
+
 @dataclass(frozen=True)
 class KnownTail:
     """What the engine returned after one of its summary blocks: the raw messages
@@ -292,12 +307,21 @@ class Alignment:
         # view from before a compaction), and those must not stand in for an unclaimed
         # fresh row (an /undo's dropped turn the list shows again). One more row than
         # the list claims is enough to know.
-        rows = conn.execute(
-            "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id >= ?"
-            " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
-            " ORDER BY store_id LIMIT ?",
-            (session_id, _lowest_followed(conn, session_id, claimed), len(claimed) + 1)).fetchall()
-        return all(row[0] in claimed for row in rows)
+        rows = _fresh_from(conn, session_id, _lowest_followed(conn, session_id, claimed),
+                           len(claimed) + 1)
+        if all(sid in claimed for sid in rows):
+            return True
+        # Unclaimed rows below the run's row that never followed it in a list are a
+        # turn an /undo dropped before this list re-sent its text as a new row (the
+        # compaction inside the turn stored it): the run after that new row cannot
+        # be them (host walk 160002, its reply read as the dropped one's and lost).
+        last = gaps[0][2]
+        if any(sid not in claimed for sid in _fresh_from(conn, session_id, last + 1,
+                                                          len(claimed) + 1)):
+            return False
+        followed = {sid for view in views.holding(conn, session_id, [last], views.RING)
+                    for sid in _after(view, last)}
+        return not any(sid in followed and sid not in claimed for sid in rows)
 
     @staticmethod
     def _slide_into_room(conn, session_id: str, fps: list, ids: list,

@@ -570,3 +570,49 @@ def test_the_hosts_progress_rule_as_predicted():
                  {"role": "assistant", "content": "b" * 400}]
         assert host_sees_progress(before, after, current) is counts, cut
         assert not host_sees_progress(before, after, None)
+
+
+def test_the_trigger_counts_the_real_tokens_the_list_is_known_to_hold(tmp_path):
+    """The host asks on chars/4, about a fifth of CJK text's real tokens: two 20K-token
+    Chinese turns stayed under its figure of the threshold and the request went out
+    over the window (host walk 120004). The provider's count of the last request, its
+    reply and the user message noted since are real tokens the list holds; after a
+    compaction they are unknown until the next reply."""
+    engine = make_engine(tmp_path, window=64_000)
+    trigger = engine.threshold_tokens
+    chinese = "灰度发布和自动回滚，缓存层负责" * 400
+    messages = [{"role": "user", "content": "earlier question " * 40},
+                {"role": "assistant", "content": "earlier answer " * 40},
+                {"role": "user", "content": chinese}, {"role": "assistant", "content": "好的"}]
+    rough = host_tokens(messages)
+    assert rough < trigger                                  # the host would never ask
+    engine.update_from_response({"prompt_tokens": trigger - 500, "completion_tokens": 10})
+    assert not engine.should_compress(rough)
+    turn = {"role": "user", "content": chinese}
+    engine.note_user_turn(turn)                             # pre_llm_call: real + this turn
+    messages.append(turn)
+    rough = host_tokens(messages)
+    assert rough < trigger and engine.should_compress(rough)
+    out = engine.compress(messages, current_tokens=rough)   # not "under the trigger"
+    assert out != messages and assemble.is_trove_message(out[0])
+    assert out[-1]["content"] == chinese
+    assert not engine.should_compress(host_tokens(out))     # unknown again until a reply
+
+
+def test_the_real_side_of_the_trigger_is_the_list_at_hand_once_compress_sees_it(tmp_path):
+    """An /undo after the reply shrinks the list with no hook: the projection from the
+    provider's count is then too high, and ``compress`` counts the list it is given
+    instead of compacting on the stale figure."""
+    engine = make_engine(tmp_path, window=64_000)
+    trigger = engine.threshold_tokens
+    messages = [{"role": "user", "content": "question " * 50},
+                {"role": "assistant", "content": "answer " * 50}]
+    engine.update_from_response({"prompt_tokens": 1_000, "completion_tokens": 60})
+    engine.learn_overhead(messages)                    # post_llm_call: the real overhead
+    engine.update_from_response({"prompt_tokens": trigger + 1_000, "completion_tokens": 60})
+    engine.note_user_turn({"role": "user", "content": "next"})
+    current = host_tokens(messages)                    # the list after an /undo: small
+    assert engine.should_compress(current)             # the stale projection says over
+    assert engine.compress(messages, current_tokens=current) is messages
+    assert engine.last_compaction["outcome"] == "noop"
+    assert not engine.should_compress(current)         # the list at hand, counted

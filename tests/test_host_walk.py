@@ -114,12 +114,20 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # Seed 160013 (turns up to 20K tokens, in this process): /branch, /undo, /compress: the
 # branch's first list was the compress's, without the undone exchange; the engine stored
 # that copy, right, but the walk's oracle expected the copy from before the /undo (step 45).
+# Seed 120004 (turns up to 20K tokens, in this process): two Chinese turns of ~20K real
+# tokens stayed under the host's chars/4 figure of the threshold and the request went
+# over the window, the host never asking (the trigger now reads real tokens too); with
+# that trigger, seeds 160002 and 160006 (the same sizes, in this process): an /undo and
+# the same text re-sent, compacted in its turn, and the reply read as the undone turn's
+# and lost (steps 19 and 39).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
-           100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45}
+           100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
+           120004: 60, 160002: 19, 160006: 39}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
-                150004: 20_000, 160013: 20_000}   # tokens; the walks' default elsewhere
-IN_PROCESS = {100002, 100018, 120000, 160013}    # the second CLI in this process
+                150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
+                160006: 20_000}   # tokens; the walks' default elsewhere
+IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006}    # the second CLI in this process
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))

@@ -459,3 +459,24 @@ def test_a_list_with_timed_copies_goes_on_with_the_same_rows(tmp_path):
     engine.note_user_turn(turn)
     assert engine.ingest(doubled + [turn]) == [1, 2, 3, 4, 1, 2, 5, 6, 7]
     assert engine.store.count_messages("sess") == 7
+
+
+def test_an_undone_turn_re_sent_and_compacted_in_its_turn_keeps_its_new_reply(tmp_path):
+    # /undo, then the same text re-sent; the turn's compaction pass (the trigger on
+    # real tokens, under the host's) stores the re-sent message as a new row, and the
+    # turn ends with the same reply text as the undone turn's. The reply follows the
+    # new row, not the undone one (host walk 160002: the reply was read as the undone
+    # turn's and lost).
+    engine = make_engine(tmp_path, window=64_000)
+    base = long_history(4)
+    ask = "question again " + "word " * 30
+    first = base + turn(ask, "ok")
+    engine.note_user_turn(first[-2])
+    engine.ingest(first)
+    rows = len(stored(engine))
+    again = base + [{"role": "user", "content": ask}]             # /undo, the same text
+    engine.note_user_turn(again[-1])
+    assert engine.compress(again, current_tokens=host_tokens(again)) is again   # a no-op pass
+    engine.ingest(again + [{"role": "assistant", "content": "ok"}])
+    assert len(stored(engine)) == rows + 2
+    assert stored(engine)[-4:] == [("user", ask), ("assistant", "ok")] * 2
