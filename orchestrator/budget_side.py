@@ -1,0 +1,114 @@
+"""How big things are for a compaction (a mixin of ``TroveEngine``): the room a
+result has in both units, the host's overhead and how it counted the request,
+whether the host will take a result, the tail's per-message cost, the leaf chunk
+size and critical pressure. The rules live in ``compaction/budget``; this side
+feeds them the engine's samples.
+
+Pure moves out of ``engine.py``; the methods read the engine's own attributes
+(``config``, ``context_length``, ``_overhead_tokens``, ``_real_overhead``,
+``_provider_prompt_tokens``...).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..compaction import assemble
+from ..compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, as_counted,
+                                 bounded_real_overhead, host_overhead_floor, host_sees_progress)
+from ..ingest.policy import NEVER_STUBBED
+from ..storage import codec
+
+# What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
+STUB_TOKENS_ESTIMATE = 600
+
+
+class BudgetSide:
+    """Token accounting for ``TroveEngine._compress`` (see the module docstring)."""
+
+    def _budget(self, messages: list, system: dict | None, current_tokens: int | None,
+                trigger: int, rough: Callable[[dict], int] | None = None) -> Budget:
+        """Room for this compaction's result in both units (see ``compaction/budget``)."""
+        host_overhead = self.overhead_estimate(messages, current_tokens, rough)
+        return Budget(target=int(trigger * (1 - assemble.TARGET_MARGIN)),
+                      host_overhead=host_overhead,
+                      real_overhead=bounded_real_overhead(self._real_overhead, host_overhead),
+                      system_rough=self.rough_message(system) if system is not None else 0,
+                      system_exact=self.count_message(system) if system is not None else 0)
+
+    def _tail_counter(self):
+        """Token cost of a message in the fresh tail: a result that active-replay
+        stubbing will shrink is counted at its stub size, so stubbing keeps more
+        turns raw instead of summarizing them."""
+        cfg = self.config
+        if not cfg.large_output_active_replay_stubbing_effective:
+            return self.count_message
+        limit = cfg.large_output_active_replay_stub_threshold_tokens
+
+        def count(message: dict) -> int:
+            tokens = self.count_message(message)
+            if (tokens > limit and message.get("role") == "tool"
+                    and isinstance(message.get("content"), str)
+                    and codec.tool_name_of(message) not in NEVER_STUBBED):
+                return min(tokens, STUB_TOKENS_ESTIMATE)
+            return tokens
+        return count
+
+    def _chunk_tokens(self, backlog: list) -> int:
+        """Leaf chunk size: fixed, or with dynamic chunking grown with the backlog."""
+        cfg = self.config
+        if not cfg.dynamic_leaf_chunk_enabled:
+            return cfg.leaf_chunk_tokens
+        total = sum(row[3] for row in backlog)
+        return max(cfg.leaf_chunk_tokens, min(cfg.dynamic_leaf_chunk_max, total // 2))
+
+    def _under_critical_pressure(self, current_tokens: int | None) -> bool:
+        """Above the critical ratio of the window, summarize deterministically (fast)."""
+        ratio = self.config.critical_budget_pressure_ratio
+        current = current_tokens or self.last_prompt_tokens
+        return bool(ratio and self.context_length and current
+                    and current >= ratio * self.context_length)
+
+    def _host_takes(self, messages: list, result: list, current_tokens: int | None,
+                    force: bool = False) -> bool:
+        """Whether the host takes ``result`` as the turn's history (``host_sees_progress``);
+        a /compress (``force``) and a pass after a tool call (the provider's count, its
+        history always taken) do."""
+        return force or current_tokens == self._provider_prompt_tokens \
+            or host_sees_progress(messages, result, current_tokens)
+
+    def _host_rough(self, messages: list, current_tokens: int | None) -> Callable[[dict], int]:
+        """The host's estimate of a message as ``current_tokens`` counted it
+        (``budget.as_counted``); a provider's real count says nothing of that."""
+        if current_tokens == self._provider_prompt_tokens:
+            return self.rough_message
+        return as_counted(messages, current_tokens, self._overhead_tokens, self.rough_message)
+
+    def overhead_estimate(self, messages: list, current_tokens: int | None,
+                          rough: Callable[[dict], int] | None = None) -> int:
+        """What the host adds around the messages (system prompt, tool schemas), in
+        the host's own units: ``current_tokens`` is its rough estimate of the whole
+        request, so the difference with its estimate of the messages is exact.
+        Remembered from the last time without it, else the documented default.
+
+        A sample below what this copy saw before is not believed (the host may
+        estimate a list other than the one it hands over, e.g. without the message
+        just re-sent): system prompt and schemas change rarely, and an overhead
+        taken too small overflows the host's trigger, one taken too large only
+        keeps a shorter tail. Once the provider's usage is known, the host's
+        overhead is never taken below ``budget.host_overhead_floor`` of it.
+
+        After a tool call the host hands over the provider's real prompt count
+        instead (``approx_tokens=last_prompt_tokens``): real tokens of a request
+        the list has grown past, not host units, so it is no sample (taken as one,
+        it set the overhead 7K too high and starved the tail). ``rough``: a message
+        as ``current_tokens`` counted it (``budget.as_counted``)."""
+        if current_tokens and current_tokens > 0 \
+                and current_tokens != self._provider_prompt_tokens:
+            shown = sum((rough or self.rough_message)(m) for m in messages)
+            limit = max(0, self.context_length // 2) or current_tokens
+            sample = max(0, min(current_tokens - shown, limit))
+            self._overhead_tokens = max(sample, self._overhead_tokens or 0)
+        if self._overhead_tokens is None:
+            return DEFAULT_OVERHEAD_TOKENS
+        return max(self._overhead_tokens, host_overhead_floor(self._real_overhead))
