@@ -225,7 +225,8 @@ class Alignment:
         if not gaps:
             # the fast path serves only a list that goes on from the view (the next turn)
             candidates = [v for v in candidates if identity.continues(fps, v)]
-        reading = identity.read(fps, candidates, turn_index=shown.turn_index)
+        reading = identity.read(fps, candidates, turn_index=shown.turn_index,
+                                roles=shown.roles, engine=flags)
         if reading.view is None:
             return None
         ids = reading.store_ids
@@ -251,7 +252,10 @@ class Alignment:
                 before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
-                                  fresh_only=any(flags[:start]))
+                                  fresh_only=any(flags[:start]),
+                                  rendered=self._rendered_nodes(conn, session_id, fps, flags,
+                                                                shown.ack_at, start)
+                                  if after is not None and before is not None else None)
             for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
                                                             taken=taken)):
                 if sid is not None:
@@ -366,25 +370,48 @@ class Alignment:
         return moved
 
     @staticmethod
+    def _rendered_nodes(conn, session_id: str, fps: list, flags: list, ack_at,
+                        start: int) -> int | None:
+        """The newest node when the block nearest before ``start`` was rendered (its
+        frontier's highest node: every node then was under it), or None when the
+        engine recorded no frontier with it."""
+        block = next((fps[k] for k in range(start - 1, -1, -1)
+                      if flags[k] and k not in ack_at), None)
+        if block is None:
+            return None
+        for view in views.each(conn, session_id):
+            frontier = (view.meta or {}).get("frontier")
+            if frontier and any(fp == block and sid == identity.BLOCK_ID
+                                for fp, sid in view.entries):
+                return max(int(n) for n in frontier)
+        return None
+
+    @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
-                  limit: int, *, fresh_only: bool) -> list[tuple[int, str]]:
+                  limit: int, *, fresh_only: bool,
+                  rendered: int | None = None) -> list[tuple[int, str]]:
         """``(store_id, fingerprint)`` of the session's rows a gap may be: between
         its neighbours' rows, before the first (the newest of them) or after the last;
-        with ``fresh_only`` only rows no summary covers."""
+        with ``fresh_only`` only rows no summary covers, or, given ``rendered`` (the
+        newest node when the list's block was rendered), no summary up to it covers:
+        a row a later compaction summarized is still the stale list's message."""
         columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
         fresh = (" AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
-                 " WHERE e.child_store_id = m.store_id)" if fresh_only else "")
+                 " WHERE e.child_store_id = m.store_id"
+                 + (" AND e.parent_id <= ?)" if rendered is not None else ")")
+                 if fresh_only else "")
         head = f"SELECT {columns} FROM messages AS m WHERE session_id = ?{fresh}"
+        first = (session_id, rendered) if fresh_only and rendered is not None else (session_id,)
         if before is not None and after is not None:
             rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
                                 f" ORDER BY store_id LIMIT ?",
-                                (session_id, before, after, limit)).fetchall()
+                                (*first, before, after, limit)).fetchall()
         elif before is not None:
             rows = conn.execute(f"{head} AND store_id > ? ORDER BY store_id LIMIT ?",
-                                (session_id, before, limit)).fetchall()
+                                (*first, before, limit)).fetchall()
         else:
             rows = conn.execute(f"{head} AND store_id < ? ORDER BY store_id DESC LIMIT ?",
-                                (session_id, after, limit)).fetchall()[::-1]
+                                (*first, after, limit)).fetchall()[::-1]
         return [(r[0], identity.fingerprint(r[1], r[2], r[3], r[4], r[5])) for r in rows]
 
     def _remember(self, conn, session_id: str, shown: identity.Shown,

@@ -14,7 +14,8 @@ element, in the host's order, per session, in the database (``storage/views``),
 so deep copies, a second process and a restart see them. A new list is diffed
 against the session's views as a sequence (common prefix, common suffix and a
 longest common subsequence of fingerprints between them); the view that
-explains most of it wins. Then:
+explains most of it wins, counting only what rule 1 leaves of its reading (a
+reply it matched after an element it could not is no evidence). Then:
 
 1. **Matched elements keep their rows.** A replaced element (an edit, a new
    reply after /retry) is one new row; everything around it keeps its own, but a
@@ -26,9 +27,11 @@ explains most of it wins. Then:
    that list (the turn's replies and tool results).
 3. **Gaps are looked up, in order.** An unmatched run between two matched
    elements (a restored list that interleaves what another process stored) is
-   aligned against the session's rows between those two rows; a run after the
-   last matched element against the rows after it, stopping at the first
-   element that does not line up: from there on everything is new.
+   aligned against the session's rows between those two rows (after a block,
+   rows a summary written before that block covers are none of them, but one a
+   later compaction summarized still is); a run after the last matched element
+   against the rows after it, stopping at the first element that does not line
+   up: from there on everything is new.
 4. **A list of another session stores nothing.** A list handed over at a
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's
@@ -388,12 +391,17 @@ def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | No
 
 
 def read(shown: Sequence[str | None], views: Sequence[View], *,
-         turn_index: int | None = None) -> Reading:
+         turn_index: int | None = None, roles: Sequence[str] | None = None,
+         engine: Sequence[bool] | None = None) -> Reading:
     """Read a shown list (its fingerprints, None where nothing is to be stored)
     against the session's views, newest first (rules 1-3 of the module).
 
-    ``turn_index`` is where the turn's user message stands (rule 2). Gaps are
-    returned for the caller to look up in the store (``align_gap``)."""
+    ``turn_index`` is where the turn's user message stands (rule 2). Given the
+    elements' ``roles`` (and which are the ``engine``'s), a view is credited only
+    with what ``replies_follow`` leaves of its reading: an "ok" it matched after a
+    message it could not is no evidence (host walk 160017: an older list's "ok"
+    replies outvoted the view the list went on from). Gaps are returned for the
+    caller to look up in the store (``align_gap``)."""
     best: tuple[float, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
     limit = len(shown) if turn_index is None else turn_index
     wanted = sum(1 for fp in shown[:limit] if fp is not None)
@@ -402,7 +410,9 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
         # The view that explains most of what precedes the turn wins (the engine's own
         # block counts: it is the strongest evidence of which list this is); between
         # two that explain as much, the newer, or one the list simply goes on from.
-        score: float = sum(1 for sid in ids[:limit] if sid is not None)
+        credited = ids if roles is None else replies_follow(
+            ids, shown, roles, engine or [False] * len(shown))
+        score: float = sum(1 for sid in credited[:limit] if sid is not None)
         if continues(shown, view):
             score += 0.25
         if matched and score > best[0]:

@@ -480,3 +480,25 @@ def test_an_undone_turn_re_sent_and_compacted_in_its_turn_keeps_its_new_reply(tm
     engine.ingest(again + [{"role": "assistant", "content": "ok"}])
     assert len(stored(engine)) == rows + 2
     assert stored(engine)[-4:] == [("user", ask), ("assistant", "ok")] * 2
+
+
+def test_a_stale_list_keeps_rows_another_copy_summarized_since(tmp_path):
+    # Two engine copies on one session (a second CLI). The second read a list without
+    # turn b (its view: a, c, d); the first summarized b in a later compaction; then the
+    # second shows its old block with b between a and c. b is that row, a summary
+    # written after the block notwithstanding (host walk 160017: stored twice).
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = compact(first, long_history(30))
+    a, b, c, d = (turn(f"topic {name} " + f"{name}word " * 30, "ok") for name in "abcd")
+    first.ingest(out + a + b)
+    first.ingest(out + a + c)                                  # /undo of b, then c
+    second.ingest(out + a + c + d)
+    compact(first, out + a + b + [m for t in range(8) for m in turn(f"more {t} " + "x " * 30, "ok")])
+    rows = len(stored(first))
+    b_row = [r["store_id"] for r in first.store.session_messages("sess", limit=5000)
+             if r["content"] == b[0]["content"]]
+    assert len(b_row) == 1 and first.dag.covered_store_ids(b_row)
+    second.ingest(out + a + b + c + d + turn("new question", "new answer"))
+    assert len(stored(first)) == rows + 2
+    assert [m for m in stored(first) if m[1] == b[0]["content"]] == [("user", b[0]["content"])]
