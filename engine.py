@@ -380,6 +380,8 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
                                                       or usage.get("output_tokens"))
         self.last_total_tokens = (tokens.as_count(usage.get("total_tokens"))
                                   or self.last_prompt_tokens + self.last_completion_tokens)
+        # the turn's last request, for whichever copy of the engine ends the turn
+        self._set_turn_field("prompt", prompt or None)
         self._real_projection.counted(prompt, self.last_completion_tokens)
 
     @faults.host_entry(False)

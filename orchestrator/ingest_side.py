@@ -332,8 +332,15 @@ class IngestSide:
 
     def learn_overhead(self, history: list) -> None:
         """After a turn: the provider's real prompt tokens minus trove's exact count of
-        what was sent (everything before the final reply) is the real overhead."""
-        prompt = tokens.as_count(self.last_prompt_tokens)
+        what was sent (everything before the final reply) is the real overhead.
+
+        The count is the turn's own (``update_from_response`` keeps it per session for
+        every copy): ``post_llm_call`` reaches the copy bound last, and with two CLIs
+        on one session in one process that copy's own last count was of another list
+        (host walk 170003: the other CLI's turn paired with this copy's count set the
+        overhead to 27K, and the summary block had no room left)."""
+        prompt = tokens.as_count(self._turn_field("prompt") or self.last_prompt_tokens)
+        self._set_turn_field("prompt", None)
         if not prompt or prompt <= 0 or not history:
             return
         sent = history[:-1] if history[-1].get("role") == "assistant" else history

@@ -255,7 +255,7 @@ class Alignment:
                                   fresh_only=any(flags[:start]),
                                   rendered=self._rendered_nodes(conn, session_id, fps, flags,
                                                                 shown.ack_at, start)
-                                  if after is not None and before is not None else None)
+                                  if before is not None else None)
             for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
                                                             taken=taken)):
                 if sid is not None:

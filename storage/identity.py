@@ -27,11 +27,11 @@ reply it matched after an element it could not is no evidence). Then:
    that list (the turn's replies and tool results).
 3. **Gaps are looked up, in order.** An unmatched run between two matched
    elements (a restored list that interleaves what another process stored) is
-   aligned against the session's rows between those two rows (after a block,
-   rows a summary written before that block covers are none of them, but one a
-   later compaction summarized still is); a run after the last matched element
-   against the rows after it, stopping at the first element that does not line
-   up: from there on everything is new.
+   aligned against the session's rows between those two rows; a run after the
+   last matched element against the rows after it, stopping at the first
+   element that does not line up: from there on everything is new. After a
+   block, rows a summary written before that block covers are none of them, but
+   one a later compaction summarized still is.
 4. **A list of another session stores nothing.** A list handed over at a
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's

@@ -616,3 +616,20 @@ def test_the_real_side_of_the_trigger_is_the_list_at_hand_once_compress_sees_it(
     assert engine.compress(messages, current_tokens=current) is messages
     assert engine.last_compaction["outcome"] == "noop"
     assert not engine.should_compress(current)         # the list at hand, counted
+
+
+def test_the_real_overhead_pairs_the_turns_own_count_with_its_list(tmp_path):
+    """Two copies of the engine on one session (two CLIs in one process): the turn's
+    provider usage reaches the copy that ran it, ``post_llm_call`` the copy bound
+    last. The overhead is the turn's count minus its list, not the other copy's last
+    count (host walk 170003: 27K of "overhead" left the summary block no room)."""
+    first = make_engine(tmp_path, window=64_000)
+    second = make_engine(tmp_path, window=64_000)     # bound last: the hooks reach it
+    messages = [{"role": "user", "content": "question " * 400},
+                {"role": "assistant", "content": "answer " * 400},
+                {"role": "user", "content": "next"}]
+    second.update_from_response({"prompt_tokens": 40_000, "completion_tokens": 10})
+    sent = first.count_messages(messages)
+    first.update_from_response({"prompt_tokens": 9_000 + sent, "completion_tokens": 10})
+    second.learn_overhead(messages + [{"role": "assistant", "content": "done"}])
+    assert second._real_overhead == 9_000

@@ -502,3 +502,27 @@ def test_a_stale_list_keeps_rows_another_copy_summarized_since(tmp_path):
     second.ingest(out + a + b + c + d + turn("new question", "new answer"))
     assert len(stored(first)) == rows + 2
     assert [m for m in stored(first) if m[1] == b[0]["content"]] == [("user", b[0]["content"])]
+
+
+def test_a_stale_list_going_on_with_rows_summarized_since_keeps_them(tmp_path):
+    # As above, with b after the last row the second copy's view holds: the first
+    # copy sent b after a compaction of its own (a newer block) and summarized it
+    # later. A run after the last match may be rows a compaction after the shown
+    # block summarized (host walk 170009: the other CLI's turn stored T3 and its
+    # reply again).
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = compact(first, long_history(30))
+    a, b = (turn(f"topic {name} " + f"{name}word " * 30, "ok") for name in "ab")
+    second.ingest(out + a)
+    more = [m for t in range(8) for m in turn(f"more {t} " + "x " * 30, "ok")]
+    newer = compact(first, out + a + more)
+    compact(first, newer + b + more[:2] + [m for t in range(8) for m in turn(
+        f"later {t} " + "y " * 30, "ok")])
+    rows = len(stored(first))
+    b_row = [r["store_id"] for r in first.store.session_messages("sess", limit=5000)
+             if r["content"] == b[0]["content"]]
+    assert len(b_row) == 1 and first.dag.covered_store_ids(b_row)
+    second.ingest(out + a + b + turn("new question", "new answer"))
+    assert len(stored(first)) == rows + 2
+    assert [m for m in stored(first) if m[1] == b[0]["content"]] == [("user", b[0]["content"])]
