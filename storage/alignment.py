@@ -325,7 +325,7 @@ class Alignment:
             return False
         followed = {sid for view in views.holding(conn, session_id, [last], views.RING)
                     for sid in _after(view, last)}
-        return not any(sid in followed and sid not in claimed for sid in rows)
+        return not followed - claimed
 
     @staticmethod
     def _slide_into_room(conn, session_id: str, fps: list, ids: list,

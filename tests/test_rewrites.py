@@ -153,11 +153,25 @@ def operations(draw):
         st.tuples(st.just("stale"), st.integers(0, 40))), min_size=5, max_size=30))
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=operations(), turns=st.integers(3, 30))
 def test_random_rewrites_never_lose_or_misplace_a_message(tmp_path_factory, ops, turns):
-    engine = make_engine(tmp_path_factory.mktemp("rw"), window=64_000, fresh_tail_count=6)
+    run_rewrites(tmp_path_factory.mktemp("rw"), ops, turns)
+
+
+def test_a_stale_list_after_an_edit_and_an_undo_stores_nothing_more(tmp_path):
+    """Found by the walk above: a compaction, an edit of a tail message, an /undo,
+    then a list from before the compaction shown again."""
+    run_rewrites(tmp_path, [("append", "continue", "continue"), ("append", "continue", "continue"),
+                            ("append", "continue", "continue"), ("undo",), ("undo",),
+                            ("append", "continue", "ok"), ("compact",), ("edit", 15, "ok"),
+                            ("undo",), ("stale", 18)], 3)
+
+
+def run_rewrites(tmp_path, ops: list, turns: int) -> None:
+    """``turns`` turns, then ``ops`` one by one, the invariants checked after each."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
     messages = [m for t in range(turns)
                 for m in turn(VOCAB[t % 3], VOCAB[(t * 2) % 3])]
     check_invariants(engine, messages)
