@@ -242,6 +242,7 @@ class Alignment:
             limit = len(fps) if shown.turn_index is None else shown.turn_index
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
+        rendered: dict[str, int | None] = {}   # per block shown: read once per list
         for start, end, before, after in reading.gaps:
             run = fps[start:end]
             # After the engine's block only rows no summary covers are candidates: the
@@ -254,7 +255,7 @@ class Alignment:
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                                   fresh_only=any(flags[:start]),
                                   rendered=self._rendered_nodes(conn, session_id, fps, flags,
-                                                                shown.ack_at, start)
+                                                                shown.ack_at, start, rendered)
                                   if before is not None else None)
             for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
                                                             taken=taken)):
@@ -371,20 +372,21 @@ class Alignment:
 
     @staticmethod
     def _rendered_nodes(conn, session_id: str, fps: list, flags: list, ack_at,
-                        start: int) -> int | None:
+                        start: int, known: dict) -> int | None:
         """The newest node when the block nearest before ``start`` was rendered (its
         frontier's highest node: every node then was under it), or None when the
-        engine recorded no frontier with it."""
+        engine recorded no frontier with it; ``known`` keeps the answer per block."""
         block = next((fps[k] for k in range(start - 1, -1, -1)
                       if flags[k] and k not in ack_at), None)
         if block is None:
             return None
-        for view in views.each(conn, session_id):
-            frontier = (view.meta or {}).get("frontier")
-            if frontier and any(fp == block and sid == identity.BLOCK_ID
-                                for fp, sid in view.entries):
-                return max(int(n) for n in frontier)
-        return None
+        if block not in known:
+            known[block] = next((max(int(n) for n in view.meta["frontier"])
+                                 for view in views.each(conn, session_id)
+                                 if (view.meta or {}).get("frontier")
+                                 and any(fp == block and sid == identity.BLOCK_ID
+                                         for fp, sid in view.entries)), None)
+        return known[block]
 
     @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
