@@ -56,6 +56,7 @@ def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
 
 
 BELOW_CHECKED = 64            # fresh rows below a list's first row looked up in its views
+SLIDE_RUN = 8                 # a view's matched run slides back into a gap this far at most
 
 
 def _lowest_followed(conn, session_id: str, claimed: set[int]) -> int:
@@ -83,6 +84,14 @@ def _fresh_from(conn, session_id: str, low: int, limit: int) -> list[int]:
         "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id >= ?"
         " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
         " ORDER BY store_id LIMIT ?", (session_id, low, limit))]
+
+
+def _rows_between(conn, session_id: str, low: int, high: int, enough: int) -> int:
+    """How many of the session's rows lie strictly between ``low`` and ``high``
+    (counted up to ``enough``: the callers only compare)."""
+    return conn.execute(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = ? AND store_id > ?"
+        " AND store_id < ? LIMIT ?)", (session_id, low, high, max(0, enough))).fetchone()[0]
 
 
 def _after(view: identity.View, store_id: int) -> list[int]:
@@ -331,43 +340,51 @@ class Alignment:
     @staticmethod
     def _slide_into_room(conn, session_id: str, fps: list, ids: list,
                          gaps: list) -> bool:
-        """Move a view's match back to the gap's earliest equal element when no row
-        lies between the rows around the gap: the view's entry is that element, and
-        the gap is what came after it.
+        """Move a view's matched run back into the gap before it when the rows between
+        the gap's neighbours cannot explain the whole gap: the view's entries are the
+        gap's later elements, and what the run leaves is what came after them.
 
         Why: a view's reading prefers the latest of equal elements; a transcript the
         host restored with a /retry's first attempts ("ok", T9, "ok", T9, reply, ...)
         then had the view's "ok" read as the second one, leaving the first "ok" and
         T9 in a gap between two consecutive rows, stored again (host walk 150004: a
-        second CLI's restored list)."""
+        second CLI's restored list); with rows between them for part of the gap, a
+        turn sent four times read against a view holding two of them stored one
+        again (host walk 180004). The run moves (one to ``SLIDE_RUN`` elements, the
+        shortest that works) only when the rows before the next match can hold what
+        it leaves."""
         moved = False
         for start, end, before, after in gaps:
             if not ((before or 0) > 0 and (after or 0) > 0 and end < len(ids)
                     and ids[end] == after):
                 continue
-            between = conn.execute(
-                "SELECT 1 FROM messages WHERE session_id = ? AND store_id > ? AND store_id < ?"
-                " LIMIT 1", (session_id, before, after)).fetchone()
-            if between is not None:
+            elements = sum(1 for k in range(start, end) if fps[k] is not None)
+            between = _rows_between(conn, session_id, before, after, elements)
+            if between >= elements:
+                continue  # the rows between may be the whole gap: read it as it is
+            # the rows between are the gap's first elements; the view's run is later
+            target = next((k for k in range(start + between, end) if fps[k] == fps[end]), None)
+            if target is None:
                 continue
-            earliest = next((k for k in range(start, end) if fps[k] == fps[end]), None)
-            if earliest is None:
-                continue
-            # ... and only when the rows after it can be what then follows it: as many
-            # rows before the next matched one as elements left between them (the next
-            # matched one bounds them: after the last, elements may be new)
-            nxt = next((k for k in range(end + 1, len(ids)) if (ids[k] or 0) > 0), None)
-            if nxt is None:
-                continue
-            left = sum(1 for k in range(earliest + 1, nxt)
-                       if fps[k] is not None and (k == end or ids[k] is None))
-            upper = ids[nxt]
-            room = conn.execute(
-                "SELECT COUNT(*) FROM messages WHERE session_id = ? AND store_id > ?"
-                " AND store_id < ?", (session_id, after, upper)).fetchone()[0]
-            if room >= left:
-                ids[earliest], ids[end] = after, None
-                moved = True
+            for run in range(1, SLIDE_RUN + 1):
+                last = end + run - 1
+                if last >= len(ids) or (ids[last] or 0) <= 0 \
+                        or fps[target + run - 1] != fps[last]:
+                    break
+                nxt = next((k for k in range(last + 1, len(ids)) if (ids[k] or 0) > 0), None)
+                if nxt is None:
+                    break
+                slid = list(ids)
+                for k in range(run):
+                    slid[target + k] = ids[end + k]
+                for k in range(max(end, target + run), end + run):
+                    slid[k] = None
+                left = sum(1 for k in range(target + run, nxt)
+                           if fps[k] is not None and slid[k] is None)
+                if _rows_between(conn, session_id, ids[last], ids[nxt], left) >= left:
+                    ids[:] = slid
+                    moved = True
+                    break
         return moved
 
     @staticmethod
