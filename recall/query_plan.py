@@ -51,6 +51,30 @@ talk talked discuss discussed earlier before previously ago last again use used 
 set value thing things know find found show look looked kind sort way happened happen
 """.split())
 
+# A base verb after "did" ("When did Melanie run a race?") is answered in the past
+# tense ("I ran a charity race"), which no suffix rule reaches for irregular verbs.
+# Only after "did": every form of every verb as one word ("going" = "went") matched
+# small talk's commonest words and lost on the real chats (bench/README.md).
+PAST_AFTER_DID = True
+PAST_WINDOW = 3               # "did" at most this many words before the verb
+IRREGULAR_PAST = {base: tuple(forms.split("/")) for base, forms in (
+    pair.split("=") for pair in """
+become=became begin=began/begun bite=bit/bitten blow=blew/blown break=broke/broken
+bring=brought build=built burn=burnt buy=bought catch=caught choose=chose/chosen come=came
+dig=dug draw=drew/drawn dream=dreamt drink=drank/drunk drive=drove/driven eat=ate/eaten
+fall=fell/fallen feed=fed feel=felt fight=fought find=found fly=flew/flown
+forget=forgot/forgotten freeze=froze/frozen give=gave/given go=went/gone grow=grew/grown
+hang=hung hear=heard hide=hid/hidden hold=held keep=kept know=knew/known lay=laid lead=led
+leave=left lend=lent lose=lost make=made mean=meant meet=met pay=paid ride=rode/ridden
+ring=rang/rung rise=rose/risen run=ran say=said see=saw/seen sell=sold send=sent
+shake=shook/shaken shoot=shot sing=sang/sung sink=sank/sunk sit=sat sleep=slept
+speak=spoke/spoken spend=spent spin=spun stand=stood steal=stole/stolen stick=stuck
+sting=stung strike=struck swim=swam/swum swing=swung take=took/taken teach=taught
+tear=tore/torn tell=told think=thought throw=threw/thrown understand=understood
+wake=woke/woken wear=wore/worn win=won write=wrote/written
+""".split())}
+_DID = frozenset({"did", "didn't", "didnt"})
+
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _CJK = re.compile("[\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
@@ -206,12 +230,15 @@ class _PlanBuilder:
         self.identifiers: dict[str, Identifier] = {}
         self.needles: list[str] = []
 
-    def add_word(self, word: str, extra_variant: str | None = None) -> None:
-        """Add one folded word as a concept (stop words are kept aside as a last resort)."""
+    def add_word(self, word: str, extra_variant: str | None = None, past: bool = False) -> None:
+        """Add one folded word as a concept (stop words are kept aside as a last resort);
+        ``past``: the word follows "did", so its irregular past forms count as it."""
         if word in STOP_WORDS or len(word) < 2:
             self.stop_only.setdefault(word, Concept(word, (word,)))
             return
         variants = word_variants(word)
+        if past:
+            variants += tuple(f for f in IRREGULAR_PAST.get(word, ()) if f not in variants)
         if extra_variant and extra_variant not in variants:
             variants += (extra_variant,)
         key = singular(word)
@@ -223,8 +250,8 @@ class _PlanBuilder:
             weight = max(weight, old.weight)
         self.concepts[key] = Concept(key, variants, weight)
 
-    def add_chunk(self, chunk: str) -> None:
-        """Read one whitespace-separated chunk of the query."""
+    def add_chunk(self, chunk: str, past: bool = False) -> None:
+        """Read one whitespace-separated chunk of the query (``past``: see add_word)."""
         chunk = chunk.strip(_EDGE_PUNCT)
         self.needles += _needles_of(chunk)
         contraction = _CONTRACTION.fullmatch(chunk)
@@ -247,7 +274,7 @@ class _PlanBuilder:
                 self.add_word(part, extra_variant=joined)
         else:
             for part in parts:
-                self.add_word(part)
+                self.add_word(part, past=past)
 
     def concepts_in_order(self) -> tuple[Concept, ...]:
         """Strong concepts first, then fillers; stop words only when nothing else is left."""
@@ -271,13 +298,14 @@ def parse_query(text: object) -> QueryPlan:
 
     rest = _QUOTED.sub(take_phrase, cleaned).replace('"', " ")
     excluded: list[tuple[str, ...]] = []
-    for chunk in rest.split():
+    chunks = rest.split()
+    for chunk, past in zip(chunks, _after_did(chunks)):
         if chunk.startswith("-") and len(chunk) > 1 and _WORD.match(chunk[1:]):
             tokens = tuple(fts_tokens(chunk[1:]))
             if tokens:
                 excluded.append(tokens)
             continue
-        builder.add_chunk(chunk)
+        builder.add_chunk(chunk, past=past)
     excluded_keys = {singular(t[0]) for t in excluded if len(t) == 1}
     concepts = tuple(c for c in builder.concepts_in_order() if c.key not in excluded_keys)
     return QueryPlan(text=cleaned, concepts=concepts,
@@ -286,6 +314,21 @@ def parse_query(text: object) -> QueryPlan:
                      needles=tuple(dict.fromkeys(
                          n for n in builder.needles if n.strip()))[:MAX_NEEDLES],
                      truncated=truncated)
+
+
+def _after_did(chunks: Sequence[str]) -> list[bool]:
+    """For each chunk of a query, whether "did" stands at most ``PAST_WINDOW`` words
+    before it in the same clause ("When did Melanie run": ``run``), so an irregular
+    past form counts as the word (``IRREGULAR_PAST``)."""
+    flags: list[bool] = []
+    since = PAST_WINDOW + 1
+    for chunk in chunks:
+        flags.append(PAST_AFTER_DID and 0 < since <= PAST_WINDOW)
+        word = fold(chunk.strip(_EDGE_PUNCT).replace("’", "'"))
+        since = 0 if word in _DID else since + 1
+        if chunk.rstrip('"').endswith((".", "?", "!", ",", ";")):
+            since = PAST_WINDOW + 1          # a new clause: "Did you? Also, run ..."
+    return flags
 
 
 # ---------------------------------------------------------------- FTS expressions

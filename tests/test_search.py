@@ -123,6 +123,25 @@ def test_every_generated_expression_is_valid_fts5(text):
                      (query_plan.scoped(body, scope, plan.excluded),)).fetchall()
 
 
+def test_an_irregular_past_counts_as_the_verb_after_did_only():
+    variants = {c.key: set(c.variants) for c in
+                query_plan.parse_query("When did Melanie run a charity race?").concepts}
+    assert "ran" in variants["run"] and "race" in variants
+    # in the same clause only, and only after "did": "going" is not "went"
+    assert "ran" not in {v for c in query_plan.parse_query(
+        "What did Caroline buy? Also, where does she run?").concepts for v in c.variants}
+    assert "went" not in {v for c in query_plan.parse_query(
+        "where are you going to go").concepts for v in c.variants}
+    assert {"bought"} <= {v for c in query_plan.parse_query(
+        "What didn't you buy for the party?").concepts for v in c.variants}
+
+
+def test_a_question_with_did_finds_the_answer_told_in_the_past_tense(store):
+    ids = add(store, "A", "We ran a 5K for the animal shelter on Saturday.",
+              "The shelter needs volunteers on weekends.", role="user")
+    assert keys(find(store, "When did Melanie run for the shelter?"))[0] == ids[0]
+
+
 # ---------------------------------------------------------------- retrieval and ranking
 def test_natural_question_finds_partial_matches(store):
     ids = add(store, "A", "We settled on retry_backoff_ms = 250 with jitter.",
