@@ -13,7 +13,8 @@ the month's end); "last <weekday>" = the latest such weekday strictly before
 the said day; "next <weekday>" = the first one strictly after it; "on the
 14th" = the 14th of the said month if not after the said day, else of the
 month before; "March 14" without a year = the latest March 14 not after the
-said day.
+said day (a 29 February: the latest leap day). An ISO timestamp states its
+date as written ("2026-01-10T09:30:00Z" = 2026-01-10).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 _B, _E = r"(?<![\w])", r"(?![\w])"
 
 DATE_PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("iso", re.compile(_B + r"(\d{4})-(\d{2})-(\d{2})" + _E)),
+    # an ISO timestamp's date counts too: "2026-01-10T09:30:00Z" states 2026-01-10
+    ("iso", re.compile(_B + r"(\d{4})-(\d{2})-(\d{2})" + rf"(?=T\d|{_E})")),
     ("numeric", re.compile(_B + r"(\d{1,2})/(\d{1,2})/(\d{4})" + _E)),
     ("month_day_year", re.compile(_B + rf"({_MONTH})\.?\s+{_ORD},?\s+(\d{{4}})" + _E, re.I)),
     ("day_month_year", re.compile(_B + rf"{_ORD}\s+(?:of\s+)?({_MONTH})\.?,?\s+(\d{{4}})" + _E, re.I)),
@@ -138,11 +140,8 @@ def _resolve(kind: str, m: re.Match, said: float | None, tz: tzinfo | None) -> E
             return None   # "option 4 may help": the verb, not the month
         month, day = (MONTHS[word.lower()], int(g[1])) if kind == "month_day" \
             else (MONTHS[word.lower()], int(g[0]))
-        try:
-            candidate = date(base.year, month, day)
-            if candidate > base:
-                candidate = date(base.year - 1, month, day)
-        except ValueError:
+        candidate = _latest_not_after(base, month, day)
+        if candidate is None:
             return None
         return EventDate(candidate, text, "no year stated: the latest such date not after "
                          "the message day", m.start())
@@ -185,6 +184,19 @@ def _resolve(kind: str, m: re.Match, said: float | None, tz: tzinfo | None) -> E
     if kind == "week_word":
         # a week/month/year is a period, not a day: too vague for day arithmetic
         raise ValueError(f"{text!r} names a period, not a day; cite a quote with a date")
+    return None
+
+
+def _latest_not_after(base: date, month: int, day: int) -> date | None:
+    """The latest ``month``/``day`` not after ``base``: a 29 February may lie up to eight
+    years back (2026-03-05: 2024-02-29); None when no year has that day (31 April)."""
+    for year in range(base.year, base.year - 9, -1):
+        try:
+            candidate = date(year, month, day)
+        except ValueError:
+            continue
+        if candidate <= base:
+            return candidate
     return None
 
 

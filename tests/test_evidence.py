@@ -270,6 +270,43 @@ def test_may_the_verb_is_not_a_date():
     assert values.one_date("the 4th of may", MAR5).day.isoformat() == "2025-05-04"
 
 
+def test_a_29_february_without_a_year_is_the_latest_leap_day():
+    """No 29 February in 2026 or 2025: the latest one not after the said day is 2024's
+    (it was taken as no date at all, since only the said year and the one before were tried)."""
+    assert values.one_date("Our anniversary party was on Feb 29", MAR5).day == date(2024, 2, 29)
+    leap = datetime(2028, 2, 29, 12, tzinfo=timezone.utc).timestamp()
+    assert values.one_date("the 29th of February", leap).day == date(2028, 2, 29)
+    later = datetime(2104, 2, 28, 12, tzinfo=timezone.utc).timestamp()   # 2100 is not leap
+    assert values.one_date("Feb 29", later).day == date(2096, 2, 29)
+    with pytest.raises(ValueError, match="no date"):
+        values.one_date("due April 31", MAR5)                          # no year has one
+
+
+def test_an_iso_timestamp_states_its_date():
+    """The "T" of "2026-01-10T09:30:00Z" made the ISO date no date at all."""
+    assert values.one_date("The deploy ran at 2026-01-10T09:30:00Z", MAR5).day == \
+        date(2026, 1, 10)
+    assert values.one_date("at 2026-01-10T23:59+05:00", MAR5).day == date(2026, 1, 10)
+    assert values.find_amounts("The deploy ran at 2026-01-10T09:30:00Z") == []
+
+
+def test_leap_days_and_timestamps_reach_the_pack_and_compute(env):
+    party = said(env, "A", "Our anniversary party was on Feb 29.", MAR5)
+    moved = said(env, "A", "I moved on 2025-06-01.", MAR5)
+    deploy = said(env, "A", "The deploy ran at 2026-01-10T09:30:00Z.", MAR5)
+    rollback = said(env, "A", "The rollback ran on 2026-02-01.", MAR5)
+    pack = call(env.ctx(), "trove_evidence_pack", refs=[
+        ref_to(env, party, "party was on Feb 29"), ref_to(env, deploy, "2026-01-10T09:30:00Z")])
+    assert [i["happened"]["date"] for i in pack["items"]] == ["2024-02-29", "2026-01-10"]
+    diff = call(env.ctx(), "trove_compute", operation="date_diff", inputs=[
+        ref_to(env, party, "party was on Feb 29"), ref_to(env, moved, "2025-06-01")])
+    assert diff["result"]["value"] == 458
+    latest = call(env.ctx(), "trove_compute", operation="latest", inputs=[
+        ref_to(env, deploy, "The deploy ran at 2026-01-10T09:30:00Z."),
+        ref_to(env, rollback, "The rollback ran on 2026-02-01.")])
+    assert latest["result"]["value"] == "The rollback ran on 2026-02-01."
+
+
 @pytest.mark.parametrize("quote, fragment", [
     ("03/04/2026", "ambiguous"), ("last week", "period"), ("no date here", "no date"),
     ("2026-02-30", "not a real"), ("on 2026-01-01 and 2026-01-02", "more than one"),
