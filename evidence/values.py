@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone, tzinfo
+from decimal import Decimal
 
 MONTHS = {name: i + 1 for i, names in enumerate([
     ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
@@ -278,23 +279,33 @@ AMBIGUOUS_UNITS = {"pound": "pounds may be money (GBP) or weight (lb)",
                    "long or metric", "quid": "use £ or GBP", "bucks": "use $ or a currency code"}
 
 _NUMBER = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
-# A minus sign (ASCII or U+2212) counts only where it cannot be a hyphen or a range
-# dash: at the start of a word ("-3 kg", "-$40", "$-40"), never after a digit ("3-5").
-_LEAD_SIGN = r"(?<![\w.,])([-\u2212])"
+# A minus sign (ASCII, U+2212 or an en dash U+2013) counts only where it cannot be a
+# hyphen or a range dash: at the start of a word ("-3 kg", "-$40", "$-40", "-USD 40",
+# "–$5"), never after a digit ("3-5", "3–5"); "- $5" (a list bullet) is no sign.
+# The word "minus" before an amount is a sign too ("minus $5"; not "plus or minus 5 kg").
+_MINUS = "[-\u2212\u2013]"
+_LEAD_SIGN = rf"(?<![\w.,])({_MINUS}|(?i:(?<!plus or )minus)\s+)"
 _SIGN = rf"(?:{_LEAD_SIGN})?"
-_INNER_SIGN = r"([-\u2212])?"
+_INNER_SIGN = rf"({_MINUS})?"
 # A number never continues with another separator and digit: "$10.5.3" is no amount.
 _NUMBER_END = r"(?![\d]|[.,]\d)"
 _SYMBOLS = "".join(re.escape(s) for s in CURRENCY_SYMBOLS)
 _WORD_UNIT = r"([A-Za-z]{1,12})"
+# A scale is part of the amount: "$50K", "$1.2M", "$3bn" (after a currency only: "3m" may
+# be metres), "$3 million", "3 million euros", "1.5 billion".
+SCALES = {"k": 10**3, "thousand": 10**3, "m": 10**6, "mn": 10**6, "million": 10**6,
+          "b": 10**9, "bn": 10**9, "billion": 10**9, "trillion": 10**12}
+_SCALE_WORD = r"\s((?i:thousand|million|billion|trillion))(?![\w])"
+_SCALE = rf"(?:(bn|mn|[kKmMbB])(?![\w])|{_SCALE_WORD})?"
 AMOUNT_PATTERNS = [
-    ("symbol", re.compile(rf"{_SIGN}(?<![\w.])([{_SYMBOLS}])\s?{_INNER_SIGN}{_NUMBER}(k)?"
+    ("symbol", re.compile(rf"{_SIGN}(?<![\w.])([{_SYMBOLS}])\s?{_INNER_SIGN}{_NUMBER}{_SCALE}"
                           rf"{_NUMBER_END}")),
-    ("code_first", re.compile(rf"(?<![\w])([A-Z]{{3}})\s?{_INNER_SIGN}{_NUMBER}{_NUMBER_END}")),
-    ("number_unit", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩])){_NUMBER}\s?{_WORD_UNIT}"
-                               rf"(?![\w])")),
+    ("code_first", re.compile(rf"{_SIGN}(?<![\w])([A-Z]{{3}})\s?{_INNER_SIGN}{_NUMBER}{_SCALE}"
+                              rf"{_NUMBER_END}")),
+    ("number_unit", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩])){_NUMBER}"
+                               rf"(?:{_SCALE_WORD})?\s?{_WORD_UNIT}(?![\w])")),
     ("number", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩:/-])){_NUMBER}"
-                          rf"(?![\w.,:/-]|\.\d)")),
+                          rf"(?:{_SCALE_WORD}|(?![\w.,:/-]|\.\d))")),
 ]
 
 
@@ -326,6 +337,13 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+def _scaled(text: str, scale: str | None) -> float:
+    """The number times its scale word or letter ("1.2" "M" = 1200000), exactly."""
+    if not scale:
+        return _number(text)
+    return float(Decimal(text.replace(",", "")) * SCALES[scale.lower()])
+
+
 def find_amounts(quote: str) -> list[Amount]:
     """Every number of the quote with its unit (unitless numbers are ``count``).
 
@@ -352,24 +370,26 @@ def _amount(kind: str, m: re.Match) -> Amount | None:
     """The amount one match states, its sign kept ("-$40" is minus forty dollars)."""
     g = m.groups()
     if kind == "symbol":
-        lead, symbol, inner, number, thousands = g
-        value = _number(number) * (1000 if thousands else 1)
+        lead, symbol, inner, number, letter, word = g
+        value = _scaled(number, letter or word)
         code = CURRENCY_SYMBOLS[symbol]
         return Amount(_signed(value, lead, inner), Unit(f"currency:{code}", 1.0, code, code),
                       m.group(0), m.start())
     if kind == "code_first":
-        code, inner, number = g
+        lead, code, inner, number, letter, word = g
         if code not in CURRENCY_CODES:
             return None
-        return Amount(_signed(_number(number), inner), Unit(f"currency:{code}", 1.0, code, code),
-                      m.group(0), m.start())
+        return Amount(_signed(_scaled(number, letter or word), lead, inner),
+                      Unit(f"currency:{code}", 1.0, code, code), m.group(0), m.start())
     if kind == "number_unit":
-        sign, number, word = g
-        value = _signed(_number(number), sign)
+        sign, number, scale, word = g
+        value = _signed(_scaled(number, scale), sign)
         if word.upper() in CURRENCY_CODES and (word.isupper() or word.lower() == "usd"):
             code = word.upper()
             return Amount(value, Unit(f"currency:{code}", 1.0, code, code), m.group(0),
                           m.start())
+        if word == "M":   # "5M users" is a million, "a 5M cable" metres: no guess
+            raise ValueError(f"{m.group(0)!r}: M may be million or metres; write million or m")
         lower = word.lower()
         if lower in AMBIGUOUS_UNITS:
             raise ValueError(f"{m.group(0)!r}: {AMBIGUOUS_UNITS[lower]}")
@@ -381,8 +401,9 @@ def _amount(kind: str, m: re.Match) -> Amount | None:
         if unit is None:
             return None   # "3 people": the number alone is read by the next pattern
         return Amount(value, unit, m.group(0), m.start())
-    sign, number = g
-    return Amount(_signed(_number(number), sign), Unit("count", 1.0, ""), m.group(0), m.start())
+    sign, number, scale = g
+    return Amount(_signed(_scaled(number, scale), sign), Unit("count", 1.0, ""), m.group(0),
+                  m.start())
 
 
 def _signed(value: float, *signs: str | None) -> float:

@@ -430,6 +430,51 @@ def test_a_sign_counts_only_where_it_cannot_be_a_hyphen(quote, value):
     assert [a.value for a in found][-1:] == ([] if value is None else [value])
 
 
+@pytest.mark.parametrize("quote, value, unit", [
+    ("minus $5", -5, "USD"), ("Minus 5 kg", -5, "kg"), ("-USD 40", -40, "USD"),
+    ("–$5", -5, "USD"), ("–5 kg", -5, "kg"), ("$–40", -40, "USD"),      # en dashes
+    ("3–5 kg", 5, "kg"), ("- $5", 5, "USD"), ("plus or minus 5 kg", 5, "kg"),
+])
+def test_a_minus_word_a_sign_before_a_code_and_an_en_dash_are_signs(quote, value, unit):
+    """They read as +5, +40 and +5: the sign was dropped (a range or a bullet has none)."""
+    amount = values.find_amounts(quote)[-1]
+    assert (amount.value, amount.unit.name) == (value, unit)
+
+
+@pytest.mark.parametrize("quote, value, unit", [
+    ("$3 million", 3_000_000, "USD"), ("$5 Million", 5_000_000, "USD"),
+    ("$50K a year", 50_000, "USD"), ("$2.01M", 2_010_000, "USD"), ("£3bn", 3e9, "GBP"),
+    ("USD 2.5k", 2_500, "USD"), ("3 million euros", 3e6, "EUR"),
+    ("it cost 1.5 million.", 1.5e6, ""), ("1.5 billion users", 1.5e9, ""),
+    ("a 3m plank", 3, "m"),
+])
+def test_a_scale_multiplies_the_amount(quote, value, unit):
+    """The scale was dropped ("$3 million" was 3 dollars, "$50K" 50). A scale letter counts
+    only after a currency ("3m" is metres); 2.01 M is exactly 2,010,000."""
+    [amount] = values.find_amounts(quote)
+    assert (amount.value, amount.unit.name) == (value, unit)
+
+
+def test_an_m_after_a_bare_number_is_refused():
+    """It read as five metres; without a currency M may be million or metres."""
+    with pytest.raises(ValueError, match="million or metres"):
+        values.find_amounts("We have 5M users.")
+
+
+def test_signs_and_scales_sum_through_the_dispatcher(env):
+    fees = said(env, "A", "The fee was -USD 40, the rebate minus $5, the deposit $100.", MAR5)
+    deals = said(env, "A", "The grant was $3 million and the loan $500,000.", MAR5)
+    deposit = ref_to(env, fees, "$100")
+    fee = call(env.ctx(), "trove_compute", operation="sum",
+               inputs=[ref_to(env, fees, "-USD 40"), deposit])
+    rebate = call(env.ctx(), "trove_compute", operation="sum",
+                  inputs=[ref_to(env, fees, "minus $5"), deposit])
+    assert (fee["result"]["value"], rebate["result"]["value"]) == (60, 95)
+    total = call(env.ctx(), "trove_compute", operation="sum", inputs=[
+        ref_to(env, deals, "$3 million"), ref_to(env, deals, "$500,000")])
+    assert total["result"] == {"value": 3_500_000, "unit": "USD", "count": 2}
+
+
 @pytest.mark.parametrize("quote", ["it cost $10.5.3", "USD 10.5.3 total", "paid €1,2.3"])
 def test_malformed_numbers_fail_closed(quote):
     with pytest.raises(ValueError):
