@@ -16,6 +16,7 @@ from datetime import tzinfo
 from typing import Any, Callable
 
 from ..recall.query_plan import fold
+from ..schemas import ArgumentError, validate
 from . import compute as compute_mod
 from . import refs as refs_mod
 from .values import find_amounts, find_dates
@@ -94,15 +95,21 @@ def evidence_pack(raw_refs: Any, load: Loader, *, offset: int, limit: int,
 
 def run_computation(spec: Any, default_inputs: list | None, load: Loader,
                     tz: tzinfo | None = None) -> dict:
-    """A canonical computation (``trove_compute``) as a result or an error, never raising."""
+    """A canonical computation (``trove_compute``) as a result or an error, never raising.
+
+    ``spec`` is checked against trove_compute's own schema, as a top-level call is:
+    ``"absolute": "false"`` is false (``bool("false")`` was true), and a ``unit`` that is
+    not a string is an error (it raised AttributeError or TypeError inside compute).
+    """
     if not isinstance(spec, dict) or not spec.get("operation"):
         return {"ok": False, "error": "computation must be {operation, inputs?, unit?, absolute?}"}
-    inputs = spec.get("inputs", default_inputs)
     try:
-        out = compute_mod.compute(str(spec["operation"]), inputs, load,
-                                  unit=spec.get("unit"), absolute=bool(spec.get("absolute")),
-                                  tz=tz)
-    except compute_mod.ComputeError as exc:
+        args, _ = validate("trove_compute", {
+            "operation": spec["operation"], "inputs": spec.get("inputs", default_inputs),
+            "unit": spec.get("unit"), "absolute": spec.get("absolute")})
+        out = compute_mod.compute(args["operation"], args["inputs"], load, unit=args.get("unit"),
+                                  absolute=args.get("absolute", False), tz=tz)
+    except (ArgumentError, compute_mod.ComputeError) as exc:
         return {"ok": False, "operation": spec["operation"], "error": str(exc)}
     return {"ok": True, **out}
 
@@ -168,10 +175,16 @@ def _claim_values(text: str) -> tuple[set[str], list[str]]:
     except ValueError as exc:
         problems.append(f"claim: {exc}; state it as a calendar date")
     try:
-        values |= {f"{a.value:g}" for a in find_amounts(text)}
+        values |= {_number_key(a.value) for a in find_amounts(text)}
     except ValueError as exc:
         problems.append(f"claim: {exc}")
     return values, problems
+
+
+def _number_key(value: float) -> str:
+    """How a claim's number and a quote's compare: to 15 significant digits, all a double
+    holds exactly ('{:g}' kept six, so 1234567 and 1234568 compared equal)."""
+    return f"{value:.15g}"
 
 
 def _quote_values(refs: list[refs_mod.Ref], tz: tzinfo | None = None) -> set[str]:
@@ -182,7 +195,7 @@ def _quote_values(refs: list[refs_mod.Ref], tz: tzinfo | None = None) -> set[str
         except ValueError:
             pass
         try:
-            values |= {f"{a.value:g}" for a in find_amounts(ref.quote)}
+            values |= {_number_key(a.value) for a in find_amounts(ref.quote)}
         except ValueError:
             pass
     return values

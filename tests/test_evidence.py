@@ -152,6 +152,26 @@ def test_pack_pages_and_attaches_a_computation(env, life):
     assert [i["index"] for i in rest["items"]] == [1] and not rest["has_more"]
 
 
+def test_a_nested_computation_is_checked_like_trove_compute(env, life):
+    """The string "false" for absolute was read as true, and a unit that is no string raised
+    a raw AttributeError/TypeError that lost the whole pack or brief."""
+    costs = [ref_to(env, life["hotel"], "$420"), ref_to(env, life["train"], "$85.50")]
+    out = call(env.ctx(), "trove_evidence_pack", refs=costs,
+               computation={"operation": "difference", "absolute": "false"})
+    assert out["computation"]["result"]["value"] == -334.5
+    for unit in (5, ["USD"], {"x": 1}):
+        bad = call(env.ctx(), "trove_evidence_pack", refs=costs,
+                   computation={"operation": "sum", "unit": unit})
+        assert bad["verified"] == 2 and bad["computation"] == {
+            "ok": False, "operation": "sum", "error": "unit must be a string"}
+    brief = call(env.ctx(), "trove_compile_evidence", proposal={
+        "question": "total", "claims": [{"text": "The hotel cost $420", "refs": [
+            ref_to(env, life["hotel"], "The hotel for the trip cost $420")]}],
+        "computation": {"operation": "sum", "inputs": costs, "absolute": "yes"}})
+    assert brief["claims"][0]["supported"] and brief["sufficiency"] == "insufficient"
+    assert brief["computation"]["error"] == "absolute must be true or false"
+
+
 # ---------------------------------------------------------------- compute
 def test_date_diff_days_weeks_months(env, life):
     move = ref_to(env, life["move"], "I moved to Lisbon on 2026-01-10.")
@@ -362,6 +382,23 @@ def test_compile_sees_conflicts_and_failed_computations(env, life):
         "computation": {"operation": "sum", "inputs": [ref_to(env, life["hotel"], "$420"),
                                                        ref_to(env, life["euro"], "30 EUR")]}})
     assert failed["sufficiency"] == "insufficient" and "incompatible" in failed["why"]
+
+
+def test_claims_compare_every_digit_of_their_numbers(env):
+    """Numbers were compared to six significant digits: $1,234,568 was "in" a quote of
+    $1,234,567, and claims of $1,234,567 and $1,234,571 did not conflict."""
+    first = said(env, "A", "The house sold for $1,234,567 in the end.", MAR5)
+    second = said(env, "A", "Sorry: the house sold for $1,234,571.", MAR5 + DAY)
+    sold = ref_to(env, first, "The house sold for $1,234,567")
+    off = call(env.ctx(), "trove_compile_evidence", proposal={"question": "price?", "claims": [
+        {"text": "The house sold for $1,234,568", "refs": [sold]}]})
+    assert not off["claims"][0]["supported"] and "1234568" in off["claims"][0]["reasons"][0]
+    both = call(env.ctx(), "trove_compile_evidence", proposal={"question": "price?", "claims": [
+        {"text": "The house sold for $1,234,567", "refs": [sold]},
+        {"text": "The house sold for $1,234,571",
+         "refs": [ref_to(env, second, "the house sold for $1,234,571")]}]})
+    assert [c["supported"] for c in both["claims"]] == [True, True]
+    assert both["sufficiency"] == "conflicting"
 
 
 def test_unbound_and_bad_arguments_are_clear(env, life):
