@@ -35,6 +35,7 @@ SCAN_BATCH = 500            # messages read per extraction pass
 MODEL_CHUNK_CHARS = 12000   # text sent to the model in one call
 MODEL_MESSAGE_CHARS = 1500  # of each message
 MODEL_MAX_CALLS = 2         # model calls per compaction; the rest waits for the next one
+EARLIER_MAX = 10            # earlier values listed per subject (newest first); the rest counted
 _END = r"(?=[.!?;\n]|$)"
 PATTERNS: list[tuple[str, str, re.Pattern, Callable[[re.Match], tuple[str, str]]]] = [
     ("user", "fact", re.compile(r"\b[Mm]y ((?:[a-z]+ ){0,3}?[a-z]+) (?:is|are) (?:now )?"
@@ -229,7 +230,8 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
 # ---------------------------------------------------------------- query
 def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | None,
           kind: str | None, as_of: float | None, limit: int = 200) -> list[dict]:
-    """Stored assertions of the sessions (None = all), oldest first, filtered."""
+    """Stored assertions of the sessions (None = all), oldest first, filtered: the newest
+    ``limit`` of them, so the current value of a subject is never cut off."""
     sql = ["SELECT * FROM evidence_assertions WHERE 1 = 1"]
     args: list = []
     if session_ids is not None:
@@ -246,19 +248,22 @@ def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | Non
         sql.append("AND (subject_key LIKE ? ESCAPE '\\' OR lower(value) LIKE ? ESCAPE '\\')")
         pattern = "%" + key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         args += [pattern, pattern]
-    sql.append("ORDER BY valid_from, assertion_id LIMIT ?")
+    # newest first for the LIMIT, then reversed: ascending order as each backend sorts it
+    sql.append("ORDER BY valid_from DESC, assertion_id DESC LIMIT ?")
     args.append(limit)
     with db.reading() as conn:
         cursor = conn.execute(" ".join(sql), args)
         names = [c[0] for c in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
+        return [dict(zip(names, row)) for row in reversed(cursor.fetchall())]
 
 
 def state(rows: list[dict], iso: Callable[[float | None], str | None]) -> dict:
     """Current value per (kind, subject) as of the query, with older values and conflicts.
 
-    Rows are oldest first. A subject whose values differ lists every value
-    with its ref; ``current`` is the newest (by valid_from, then by id).
+    Rows are oldest first. ``current`` is the newest (by valid_from, then by id); a
+    subject whose values differ lists its EARLIER_MAX newest earlier values, newest
+    first, each with its ref, and counts the rest in ``earlier_omitted`` (the response
+    cap can drop whole subjects only, so one subject must never outgrow it).
     """
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -276,7 +281,9 @@ def state(rows: list[dict], iso: Callable[[float | None], str | None]) -> dict:
                  if normalize_item(r["value"]) != normalize_item(newest["value"])]
         if older:
             entry["conflict"] = True
-            entry["earlier"] = older
+            entry["earlier"] = older[:EARLIER_MAX]
+            if len(older) > EARLIER_MAX:
+                entry["earlier_omitted"] = len(older) - EARLIER_MAX
         out.append(entry)
     out.sort(key=lambda e: e["current"]["valid_from"] or "", reverse=True)
     return {"assertions": out}

@@ -71,6 +71,41 @@ def test_deterministic_extraction_at_compaction_keeps_conflicts_and_answers_as_o
     assert [a["kind"] for a in only] == ["commitment"]
 
 
+def stated(engine, texts):
+    """Store ``texts`` a minute apart and extract their assertions with the patterns."""
+    ids = engine.store.ingest(engine.canonical_id, [
+        {"role": "user", "content": t, "timestamp": JAN + 60 * i}
+        for i, t in enumerate(texts)]).store_ids
+    assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1]) == len(texts)
+
+
+def test_query_state_reads_the_newest_assertions(tmp_path):
+    """Only the oldest 200 matching assertions were read: a subject stated more often than
+    that kept a stale current value."""
+    engine = make_engine(tmp_path, assertions_enabled="true")
+    stated(engine, [f"Note {i}: my desk is in room 1." for i in range(210)]
+           + ["My desk is now in room 42."])
+    for args in ({}, {"subject": "desk"}, {"subject": "desk", "kind": "fact"}):
+        [desk] = tool(engine, "trove_query_state", **args)["assertions"]
+        assert desk["current"]["value"] == "in room 42", args
+        assert desk["earlier"][0]["value"] == "in room 1"
+
+
+def test_query_state_lists_the_newest_earlier_values_and_counts_the_rest(tmp_path):
+    """Every earlier value was listed: 80 commitments share the subject "todo", and the
+    answer was an error that did not fit the response cap."""
+    engine = make_engine(tmp_path, assertions_enabled="true")
+    stated(engine, [f"Remind me to call supplier number {i} about the invoice."
+                    for i in range(80)])
+    out = tool(engine, "trove_query_state", kind="commitment")
+    assert "error" not in out, out
+    [todo] = out["assertions"]
+    assert todo["current"]["value"] == "call supplier number 79 about the invoice"
+    assert [e["value"] for e in todo["earlier"]] == [          # the newest earlier ones
+        f"call supplier number {i} about the invoice" for i in range(78, 68, -1)]
+    assert todo["earlier_omitted"] == 79 - assertions.EARLIER_MAX
+
+
 def test_the_model_extracts_when_reachable_and_unverifiable_quotes_are_dropped(tmp_path):
     prompts = []
 
