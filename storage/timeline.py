@@ -95,10 +95,15 @@ class Timeline:
                           "first_store_id", "first_user_id"), r)) for r in rows]
 
     def active_buckets(self, start: float, end: float, width: int) -> list[float]:
-        """Start times of the ``width``-second buckets holding at least one message."""
+        """Start times of the ``width``-second buckets holding at least one message.
+        A bucket is the time floored to ``width``: SQLite's CAST truncates, but
+        PostgreSQL's rounds to nearest, which put a message late in a bucket into the
+        next one (23:59 into the next day, whose rollup then never saw it)."""
+        bucket = (f"CAST(floor({MESSAGE_TIME} / ?) AS BIGINT)" if self.db.dialect == "postgresql"
+                  else f"CAST({MESSAGE_TIME} / ? AS INTEGER)")
         with self.db.reading() as conn:
             return [r[0] * width for r in conn.execute(
-                f"SELECT DISTINCT CAST({MESSAGE_TIME} / ? AS INTEGER) FROM messages"
+                f"SELECT DISTINCT {bucket} FROM messages"
                 f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (width, start, end))]
 
     def message_ids_between(self, start: float, end: float, sessions: Sequence[str] | None, *,

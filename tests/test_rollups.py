@@ -389,6 +389,18 @@ def test_a_month_rollup_is_not_repeated_by_its_last_day(world):
     assert [(i["period"], i["key"]) for i in march["items"]] == [("month", "2026-03")]
 
 
+def test_a_day_whose_only_turn_is_just_before_midnight_is_rolled_up(world):
+    # activity is found in 15-minute buckets floored on both engines: PostgreSQL's CAST
+    # rounds, which put 23:59 into the next day's first bucket and lost Saturday
+    world.store.ensure_session("sat", source="telegram")
+    Owners(world.db).record("sat", OWNER, platform="telegram")
+    world.store.ingest("sat", [{"role": "user", "content": "fig harvest at midnight?",
+                                "timestamp": at(14, 23, 59)}], now=STORED_AT, source="telegram")
+    assert world.status()[("day", "2026-03-14")] == "pending"
+    built = {(b["kind"], b["key"]) for b in world.build(max_builds=50).built}
+    assert ("day", "2026-03-14") in built and ("day", "2026-03-15") not in built
+
+
 def test_a_big_day_is_summarized_in_chunks_then_merged(world):
     for hour in range(11, 21):
         world.say("wed", 18, f"papaya detail {hour}", hour=hour)
