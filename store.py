@@ -22,6 +22,7 @@ from .storage import codec, identity, scans, views
 from .storage.alignment import Alignment, KnownTail, _Identified  # noqa: F401 (KnownTail: the API)
 from .storage.database import Database
 from .storage.postgres import search as pg_search
+from .storage.timeline import MESSAGE_TIME
 from .storage.writer import StatementWriter
 
 UNKNOWN_SOURCE = "unknown"
@@ -175,15 +176,17 @@ class Store(Alignment):
                          " WHERE session_id = ?", (store_id, session_id))
 
     def list_sessions(self, limit: int = 100, offset: int = 0) -> list[dict]:
-        """Sessions with message counts and time range, most recently updated first."""
+        """Sessions with message counts and time range, most recently updated first.
+        The range is of the messages' own times (``MESSAGE_TIME``), as every other read
+        shows them: an imported history spans when it was said, not when it was stored."""
         with self.db.reading() as conn:
             rows = conn.execute(
                 "SELECT s.session_id, s.canonical_id, s.conversation_id, s.source,"
                 " s.parent_session_id, s.created_at, s.updated_at,"
                 " (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id) AS messages,"
-                " (SELECT min(created_at) FROM messages m WHERE m.session_id = s.session_id)"
+                f" (SELECT min({MESSAGE_TIME}) FROM messages m WHERE m.session_id = s.session_id)"
                 "   AS first_at,"
-                " (SELECT max(created_at) FROM messages m WHERE m.session_id = s.session_id)"
+                f" (SELECT max({MESSAGE_TIME}) FROM messages m WHERE m.session_id = s.session_id)"
                 "   AS last_at"
                 " FROM sessions s ORDER BY s.updated_at DESC LIMIT ? OFFSET ?",
                 (limit, offset),
@@ -655,7 +658,7 @@ class Store(Alignment):
             rows = conn.execute(
                 f"SELECT CASE {cases} ELSE {len(edges_seconds)} END AS bucket, count(*),"
                 " sum(chars), sum(token_count), count(DISTINCT session_id) FROM ("
-                " SELECT COALESCE(message_at, created_at) AS t, token_count, session_id,"
+                f" SELECT {MESSAGE_TIME} AS t, token_count, session_id,"
                 " COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0) AS chars"
                 " FROM messages) AS aged GROUP BY bucket ORDER BY bucket").fetchall()
         return [{"bucket": r[0], "messages": r[1], "chars": r[2] or 0, "tokens": r[3] or 0,
@@ -667,8 +670,8 @@ class Store(Alignment):
             return [row_to_dict(r) for r in conn.execute(
                 "SELECT session_id, count(*) AS messages,"
                 " sum(COALESCE(length(content), 0) + COALESCE(length(tool_calls), 0)) AS chars,"
-                " sum(token_count) AS tokens, min(COALESCE(message_at, created_at)) AS first_at,"
-                " max(COALESCE(message_at, created_at)) AS last_at"
+                f" sum(token_count) AS tokens, min({MESSAGE_TIME}) AS first_at,"
+                f" max({MESSAGE_TIME}) AS last_at"
                 " FROM messages GROUP BY session_id ORDER BY chars DESC LIMIT ?", (limit,))]
 
 

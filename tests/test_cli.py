@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,24 @@ def test_sessions_lists_counts_and_time_ranges(home):
     assert table[0].split() == ["session", "title", "alias", "of", "source", "messages",
                                 "nodes", "first", "last"]
     assert any(line.startswith("beta ") for line in table)
+
+
+def test_sessions_show_when_the_messages_were_said_not_stored(tmp_path):
+    # an imported history: said on the 16th, stored on the 19th; sessions shows the same
+    # times as load-session, grep and doctor retention (the messages' own)
+    said = datetime(2026, 3, 16, 10, tzinfo=timezone.utc).timestamp()
+    store = Store(database.get_database(str(tmp_path / "trove.db")))
+    store.ensure_session("imported", source="cli")
+    store.ingest("imported", [{"role": "user", "content": "hi", "timestamp": said},
+                              {"role": "assistant", "content": "hello", "timestamp": said + 60}],
+                 now=said + 3 * 86400, source="cli")
+    database.forget_database(str(tmp_path / "trove.db"))
+    row = run_json(tmp_path, "sessions")["sessions"][0]
+    assert (row["first_at"], row["last_at"]) == (said, said + 60)
+    assert run_json(tmp_path, "doctor", "retention")["largest_sessions"][0]["first_at"] == said
+    line = next(x for x in run(tmp_path, "sessions").stdout.splitlines()
+                if x.startswith("imported "))
+    assert "2026-03-16T10:00" in line and "2026-03-19" not in line
 
 
 @pytest.mark.parametrize("to_file", [False, True])
