@@ -15,7 +15,7 @@ Grammar (case and spacing free):
 - weekday names: ``monday`` (the latest Monday, today included), ``last friday``
   (the latest Friday before today), ``this monday`` (Monday of this week)
 - month names: ``march`` (the latest March not in the future), ``last march``,
-  ``march 2026``
+  ``march 2026`` (also ``2026 march``, ``in march 2026``, ``last march 2025``)
 - ISO forms: ``2026-03-14``, ``2026-03``, ``2026``, ``2026-W11``, a time
   (``2026-03-14T09:00``, ``...Z`` or an offset; naive = the zone) meaning
   from then until now, Unix seconds likewise
@@ -187,8 +187,9 @@ def _single(text: str, now: float, tz: tzinfo) -> Period:
     if len(words) == 2 and words[0] in ("this", "last", "past", "previous") \
             and words[1] in ("week", "month", "year"):
         return _relative_calendar(words[0] != "this", words[1], today, tz, text)
-    if (match := _ROLLING.fullmatch(text)) or (match := re.fullmatch(r"(\d{1,12})\s*([a-z]+)",
-                                                                      text)):
+    if (match := _ROLLING.fullmatch(text)) or (
+            (match := re.fullmatch(r"(\d{1,12})\s*([a-z]+)", text))
+            and match[2] not in _MONTHS):          # "2026 march" is a month, not a unit
         return _rolling(int(match[1]), match[2], now, tz, text)
     if found := _weekday(words, today, tz, text):
         return found
@@ -262,9 +263,9 @@ def _weekday(words: list[str], today: date, tz: tzinfo, label: str) -> Period | 
 
 
 def _month_name(words: list[str], today: date, tz: tzinfo, label: str) -> Period | None:
-    previous = len(words) == 2 and words[0] in ("last", "previous")
-    if previous or (len(words) == 2 and words[0] in ("this", "in")):
-        words = words[1:]
+    previous = len(words) in (2, 3) and words[0] in ("last", "previous")
+    if previous or (len(words) in (2, 3) and words[0] in ("this", "in")):
+        words = words[1:]                  # "in march", "in march 2026", "last march 2025"
     if not words or words[0] not in _MONTHS:
         if len(words) == 2 and _YEAR.fullmatch(words[0]) and words[1] in _MONTHS:
             words = [words[1], words[0]]      # "2026 march"

@@ -195,6 +195,24 @@ def test_date_phrases_inside_a_question(text, key, rest):
     assert " ".join(remaining.split()) == rest
 
 
+@pytest.mark.parametrize("text, key, rest", [
+    ("what happened in March 2026?", "2026-03", "what happened ?"),
+    ("in may 2025 we met", "2025-05", "we met"),
+    ("last march 2025 we moved", "2025-03", "we moved"),
+])
+def test_a_month_with_its_year_inside_a_question(text, key, rest):
+    # "in|last <month> <year>" is one phrase: it must resolve whole, not hide "<month> <year>"
+    period, remaining = periods.mentioned(text, NOW, UTC)
+    assert period.key == key and " ".join(remaining.split()) == rest
+
+
+@pytest.mark.parametrize("text, key", [("in march 2026", "2026-03"), ("2026 march", "2026-03"),
+                                       ("2026 Mar", "2026-03"), ("last march 2025", "2025-03")])
+def test_a_month_with_its_year_in_either_order(text, key):
+    # a year before a month name is a month, not 2026 of an unknown unit
+    assert periods.resolve(text, NOW, UTC).key == key
+
+
 @pytest.mark.parametrize("text", ["I may go tomorrow", "what did we decide", "on February 30, "
                                   "2018: nothing", "march on"])
 def test_no_date_phrase_is_invented(text):
