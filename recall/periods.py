@@ -20,6 +20,7 @@ Grammar (case and spacing free):
   (``2026-03-14T09:00``, ``...Z`` or an offset; naive = the zone) meaning
   from then until now, Unix seconds likewise
 - a range ``A..B`` of any two of these: from the start of A to the end of B
+  (a time as B ends it at that time, as ``time_to`` does)
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def resolve(text: object, now: float, tz: tzinfo) -> Period:
         first, _, last = label.partition("..")
         if not first.strip() or not last.strip():
             raise ValueError(f"range {label!r} needs both ends (A..B); {HELP}")
-        start = _single(first.strip(), now, tz).start
-        end = _single(last.strip(), now, tz).end
+        start = _edge(_single(first.strip(), now, tz), at_end=False)
+        end = _edge(_single(last.strip(), now, tz), at_end=True)
         if end <= start:
             raise ValueError(f"period {label!r} ends before it starts")
         return _checked(Period(start, end, label))
@@ -171,9 +172,15 @@ def bound(value: object, now: float, tz: tzinfo, *, at_end: bool) -> float:
         raise ValueError("a time must be text or Unix seconds, not a boolean")
     if isinstance(value, (int, float)):
         return _instant(float(value))
-    found = resolve(value, now, tz)
+    return _edge(resolve(value, now, tz), at_end=at_end)
+
+
+def _edge(found: Period, *, at_end: bool) -> float:
+    """Where a period bounds a window (a ``time_from``/``time_to``, either end of a
+    range ``A..B``): its start or end, but an instant at itself. Alone, an instant
+    means "from then until now"; as an end, "until now" would drop the bound given."""
     if found.kind == "instant":
-        return found.start  # "2026-03-14T09:00" bounds at itself
+        return found.start
     return found.end if at_end else found.start
 
 

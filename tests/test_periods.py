@@ -97,6 +97,17 @@ def test_search_window_combines_period_and_bounds():
         periods.window("yesterday", "today", None, NOW, UTC)
 
 
+def test_a_range_ending_at_a_time_ends_there():
+    # as time_to bounds at an instant: an hour is an hour, not "from 09:00 until now"
+    nine, ten = ts(2026, 3, 14, 9), ts(2026, 3, 14, 10)
+    assert window("2026-03-14T09:00..2026-03-14T10:00") == (nine, ten)
+    assert window(f"{nine:.0f}..{ten:.0f}") == (nine, ten)
+    assert periods.window(None, "2026-03-14T09:00", "2026-03-14T10:00", NOW, UTC) == (nine, ten)
+    assert window("2026-03-14T09:00..2026-03-14") == (nine, ts(2026, 3, 15))   # a day: its end
+    with pytest.raises(ValueError):
+        window("2026-03-14T10:00..2026-03-14T09:00")
+
+
 def test_month_children_stay_inside_the_month():
     children = timekeys.children_of("month", "2026-03")
     # March 2026 starts on a Sunday: day 1, then weeks 10..13, then 30 and 31
