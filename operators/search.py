@@ -50,8 +50,11 @@ def grep(target: Target, query: str, session_id: str | None = None,
     the index cannot serve runs full text with a note saying why."""
     if mode is not None and mode not in GREP_MODES:
         raise OperatorError(f"mode must be one of {', '.join(GREP_MODES)}, not {mode!r}")
-    limit = limit or GREP_DEFAULT_HITS
-    if limit < 1 or offset < 0 or offset + limit > GREP_MAX_HITS:
+    limit = GREP_DEFAULT_HITS if limit is None else limit
+    if limit < 1 or offset < 0:
+        raise OperatorError(f"--limit must be at least 1 and --offset at least 0 "
+                            f"(got limit {limit}, offset {offset})")
+    if offset + limit > GREP_MAX_HITS:
         raise OperatorError(f"offset + limit must stay within the {GREP_MAX_HITS} best hits "
                             f"(got offset {offset}, limit {limit}); narrow the query instead")
     caller, scope = _scope(target, session_id)

@@ -84,6 +84,16 @@ def test_slash_grep_errors_and_echo_keep_the_users_case(tmp_path):
     assert "/trove grep QUERY" in command.handle("help")
 
 
+def test_slash_grep_refuses_a_limit_below_one_as_the_cli_does(tmp_path):
+    # --limit 0 was read as "no limit given" and listed the default 10 hits
+    two_sessions(tmp_path)
+    for bad in ("--limit 0", "--limit -3", "--offset -1"):
+        answer = command.handle(f"grep {bad} BlueHeron")
+        assert "--limit must be at least 1 and --offset at least 0" in answer, answer
+        assert "answers on port 7311" not in answer
+    assert "answers on port 7311" in command.handle("grep --limit 1 BlueHeron")
+
+
 # ---------------------------------------------------------------- item 4: grep --mode
 def test_cli_grep_mode_semantic_runs_on_the_index(tmp_path, fake):
     two_sessions(tmp_path)
