@@ -136,9 +136,12 @@ def config_for(db_path: str | os.PathLike | None = None) -> TroveConfig:
 
 
 def writes(words: tuple[str, ...]) -> bool:
-    """Whether an operator command (``/trove`` words) writes the database: apply paths,
-    backup (it records itself) and rotate. Everything else opens read-only."""
-    return "apply" in words or words[:1] in (("backup",), ("rotate",))
+    """Whether an operator command (``/trove`` words) writes the database: apply paths
+    (``rotate apply`` among them) and backup (it records itself). Everything else opens
+    read-only, the rotate preview too: it asks the live engine, which has its own
+    connection, and without one it is refused with nothing written (a preview never
+    migrates an older-schema file)."""
+    return "apply" in words or words[:1] == ("backup",)
 
 
 def open_target(config: TroveConfig, engine: Any = None, writable: bool = False) -> Target:

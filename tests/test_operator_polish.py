@@ -132,10 +132,10 @@ def test_slash_reads_never_convert_a_foreign_configured_file(tmp_path, monkeypat
         "state.db"]
 
 
-def test_an_older_trove_schema_is_read_only_refused_and_migrated_by_a_write(tmp_path):
+def older_trove_file(db):
+    """A trove database at the first schema version (what a read must not migrate)."""
     import sqlite3
     from hermes_trove.storage import migrations
-    db = tmp_path / "old.db"
     conn = sqlite3.connect(db, isolation_level=None)
     version, _, first = migrations.MIGRATIONS[0]
     conn.execute("CREATE TABLE trove_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
@@ -143,9 +143,31 @@ def test_an_older_trove_schema_is_read_only_refused_and_migrated_by_a_write(tmp_
     first(conn)
     conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
+    return version
+
+
+def test_an_older_trove_schema_is_read_only_refused_and_migrated_by_a_write(tmp_path):
+    db = tmp_path / "old.db"
+    version = older_trove_file(db)
     before = db.read_bytes()
     done = run(tmp_path, "--db", db, "status")
     assert done.returncode == 2 and f"has trove schema version {version}" in done.stderr
     assert "a read does not migrate" in done.stderr and db.read_bytes() == before
     assert run(tmp_path, "--db", db, "backup").returncode == 0
     assert run(tmp_path, "--db", db, "status").returncode == 0
+
+
+def test_a_rotate_preview_without_a_live_engine_migrates_nothing(tmp_path, monkeypatch):
+    # the preview opened the file for writing: an older schema was migrated (and -wal,
+    # -shm created) before the answer said there was no live session to rotate
+    version = older_trove_file(tmp_path / "trove.db")
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    monkeypatch.delenv("HERMES_SESSION_ID", raising=False)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    try:
+        text = command.handle("rotate")
+    finally:
+        for key in list(database._registry):
+            database.forget_database(key)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert f"has trove schema version {version}" in text and "a read does not migrate" in text
