@@ -15,7 +15,6 @@ import logging
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from .operators import actions as ops
@@ -87,11 +86,12 @@ def resolve_target(writable: bool = False) -> ops.Target:
 
 
 def database_exists() -> bool:
-    """Whether the configured database file exists (or a live engine holds one)."""
+    """Whether there is a database to read: a live engine holds one, else the configured
+    server or existing file (``ops.has_database``)."""
     session = calling_session()
     if session and find_engine(session) is not None:
         return True
-    return Path(load_config().resolved_database_path).is_file()
+    return ops.has_database(load_config())
 
 
 def handle(raw_args: str = "") -> str:

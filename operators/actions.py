@@ -156,8 +156,9 @@ def open_target(config: TroveConfig, engine: Any = None, writable: bool = False)
     try:
         target.database  # read-only unless the command writes
     except (DatabaseError, SchemaTooNewError, sqlite3.Error) as exc:
-        fault = faults.describe(target.db_path, exc)
-        raise OperatorError(f"cannot open {target.db_path}: {fault['problem']}. "
+        where = target.config.database_display   # the server (password hidden) or the file
+        fault = faults.describe(where, exc)
+        raise OperatorError(f"cannot open {where}: {fault['problem']}. "
                             f"Repair: {fault['repair']}") from None
     return target
 
@@ -276,6 +277,13 @@ def status_without_database(config: TroveConfig, session_id: str | None) -> dict
             "session": {"session_id": session_id, "stored": False} if session_id else None,
             "last_backup": None, "plugin": host.plugin_identity(),
             "config_warnings": list(config.warnings), "database_notes": database_notes(config)}
+
+
+def has_database(config: TroveConfig) -> bool:
+    """Whether there is a configured database to open: a server URL always (opening it
+    says whether the server answers), else the file when it exists. Only a missing file
+    is "no database yet"; a URL is never reported as one."""
+    return bool(config.database_url) or Path(config.resolved_database_path).is_file()
 
 
 def database_unusable(config: TroveConfig, engine: Any = None) -> dict | None:

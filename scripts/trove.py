@@ -192,7 +192,7 @@ def cmd_doctor(args) -> tuple[dict, str, int]:
         raise ops.OperatorError("--full applies to plain 'doctor' only")
     words = ("doctor",) + ((args.what,) if args.what else ()) + (("apply",) if args.apply else ())
     config = ops.config_for(args.db)
-    if not args.what and not Path(config.resolved_database_path).is_file():
+    if not args.what and not ops.has_database(config):
         report = ops.doctor_without_database(config, f"no trove database at "
                                              f"{config.resolved_database_path}")
         return report, command.format_doctor(report), int(report["overall"] == "fail")

@@ -7,14 +7,16 @@ check reads through the store's own connection, so it means the same on both.
 What only one engine has (FTS5 shadow tables, a file to damage) stays in
 test_command.py; on PostgreSQL the search columns are computed by the server.
 """
+import json
 from pathlib import Path
 
 import pytest
 
-from enginekit import drive, make_engine
+from enginekit import close_databases, drive, make_engine
 from hermes_trove import command
 from hermes_trove.operators import actions as ops
 from hermes_trove.storage import database
+from test_cli import run
 from test_command import backup_path, clean_world
 
 
@@ -112,6 +114,27 @@ def test_backup_is_written_and_recorded_on_both_engines(on_engine, tmp_path, mon
     written = Path(engine.store.get_meta(ops.LAST_BACKUP_KEY))
     assert written.exists() and written.parent == tmp_path / "backups"
     assert str(written) in text
+
+
+def test_status_and_doctor_without_a_live_engine_read_the_configured_database(on_engine, tmp_path,
+                                                                             backend):
+    # from outside a session (no live engine) the commands open what the settings name:
+    # with TROVE_DATABASE_URL they said "none yet at $HERMES_HOME/trove.db" and never
+    # asked the server
+    engine = make_engine(tmp_path, window=1_000_000, fts_integrity_check_interval_hours=0)
+    engine.ingest([{"role": "user", "content": "keep this"},
+                   {"role": "assistant", "content": "kept"}])
+    close_databases()
+    shown = engine.config.database_display.split("?")[0]      # a server without its options
+    status = command.handle("status")
+    assert f"database: {shown} (" in status and ": 2 messages" in status, status
+    doctor = command.handle("doctor")
+    assert "no trove database" not in doctor and "] messages_fts_rows: " in doctor, doctor
+    env = {"TROVE_DATABASE_URL": backend[1]} if on_engine == "postgresql" else {}
+    done = run(tmp_path, "doctor", "--json", env=env)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["database_path"].startswith(shown)
+    assert "messages_fts_rows" in {c["name"] for c in report["checks"]}
 
 
 def test_repair_finds_an_invalid_server_index_and_rebuilds_it(on_engine, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 from enginekit import close_databases, coding_turn, drive, make_engine, operator_home
 from hermes_trove import command
 from hermes_trove.diagnostics import compaction_text
+from test_cli import run
 
 
 @pytest.fixture(autouse=True)
@@ -70,3 +71,20 @@ def test_old_or_odd_records_are_read_defensively():
     line = compaction_text.compaction_line(odd, lambda t: "never")
     assert line == ("last compaction: compacted at never, 3 new summaries, tail, the tail "
                     "gave way: the newest turn alone is huge")
+
+
+def test_an_unreachable_server_is_named_with_its_repair_not_taken_for_no_database(tmp_path,
+                                                                                 monkeypatch):
+    # with TROVE_DATABASE_URL set, status and doctor looked only for $HERMES_HOME/trove.db:
+    # "none yet" / "no trove database" (WARN, exit 0) while the server was down
+    url = "postgresql://u:secret@127.0.0.1:1/db"
+    monkeypatch.setenv("TROVE_DATABASE_URL", url)
+    shown = "cannot open postgresql://u:***@127.0.0.1:1/db: "
+    for words in ("status", "doctor", "doctor full"):
+        text = command.handle(words)
+        assert shown in text and "Repair: check that the PostgreSQL server is up" in text, text
+        assert "secret" not in text and "trove.db" not in text
+    done = run(tmp_path, "doctor", env={"TROVE_DATABASE_URL": url})
+    assert done.returncode == 2 and shown in done.stderr, done.stderr
+    assert "secret" not in done.stdout + done.stderr and "trove.db" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
