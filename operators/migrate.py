@@ -6,10 +6,15 @@ node_id ... stay what they were, so exact refs and lineage hold) in dependency
 order, a page at a time, ordered by the table's key and resumed after the last
 key copied (keyset paging: no OFFSET scan at a million rows). Rows whose key the
 target already has are left alone, so a second run copies nothing (idempotent)
-and an interrupted one resumes. Without ``--apply`` nothing is written: the
-report is what each table holds on both sides. After a copy the counts are
-compared table by table and a difference fails the run; a PostgreSQL target's
-identity sequences are moved past the copied ids.
+and an interrupted one resumes. After a copy the counts are compared table by
+table and a difference fails the run; a PostgreSQL target's identity sequences are
+moved past the copied ids.
+
+Without ``--apply`` nothing is written: the report is what each table holds on both
+sides, read on read-only connections (no file is created, converted or migrated, no
+server schema created or migrated; a target not there yet holds nothing). A SQLite
+side must be a trove database (``trove_file_problem``): a typo or a foreign file is
+an error that names it.
 
 Stop the Hermes processes that write the source first: rows written during the
 copy may be missed (a rerun picks them up).
@@ -18,11 +23,14 @@ copy may be missed (a rerun picks them up).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from ..storage import payloads
-from ..storage.database import get_database
-from ..storage.postgres.connection import is_url  # noqa: F401 (the CLI asks it)
+from ..storage.database import Connected, get_database, open_read_only, trove_file_problem
+from ..storage.postgres import schema as pg_schema
+from ..storage.postgres.connection import display_name, is_url
+from .actions import OperatorError
 
 PAGE_ROWS = 2000
 
@@ -61,14 +69,15 @@ SEQUENCES = {"messages": "store_id", "nodes": "node_id", "evidence_assertions": 
 def migrate(source: str, target: str, *, apply: bool, progress=None) -> dict:
     """Copy every table of ``source`` into ``target`` (both a SQLite path or a
     PostgreSQL URL); a dry run without ``apply``. Returns the per-table report."""
-    src, dst = get_database(source), get_database(target)
-    if src.path == dst.path:
-        raise ValueError("source and target are the same database")
+    src = _open(source, apply=apply, create=False)
+    dst = _open(target, apply=apply, create=True)   # None: a dry run's target not there yet
+    if dst is not None and src.path == dst.path:
+        raise OperatorError("source and target are the same database")
     started = time.perf_counter()
     tables = []
     for table, key in TABLES:
         columns = _columns(src, table)
-        before = _count(dst, table)
+        before = _count(dst, table) if dst is not None else 0
         entry: dict[str, Any] = {"table": table, "source_rows": _count(src, table),
                                  "target_rows_before": before}
         if apply:
@@ -79,16 +88,51 @@ def migrate(source: str, target: str, *, apply: bool, progress=None) -> dict:
         tables.append(entry)
     if apply and dst.dialect == "postgresql":
         _advance_sequences(dst)
-    moved = _copy_payloads(payloads.store_for(source, source), payloads.store_for(target, target),
+    moved = _copy_payloads(payloads.store_for(source, source, src),
+                           payloads.store_for(target, target, dst) if dst is not None else None,
                            apply=apply)
+    shown = dst.display if dst is not None else display_name(target) if is_url(target) else target
     report = {"mode": "apply" if apply else "dry_run", "source": src.display,
-              "target": dst.display, "tables": tables, "payloads": moved,
+              "target": shown, "tables": tables, "payloads": moved,
               "seconds": round(time.perf_counter() - started, 2)}
     if apply:
         report["verified"] = all(t["verified"] for t in tables) and moved["verified"]
         report["short"] = {t["table"]: t["source_rows"] - t["target_rows"]
                            for t in tables if not t["verified"]}
     return report
+
+
+def _open(where: str, *, apply: bool, create: bool) -> Connected | None:
+    """One side of the copy (``create``: the target). ``apply`` opens it for writing
+    (a new target file is created, an older schema migrated); a dry run read-only, and
+    a target that does not exist yet (no file, or a server without a trove schema) is
+    None. A SQLite side must be a trove database: a typo or a foreign file is named,
+    never created or converted."""
+    if is_url(where):
+        return get_database(where) if apply else _server_read_only(where, create)
+    if create and not Path(where).expanduser().exists():
+        return get_database(where) if apply else None
+    problem = trove_file_problem(where, allow_older=apply)
+    if problem is not None:
+        raise OperatorError(problem)
+    return get_database(where) if apply else open_read_only(where)
+
+
+def _server_read_only(url: str, create: bool) -> Connected | None:
+    """A server for a dry run, on a read-only connection (the shared one would create
+    or migrate its schema); None for a target without a trove schema yet."""
+    db = open_read_only(url)
+    version, latest = db.schema_version(), pg_schema.latest_version()
+    if version == 0 and create:
+        return None
+    if version != latest:
+        why = ("holds no trove database" if version == 0 else
+               f"has trove schema version {version}, newer than this hermes-trove (up to "
+               f"{latest}): update the plugin" if version > latest else
+               f"has trove schema version {version}; this hermes-trove needs {latest}: a "
+               "dry run does not migrate it (--apply does)")
+        raise OperatorError(f"{db.display} {why}")
+    return db
 
 
 def _columns(db, table: str) -> list[str]:
@@ -132,9 +176,10 @@ def _copy(src, dst, table: str, key: tuple[str, ...], columns: list[str], progre
 
 def _copy_payloads(source, target, *, apply: bool) -> dict:
     """The externalized payloads the rows' placeholders name go along: files beside a
-    SQLite file, rows on a server (each is read back whole and hash-checked first)."""
+    SQLite file, rows on a server (each is read back whole and hash-checked first).
+    ``target`` is None in a dry run to a target that does not exist yet."""
     refs = list(source.refs())
-    missing = [ref for ref in refs if not target.exists(ref)]
+    missing = [ref for ref in refs if target is None or not target.exists(ref)]
     moved = {"source": len(refs), "target_before": len(refs) - len(missing)}
     if not apply:
         return moved

@@ -267,13 +267,16 @@ class PayloadStore:
         return removed
 
 
-def store_for(database_target: str, database_path: str | Path) -> PayloadStore:
+def store_for(database_target: str, database_path: str | Path,
+              database=None) -> PayloadStore:
     """The payload store of a database: a folder beside a SQLite file, the ``payloads``
-    table on a PostgreSQL server (so every host that shares the server reads them)."""
+    table on a PostgreSQL server (so every host that shares the server reads them).
+    ``database``: the server connection to use (a migrate dry run's read-only one)
+    instead of the shared one, which migrates the schema when it opens."""
     from .database import is_url
     if is_url(str(database_target)):
         from .postgres.payloads import ServerPayloadStore
-        return ServerPayloadStore(str(database_target))
+        return ServerPayloadStore(str(database_target), database)
     return PayloadStore.beside_database(database_path)
 
 

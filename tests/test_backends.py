@@ -17,7 +17,7 @@ from hermes_trove.recall.query_plan import scoped, tag_scope
 from hermes_trove.storage import database, locks, migrations
 from hermes_trove.storage.postgres import connection, schema, search
 from hermes_trove.store import Store, decode_row
-from hermes_trove.operators import migrate
+from hermes_trove.operators import actions as ops, migrate
 
 from pgkit import PgSchema, require_pg
 
@@ -209,6 +209,37 @@ def test_migrate_a_file_to_the_server_and_back(pg, tmp_path):
     assert returned.fts_row_counts() == {"rows": len(messages) + 1, "fts_docs": len(messages) + 1}
     for path in (source, back):
         database.forget_database(path)
+
+
+def test_a_migrate_dry_run_never_creates_or_migrates_the_server_schema(pg, tmp_path,
+                                                                      monkeypatch):
+    # the dry run opened the server with get_database, which creates or migrates its schema
+    source = str(tmp_path / "trove.db")
+    Store(database.get_database(source)).ingest("A", turns("dry", 3))
+    database.forget_database(source)
+    tables = "SELECT count(*) FROM information_schema.tables WHERE table_schema = ?"
+    plain = connection.Connection(pg.url)
+    try:
+        dry = migrate.migrate(source, pg.url, apply=False)
+        assert plain.execute(tables, (pg.name,)).fetchone()[0] == 0   # still an empty schema
+        assert {t["target_rows_before"] for t in dry["tables"]} == {0}
+        assert dry["target"] == connection.display_name(pg.url)
+        with monkeypatch.context() as patch:           # a server at an older schema version
+            patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+            database.get_database(pg.url)
+            database.forget_database(pg.url)
+        with pytest.raises(ops.OperatorError, match="schema version 2.*--apply does"):
+            migrate.migrate(source, pg.url, apply=False)
+        assert schema.schema_version(plain) == 2
+        assert migrate.migrate(source, pg.url, apply=True)["verified"]
+        back = tmp_path / "back" / "trove.db"            # and back: nothing made on either side
+        again = migrate.migrate(pg.url, str(back), apply=False)
+        assert again["tables"][2] == {"table": "messages", "source_rows": 6,
+                                      "target_rows_before": 0}
+        assert not back.parent.exists()
+    finally:
+        plain.close()
+        database.forget_database(pg.url)
 
 
 def test_migration_3_refolds_the_words_of_an_existing_schema(pg, monkeypatch):

@@ -270,6 +270,19 @@ def foreign_files(folder):
     return ["state.db", "wal.db", "empty.db"]
 
 
+def older_trove_file(db):
+    """A trove database at the first schema version (what a read must not migrate)."""
+    from hermes_trove.storage import migrations
+    conn = sqlite3.connect(db, isolation_level=None)
+    version, _, first = migrations.MIGRATIONS[0]
+    conn.execute("CREATE TABLE trove_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                 " applied_at REAL NOT NULL)")
+    first(conn)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+    return version
+
+
 READ_COMMANDS = [["status"], ["doctor"], ["doctor", "clean"], ["doctor", "repair"],
                  ["doctor", "source"], ["doctor", "retention"], ["sessions"], ["grep", "x"],
                  ["expand", "n1"], ["load-session", "s1"], ["export", "s1"]]
@@ -300,6 +313,39 @@ def test_read_commands_do_not_write_a_trove_database(home, tmp_path, args):
     done = run(home, "--db", db, *args)
     assert done.returncode in (0, 1), done.stderr
     assert snapshot(db.parent) == before
+
+
+def test_a_migrate_dry_run_writes_nothing_and_names_what_it_cannot_use(home, tmp_path):
+    # the dry run opened both sides with get_database: it created a missing target (and
+    # its folder) or source, added trove's tables to a foreign file and switched Hermes's
+    # state.db to WAL, and still said "nothing written"
+    folder = tmp_path / "m"
+    foreign_files(folder)
+    db = folder / "trove.db"
+    shutil.copy(home / "trove.db", db)
+    conn = sqlite3.connect(db)  # rollback mode: a WAL switch or a migration shows
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    version = older_trove_file(folder / "old.db")
+    before = snapshot(folder), sorted(folder.rglob("*"))
+    dry = run(tmp_path, "--db", db, "migrate", "--to", folder / "new" / "other.db")
+    assert dry.returncode == 0 and "dry run: nothing written" in dry.stdout, dry.stderr
+    assert "messages             source" in dry.stdout and "target had         0" in dry.stdout
+    for args, message in [
+            (("--db", folder / "typo" / "trove.db", "--to", folder / "out.db"),
+             "no trove database at"),
+            (("--db", db, "--to", folder / "state.db"), "state.db is not a trove database"),
+            (("--db", folder / "state.db", "--to", folder / "out.db"), "is not a trove database"),
+            (("--db", folder / "empty.db", "--to", folder / "out.db"), "is not a trove database"),
+            (("--db", folder / "old.db", "--to", folder / "out.db"), f"schema version {version}"),
+            (("--db", db, "--to", folder / "old.db"), f"schema version {version}"),
+            (("--db", db, "--to", db), "the same database")]:
+        done = run(tmp_path, *args[:2], "migrate", *args[2:])
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+    assert (snapshot(folder), sorted(folder.rglob("*"))) == before
+    copied = run(tmp_path, "--db", db, "migrate", "--to", folder / "new" / "other.db", "--apply")
+    assert copied.returncode == 0 and "counts verified" in copied.stdout, copied.stderr
+    assert (folder / "new" / "other.db").is_file()
 
 
 @pytest.mark.parametrize("command", ["export", "dag"])

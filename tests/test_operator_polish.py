@@ -11,7 +11,7 @@ from enginekit import make_engine
 from hermes_trove import command
 from hermes_trove.storage import database
 from test_command import drop_from_message_fts
-from test_cli import SCRIPT, home, run, run_json  # noqa: F401 (fixture)
+from test_cli import SCRIPT, home, older_trove_file, run, run_json  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -130,20 +130,6 @@ def test_slash_reads_never_convert_a_foreign_configured_file(tmp_path, monkeypat
         assert f"{state} is not a trove database" in text, text
     assert state.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
         "state.db"]
-
-
-def older_trove_file(db):
-    """A trove database at the first schema version (what a read must not migrate)."""
-    import sqlite3
-    from hermes_trove.storage import migrations
-    conn = sqlite3.connect(db, isolation_level=None)
-    version, _, first = migrations.MIGRATIONS[0]
-    conn.execute("CREATE TABLE trove_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                 " applied_at REAL NOT NULL)")
-    first(conn)
-    conn.execute(f"PRAGMA user_version = {version}")
-    conn.close()
-    return version
 
 
 def test_an_older_trove_schema_is_read_only_refused_and_migrated_by_a_write(tmp_path):

@@ -19,13 +19,17 @@ from ..payloads import (REF_PREFIX, PayloadMissingError, PayloadRef, PayloadRefE
 
 class ServerPayloadStore(PayloadStore):
     """``PayloadStore``'s contract on the database ``target`` names (opened on first
-    use: building the ingest policy never needs the server)."""
+    use: building the ingest policy never needs the server), or on ``database`` when
+    given (a connection already open, such as a dry run's read-only one)."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, database=None):
         self.target = target
+        self.database = database
         self.root = None  # no folder: ``usage`` says what is stored
 
     def _db(self):
+        if self.database is not None:
+            return self.database
         from ..database import get_database
         return get_database(self.target)
 
