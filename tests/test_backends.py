@@ -61,6 +61,19 @@ def test_a_url_is_shown_without_its_password():
     assert "s3cr3t" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://trove:s3cr3t%zz@127.0.0.1:1/trove",           # a stray % in the password
+    "postgresql://trove@127.0.0.1:1/trove?password=s3cr3t%zz",  # ... or in the parameter
+])
+def test_a_url_libpq_cannot_read_never_echoes_its_password(url):
+    """libpq quotes the piece of a URL it cannot read ("invalid percent-encoded token:
+    ..."): the error must still not carry the password."""
+    pytest.importorskip("psycopg")
+    with pytest.raises(database.DatabaseError) as caught:
+        database.get_database(url)
+    assert "s3cr3t" not in str(caught.value) and "percent-encoded" in str(caught.value)
+
+
 def test_without_psycopg_a_url_is_a_clear_error_not_a_crash(monkeypatch):
     connection._psycopg.cache_clear()
     monkeypatch.setitem(sys.modules, "psycopg", None)

@@ -21,6 +21,7 @@ import re
 from contextlib import contextmanager
 import sqlite3
 import threading
+import urllib.parse
 import zlib
 from decimal import Decimal
 from typing import Any, Iterator, Sequence
@@ -311,9 +312,39 @@ def _number_loader(psycopg):
 
 def _clean(exc: Exception, url: str) -> str:
     """An error's text without the URL's password (psycopg quotes the conninfo rarely,
-    but a message must never carry it)."""
+    but a message must never carry it).
+
+    Replacing the whole URL is not enough: libpq quotes the one piece of a URL it
+    cannot read, e.g. ``invalid percent-encoded token: "pa%zzword"`` for a password
+    with a stray ``%``. So every spelling of the password (as written, and decoded
+    when it decodes) is masked wherever it appears."""
     text = str(exc).strip() or type(exc).__name__
-    return text.replace(url, display_name(url))
+    text = text.replace(url, display_name(url))
+    for secret in sorted(_passwords(url), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _passwords(url: str) -> set[str]:
+    """The password of a URL as it may be quoted back: from the user info and from a
+    ``password=`` query parameter, raw and percent-decoded (empty ones left out)."""
+    found: set[str] = set()
+    match = re.match(r"^postgres(?:ql)?://([^@/?#]*)@", url)
+    if match and ":" in match.group(1):
+        found.add(match.group(1).split(":", 1)[1])
+    query = url.partition("?")[2]
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "password":
+            found.add(value)
+    out = set()
+    for secret in found:
+        out.add(secret)
+        try:
+            out.add(urllib.parse.unquote(secret, errors="strict"))
+        except UnicodeDecodeError:
+            pass
+    return {s for s in out if s}
 
 
 @functools.lru_cache(maxsize=1)
