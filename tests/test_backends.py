@@ -151,6 +151,29 @@ def test_accents_and_case_fold_the_same_on_both_engines(backend):
     assert found('"한국어"') == [ids[2]]
 
 
+def test_words_after_a_nul_byte_are_found_on_both_engines(backend):
+    """A NUL separates words, as in FTS5: the server stores it escaped (U+E000 "0"),
+    and that escape must not glue a "0" to the next word of a message or a summary."""
+    db = database.get_database(backend[1])
+    store, dag = Store(db), Dag(db)
+    ids = store.ingest("A", [{"role": "tool", "tool_call_id": "c1",
+                              "content": "header\0zebra payload"},
+                             {"role": "user", "content": "caf\u00e9\0walrus"}]).store_ids
+    node = dag.add_node(NewNode(session_id="A", depth=0, text="summary\0okapi seen",
+                                token_count=5, source_token_count=10, level=1, model="m",
+                                child_store_ids=ids))
+
+    def found(expr):
+        return sorted(i for i, _ in store.match_message_ids(expr, limit=10, ranked=False))
+
+    assert found('"zebra"') == [ids[0]] and found('"header zebra"') == [ids[0]]
+    assert found('"walrus"') == [ids[1]] and found('"cafe"') == [ids[1]]
+    assert found('"0zebra"') == found('"0walrus"') == []
+    assert store.count_message_matches('"zebra"', cap=10) == 1
+    assert [n for n, _ in dag.match_node_ids('"okapi"', limit=5, ranked=False)] == [node]
+    assert dag.match_node_ids('"0okapi"', limit=5, ranked=False) == []
+
+
 # ---------------------------------------------------------------- PostgreSQL only
 @pytest.fixture
 def pg():
@@ -268,6 +291,22 @@ def test_migration_3_refolds_the_words_of_an_existing_schema(pg, monkeypatch):
     assert store.db.schema_version() == schema.latest_version() >= 3
     assert [i for i, _ in store.match_message_ids('"cafe"', limit=5, ranked=False)] == ids
     assert store.fts_row_counts() == {"rows": 1, "fts_docs": 1}
+
+
+def test_migration_5_reindexes_the_words_after_a_nul_of_existing_rows(pg, monkeypatch):
+    """Rows stored before migration 5 (a NUL's escape read as "0" + the next word)
+    are found by that word once it has run; rows without a NUL are left alone."""
+    with monkeypatch.context() as patch:
+        patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+        old = Store(database.get_database(pg.url))
+        ids = old.ingest("A", [{"role": "user", "content": "header\0zebra"},
+                               {"role": "user", "content": "plain zebra"}]).store_ids
+        assert old.db.schema_version() == 4
+        database.forget_database(pg.url)
+    store = Store(database.get_database(pg.url))
+    assert store.db.schema_version() == schema.latest_version() >= 5
+    assert sorted(i for i, _ in store.match_message_ids('"zebra"', limit=5, ranked=False)) == ids
+    assert store.get_messages(ids)[ids[0]]["content"] == "header\0zebra"
 
 
 def test_a_failed_search_inside_a_transaction_is_a_sqlite_error_and_rolls_back(pg):

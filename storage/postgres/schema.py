@@ -37,11 +37,22 @@ WORDS = "trove_words({0})"
 # it has no accent, and most text is ASCII. normalize() is built in (PostgreSQL 13+,
 # a UTF-8 database): no extension is needed. IMMUTABLE, so a generated column may
 # use it and the planner folds it over a bound query.
-TROVE_WORDS = (
+# (Migration 3's definition, kept as released; migration 5 replaced it.)
+_TROVE_WORDS_V3 = (
     "CREATE OR REPLACE FUNCTION trove_words(value text) RETURNS text LANGUAGE sql"
     " IMMUTABLE PARALLEL SAFE AS $$ SELECT regexp_replace(CASE WHEN octet_length(value)"
     " = char_length(value) THEN lower(value) ELSE regexp_replace(normalize(lower(value),"
     " NFD), '[\\u0300-\\u036f]+', '', 'g') END, '[^[:alnum:]]+', ' ', 'g') $$")
+# Since migration 5 the text is read as it was received: the adapter stores a NUL as
+# U+E000 "0" (``connection.ESCAPE``), and that "0" glued itself to the next word
+# ("a\0b" was indexed as "a 0b", so "b" was not found). Both escape pairs are a
+# separator first (a NUL is one for FTS5 too). The pairs only occur in non-ASCII text.
+TROVE_WORDS = (
+    "CREATE OR REPLACE FUNCTION trove_words(value text) RETURNS text LANGUAGE sql"
+    " IMMUTABLE PARALLEL SAFE AS $$ SELECT regexp_replace(CASE WHEN octet_length(value)"
+    " = char_length(value) THEN lower(value) ELSE regexp_replace(normalize(lower("
+    "regexp_replace(value, '\\ue000[0\\ue000]', ' ', 'g')), NFD), '[\\u0300-\\u036f]+',"
+    " '', 'g') END, '[^[:alnum:]]+', ' ', 'g') $$")
 
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = []
 
@@ -357,7 +368,7 @@ def pg003_accent_folding(conn: Connection) -> None:
     are recomputed with ``trove_words`` (a generated column's expression cannot be
     altered before PostgreSQL 17: the column is dropped and added again, which rewrites
     both tables once, in this migration's one transaction) and their GIN indexes rebuilt."""
-    conn.execute(TROVE_WORDS)
+    conn.execute(_TROVE_WORDS_V3)
     for table, expression in (("messages", MESSAGE_FTS), ("nodes", NODE_FTS)):
         conn.execute(f"ALTER TABLE {table} DROP COLUMN fts")
         conn.execute(f"ALTER TABLE {table} ADD COLUMN fts tsvector"
@@ -372,6 +383,18 @@ def pg004_payloads(conn: Connection) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS payloads (sha256 TEXT PRIMARY KEY,"
                  " kind TEXT NOT NULL, mime TEXT, size BIGINT NOT NULL,"
                  " created_at DOUBLE PRECISION NOT NULL, data BYTEA NOT NULL)")
+
+
+@migration(5)
+def pg005_nul_is_a_separator(conn: Connection) -> None:
+    """Words after a NUL byte are found as on SQLite (``TROVE_WORDS``): the stored
+    escape of a NUL was read as a "0" glued to the next word. Only rows holding the
+    escape character have other words now; they alone are rewritten (an UPDATE
+    recomputes a row's generated ``fts``), after one scan of each table."""
+    conn.execute(TROVE_WORDS)
+    conn.execute(f"UPDATE messages SET content = content"
+                 f" WHERE strpos({MESSAGE_BODY}, U&'\\E000') > 0")
+    conn.execute("UPDATE nodes SET text = text WHERE strpos(text, U&'\\E000') > 0")
 
 
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
