@@ -151,6 +151,19 @@ def test_accents_and_case_fold_the_same_on_both_engines(backend):
     assert found('"한국어"') == [ids[2]]
 
 
+def test_a_prefix_of_no_word_matches_nothing_on_both_engines(backend):
+    """``"+++"*`` has no word to take as a prefix: FTS5 matches nothing, and so must
+    the server (a bare ``:*`` tsquery was a syntax error there)."""
+    store = Store(database.get_database(backend[1]))
+    ids = store.ingest("A", [{"role": "user", "content": "alpha beta gamma"}]).store_ids
+    for expr in ('"+++"*', '"alpha" OR "%%"*'):
+        for ranked in (True, False):
+            assert [i for i, _ in store.match_message_ids(expr, limit=5, ranked=ranked)] == (
+                ids if "alpha" in expr else []), expr
+        assert store.count_message_matches(expr, cap=5) == (1 if "alpha" in expr else 0)
+    assert [i for i, _ in store.match_message_ids('"alpha be"*', limit=5, ranked=False)] == ids
+
+
 def test_words_after_a_nul_byte_are_found_on_both_engines(backend):
     """A NUL separates words, as in FTS5: the server stores it escaped (U+E000 "0"),
     and that escape must not glue a "0" to the next word of a message or a summary."""

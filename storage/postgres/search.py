@@ -98,8 +98,11 @@ class _Parser:
         self.params.append(text)
         words = WORDS.format("?")
         if prefix:  # the phrase's last word as a prefix: 'a' <-> 'b':*
-            return (f"to_tsquery('simple', array_to_string(array(SELECT quote_literal(w)"
-                    f" FROM unnest(string_to_array(trim({words}), ' ')) w), ' <-> ') || ':*')")
+            # a text with no word at all ("+++"*) matches nothing, as in FTS5: a bare
+            # ':*' would be a tsquery syntax error
+            return (f"to_tsquery('simple', COALESCE(NULLIF(array_to_string(array(SELECT"
+                    f" quote_literal(w) FROM unnest(string_to_array(trim({words}), ' ')) w),"
+                    f" ' <-> '), '') || ':*', ''))")
         return f"phraseto_tsquery('simple', {words})"
 
 
