@@ -361,14 +361,25 @@ def _parse_jsonl(path: Path, report: Tally) -> tuple[dict | None, list]:
     return header, entries
 
 
+def _has_id(entry: dict) -> bool:
+    return isinstance(entry.get("id"), str) and bool(entry["id"])
+
+
 def _live_branch(entries: list, linear: bool, where: str, report: Tally) -> list:
-    """The live conversation: the path from the last entry back to the root, in order.
-    Linear files (version 1, or lines without ids) are the whole file in file order."""
+    """The live conversation: the path from the last entry with an id back to the root,
+    in order. Linear files (version 1, or no line with an id) are the whole file in file
+    order. In a tree file a line without an id (a record type this reader does not know,
+    a corrupt object) is on no branch: it is skipped, never a reason to read the whole
+    file as linear (which imported abandoned branches and, on a rerun, stored every
+    message again under line-number keys)."""
     if linear or not entries:
         return entries
-    by_id = {entry["id"]: (line_no, entry) for line_no, entry in entries}
+    tree = [(line_no, entry) for line_no, entry in entries if _has_id(entry)]
+    if not tree:
+        return []
+    by_id = {entry["id"]: (line_no, entry) for line_no, entry in tree}
     path, seen = [], set()
-    node = entries[-1]
+    node = tree[-1]
     while node is not None and node[1]["id"] not in seen:
         seen.add(node[1]["id"])
         path.append(node)
@@ -387,8 +398,8 @@ def _read_jsonl_file(path: Path, keys: dict, report: Tally) -> SourceSession:
     session_id = header.get("id") if isinstance(header.get("id"), str) and header.get("id") \
         else path.name.split(".jsonl")[0]
     version = header.get("version")
-    linear = (isinstance(version, int) and version < 2) or not all(
-        isinstance(entry.get("id"), str) for _, entry in entries)
+    linear = (isinstance(version, int) and version < 2) or not any(
+        _has_id(entry) for _, entry in entries)
     session = SourceSession(session_id, keys.get(session_id))
     branch = _live_branch(entries, linear, str(path), report)
     on_branch = {line_no for line_no, _ in branch}
@@ -397,6 +408,9 @@ def _read_jsonl_file(path: Path, keys: dict, report: Tally) -> SourceSession:
             report.skipped_non_message += 1
         elif line_no not in on_branch:
             report.skipped_branch += 1
+            if not linear and not _has_id(entry):
+                report.warn(f"{path}:{line_no}: message entry without an id in a tree "
+                            f"transcript; it is on no branch, skipped")
     for line_no, entry in branch:
         if entry.get("type") == "message":
             key = f"{session_id}/line{line_no}" if linear else f"{session_id}/{entry['id']}"

@@ -738,6 +738,34 @@ def test_jsonl_broken_parent_link_starts_the_branch_with_a_warning(tmp_path):
     assert any("missing parent 'gone'" in w for w in report.warnings)
 
 
+def test_jsonl_line_without_id_keeps_the_tree_and_reruns_add_nothing(tmp_path):
+    """A tree transcript with one line without an id (a record type of a newer OpenClaw,
+    a corrupt object) is still a tree: the abandoned branch stays out, and a rerun after
+    such a line was appended stores nothing (it re-keyed the file by line number and
+    stored the abandoned answer and the live one again)."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(line({"type": "session", "version": 3, "id": "s"})
+                    + line(message_entry("a", None, {"role": "user", "content": "q"}))
+                    + line(message_entry("b", "a", {"role": "assistant", "content": "abandoned"}))
+                    + line({"type": "custom"})
+                    + line(message_entry("c", "a", {"role": "assistant", "content": "live"})))
+    target = tmp_path / "t.db"
+    first = run(None, target, apply=True, source_jsonl=[str(path)])
+    assert [m["content"] for m in decoded(target, "openclaw-jsonl:agent:main:s")] == ["q", "live"]
+    assert (first.imported, first.skipped_branch, first.skipped_non_message) == (2, 1, 1)
+    assert_reconciled(first)
+    with path.open("a") as handle:
+        handle.write(line({"type": "future_record", "data": {"x": 1}}))
+    again = run(None, target, apply=True, source_jsonl=[str(path)])
+    assert (again.imported, again.skipped_existing) == (0, 2)
+    with path.open("a") as handle:
+        handle.write(line(message_entry("d", "c", {"role": "user", "content": "more"})))
+    grown = run(None, target, apply=True, source_jsonl=[str(path)])
+    assert (grown.imported, grown.skipped_existing) == (1, 2)
+    assert [m["content"] for m in decoded(target, "openclaw-jsonl:agent:main:s")] == [
+        "q", "live", "more"]
+
+
 def test_single_jsonl_file_and_options(tmp_path):
     folder = build_transcripts(tmp_path / "oc")
     path = folder / "agents" / "main" / "sessions" / "sess-j1.jsonl"
