@@ -188,10 +188,7 @@ def backup_database(path: Path, timeout: float) -> str:
     ``backups/`` next to the database with every other backup (``storage.backup``)."""
     first = backup_dir(path) / timestamped_name(path, "pre-import")
     first.parent.mkdir(parents=True, exist_ok=True)
-    dest, counter = first, 1
-    while dest.exists():
-        dest = first.with_name(f"{first.stem}-{counter}{first.suffix}")
-        counter += 1
+    dest = backups.unused_path(first)
     try:
         with closing(open_readonly(path, timeout)) as src, closing(sqlite3.connect(dest)) as dst:
             src.backup(dst)
@@ -495,7 +492,7 @@ def _apply_on_server(options: ImportOptions, source: Source, report: ImportRepor
             dest = backup_dir(home / "trove.db") / timestamped_name("trove-server", "pre-import")
             try:
                 report.backup_path = str(backups.backup_database(
-                    options.target_db, dest.with_suffix(".pgdump")))
+                    options.target_db, backups.unused_path(dest.with_suffix(".pgdump"))))
             except RuntimeError as exc:
                 raise ImportFailure(f"cannot back up {db.display}: {exc}") from exc
         try:

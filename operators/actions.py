@@ -27,7 +27,7 @@ from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
 from ..schemas import COUNT_LIMITS
-from ..storage.backup import backup_database, backup_dir, timestamped_name
+from ..storage.backup import backup_database, backup_dir, timestamped_name, unused_path
 from ..storage.postgres.connection import is_url
 from ..config import TroveConfig, load_config
 from ..dag import Dag
@@ -197,7 +197,8 @@ def backup(target: Target, label: str = "backup") -> dict:
     step of every apply path, and ``/trove backup`` on its own."""
     if target.config.database_url:  # pg_dump of the schema, into the same backups/ folder
         dest = backup_dir(target.db_path) / timestamped_name("trove-server", label)
-        written = backup_database(target.config.database_url, dest.with_suffix(".pgdump"))
+        written = backup_database(target.config.database_url,
+                                  unused_path(dest.with_suffix(".pgdump")))
     else:
         written = backup_database(target.db_path, label=label)
     return {"status": "written", **record_backup(target, written, label)}

@@ -179,6 +179,23 @@ def test_backup_is_a_consistent_online_copy(live):
     assert live.store.get_meta(ops.LAST_BACKUP_KEY) == str(path)
 
 
+def test_two_backups_in_one_second_never_replace_each_other(live, monkeypatch):
+    """Backup names have a one-second resolution: the second backup of a second got the
+    first one's name and replaced it, so a pre-clean copy could be lost to a rerun."""
+    from hermes_trove.storage import backup as backups
+    frozen = time.gmtime()
+    monkeypatch.setattr(backups.time, "gmtime", lambda *args: frozen)
+    written = lambda text: Path(text.split(": ", 1)[1].split(" (")[0])  # noqa: E731
+    first = written(command.handle("backup"))
+    live.ingest([{"role": "user", "content": "one more message after the first backup"}])
+    second = written(command.handle("backup"))
+    assert first != second and first.exists() and second.exists()
+    assert second.name == first.stem + "-1.db"
+    assert rows(first, "SELECT count(*) FROM messages") == [(80,)]
+    assert rows(second, "SELECT count(*) FROM messages") == [(81,)]
+    assert not [p for p in first.parent.iterdir() if ".tmp-" in p.name]
+
+
 def test_rotate_preview_apply_and_noop_through_the_handler(live):
     db = live.config.resolved_database_path
     preview = command.handle("rotate")
