@@ -41,7 +41,9 @@ from .sources import (
     read_lcm_database,
 )
 from ..storage.owners import LOCAL_OWNER, Owners
-from ..store import Store
+from ..store import Store, decode_row
+from ..config import load_config
+from ..ingest.redaction import Redactor
 
 SQLITE_NAMESPACE = "openclaw-trove"
 JSONL_NAMESPACE = "openclaw-jsonl"
@@ -107,6 +109,7 @@ class ImportReport:
         ("scanned", "would_import", "imported", "skipped_existing",
          "skipped_missing_sources", "invalid"), 0))
     dropped_parts: dict = field(default_factory=dict)
+    redactions: int = 0
     warning_count: int = 0
     warnings: list = field(default_factory=list)
 
@@ -210,6 +213,7 @@ class _Run:
     dag: Dag
     writable: bool
     session_targets: dict = field(default_factory=dict)  # source session key -> target id
+    redactor: Redactor | None = None                     # TROVE_SENSITIVE_PATTERNS_ENABLED
 
 
 def _target_session(run: _Run, ledger_key: str, session: SourceSession, known: dict) -> str:
@@ -230,7 +234,9 @@ def _import_session(run: _Run, session: SourceSession, target: str, new_session:
     session first when ``new_session`` holds its ledger key).
 
     The whole session is shown to ``Store.ingest`` so already-stored rows line up and
-    only new ones are appended, exactly like a transcript the host shows again."""
+    only new ones are appended, exactly like a transcript the host shows again: rows
+    already imported are shown as stored (so they line up whatever the redaction
+    setting was then), new ones redacted when the settings say so (``redactor_for``)."""
     report = run.report
     keyed = [(key, message) for unit in session.units
              for key, message in zip(unit.keys(), unit.messages)]
@@ -238,8 +244,16 @@ def _import_session(run: _Run, session: SourceSession, target: str, new_session:
     report.messages += len(keyed)
     report.skipped_existing += len(keyed) - len(fresh)
     report.would_import += len(fresh)
+    if run.redactor is not None:  # what the engine stores, so the same row and identity
+        keyed = [(key, message if key in imported else _redacted(run, message))
+                 for key, message in keyed]
     if not fresh or not run.writable:
         return
+    stored = run.store.get_messages(int(imported[key]) for key, _ in keyed
+                                    if key in imported and imported[key] is not None)
+    keyed = [(key, decode_row(stored[int(imported[key])])
+              if key in imported and imported[key] is not None
+              and int(imported[key]) in stored else message) for key, message in keyed]
     if new_session:
         run.store.ensure_session(target, conversation_id=session.conversation_id,
                                  source=report.namespace)
@@ -257,6 +271,24 @@ def _import_session(run: _Run, session: SourceSession, target: str, new_session:
     imported.update((key, store_id) for key, _, store_id in rows)
     report.imported += result.inserted
     report.deduplicated += len(rows) - result.inserted
+
+
+def _redacted(run: _Run, message: dict) -> dict:
+    """``message`` with its secrets replaced (counted in the report), as the engine's
+    ingest policy replaces them before a live message is stored."""
+    redacted, count = run.redactor.redact_message(message)
+    run.report.redactions += count
+    return redacted
+
+
+def redactor_for(options: ImportOptions) -> Redactor | None:
+    """The secret redaction the target's settings ask for: TROVE_SENSITIVE_PATTERNS_ENABLED
+    and TROVE_SENSITIVE_PATTERNS from the environment, else ``$HERMES_HOME/config.yaml``,
+    as the engine reads them. Imported history holds the same pasted keys as live turns:
+    without this an import stored in clear (rows, full-text index, summaries made of
+    them) what the engine redacts."""
+    cfg = load_config(os.environ)
+    return Redactor(cfg.sensitive_patterns) if cfg.sensitive_patterns_enabled else None
 
 
 def _import_sessions(run: _Run, progress: Callable[[int, int], None] | None) -> None:
@@ -434,7 +466,8 @@ def _dry_run(options: ImportOptions, source: Source, report: ImportReport,
         if conn is None or _check_target(conn, target) == 0:
             scratch = Database(":memory:")  # a new target: plan against an empty trove
         view = _ConnectionView(scratch.conn if scratch else conn, writable=False)
-        _run_steps(_Run(options, source, report, Store(view), Dag(view), False), progress)
+        _run_steps(_Run(options, source, report, Store(view), Dag(view), False,
+                             redactor=redactor_for(options)), progress)
     finally:
         for handle in (scratch, conn):
             if handle is not None:
@@ -471,7 +504,8 @@ def _dry_run_on_server(options: ImportOptions, source: Source, report: ImportRep
     try:
         view = (_ConnectionView(scratch.conn, writable=False) if scratch else
                 _ConnectionView(db.conn, writable=False, dialect=db.dialect))
-        _run_steps(_Run(options, source, report, Store(view), Dag(view), False), progress)
+        _run_steps(_Run(options, source, report, Store(view), Dag(view), False,
+                             redactor=redactor_for(options)), progress)
     finally:
         for handle in (scratch, db):
             if handle is not None:
@@ -497,7 +531,8 @@ def _apply_on_server(options: ImportOptions, source: Source, report: ImportRepor
                 raise ImportFailure(f"cannot back up {db.display}: {exc}") from exc
         try:
             with _one_transaction(db) as view:
-                _run_steps(_Run(options, source, report, Store(view), Dag(view), True), progress)
+                _run_steps(_Run(options, source, report, Store(view), Dag(view), True,
+                                     redactor=redactor_for(options)), progress)
         except ImportFailure:
             raise
         except (Exception, KeyboardInterrupt) as exc:
@@ -526,7 +561,8 @@ def _apply(options: ImportOptions, source: Source, report: ImportReport,
     failure = None
     try:
         with _one_transaction(db) as view:
-            _run_steps(_Run(options, source, report, Store(view), Dag(view), True), progress)
+            _run_steps(_Run(options, source, report, Store(view), Dag(view), True,
+                                 redactor=redactor_for(options)), progress)
     except ImportFailure as exc:
         failure = exc
     except (Exception, KeyboardInterrupt) as exc:

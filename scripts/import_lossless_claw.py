@@ -80,7 +80,8 @@ def human_summary(report: oc.ImportReport) -> list[str]:
         f"{r.skipped_branch} off the live branch",
         f"messages: {r.messages} from eligible rows; {verb} {done}, "
         f"{r.skipped_existing} already imported"
-        + (f", {r.deduplicated} already stored" if r.deduplicated else ""),
+        + (f", {r.deduplicated} already stored" if r.deduplicated else "")
+        + (f"; {r.redactions} secrets redacted" if r.redactions else ""),
         f"sessions: {r.sessions['scanned']} scanned, {r.sessions['new']} new, "
         f"{r.sessions['existing']} existing, {r.sessions['without_messages']} without messages",
     ]

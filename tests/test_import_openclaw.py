@@ -766,6 +766,47 @@ def test_jsonl_line_without_id_keeps_the_tree_and_reruns_add_nothing(tmp_path):
         "q", "live", "more"]
 
 
+SECRET_KEY = "sk-proj-Abc123Def456Ghi789Jkl012Mno345"
+
+
+def test_import_redacts_secrets_when_the_settings_say_so(tmp_path, monkeypatch):
+    """With TROVE_SENSITIVE_PATTERNS_ENABLED the import stores what the engine would
+    (it stored pasted keys in clear, in rows and the full-text index); reruns line up
+    with the redacted rows, also once redaction is switched off again; off, text is exact."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(line({"type": "session", "version": 3, "id": "s"})
+                    + line(message_entry("a", None, {"role": "user",
+                                                     "content": f"my key is {SECRET_KEY}"}))
+                    + line(message_entry("b", "a", {"role": "assistant", "content": [
+                        {"type": "toolCall", "id": "c1", "name": "sh",
+                         "arguments": {"cmd": f"export OPENAI_API_KEY={SECRET_KEY}"}}]})))
+    target = tmp_path / "t.db"
+    monkeypatch.setenv("TROVE_SENSITIVE_PATTERNS_ENABLED", "true")
+    dry = run(None, target, source_jsonl=[str(path)])
+    assert dry.redactions == 2 and not target.exists()
+    first = run(None, target, apply=True, source_jsonl=[str(path)])
+    assert (first.imported, first.redactions) == (2, 2)
+    stored = decoded(target, "openclaw-jsonl:agent:main:s")
+    assert "[REDACTED:api_key:sha256=" in stored[0]["content"]
+    assert SECRET_KEY not in json.dumps(stored)
+    assert SECRET_KEY.encode() not in target.read_bytes()
+    db = open_target(target)
+    assert not Store(db).fts_candidates('"Abc123Def456Ghi789Jkl012Mno345"', limit=5)
+    db.close()
+    again = run(None, target, apply=True, source_jsonl=[str(path)])
+    assert (again.imported, again.skipped_existing, again.redactions) == (0, 2, 0)
+    monkeypatch.delenv("TROVE_SENSITIVE_PATTERNS_ENABLED")
+    with path.open("a") as handle:
+        handle.write(line(message_entry("c", "b", {"role": "user", "content": "next"})))
+    grown = run(None, target, apply=True, source_jsonl=[str(path)])
+    assert (grown.imported, grown.skipped_existing, grown.deduplicated) == (1, 2, 0)
+    assert len(decoded(target, "openclaw-jsonl:agent:main:s")) == 3
+    plain = run(None, tmp_path / "plain.db", apply=True, source_jsonl=[str(path)])
+    assert plain.redactions == 0
+    assert decoded(tmp_path / "plain.db", "openclaw-jsonl:agent:main:s")[0]["content"] == \
+        f"my key is {SECRET_KEY}"
+
+
 def test_single_jsonl_file_and_options(tmp_path):
     folder = build_transcripts(tmp_path / "oc")
     path = folder / "agents" / "main" / "sessions" / "sess-j1.jsonl"
