@@ -177,10 +177,14 @@ def message_time(value: object, tz: tzinfo | None = None) -> float | None:
                 return None
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=tz or timezone.utc)
-            value = moment.timestamp()
+            return _plausible(moment.timestamp())  # a date: never read as milliseconds
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    seconds = float(value) / 1000.0 if abs(value) >= EPOCH_MS_FLOOR else float(value)
+    return _plausible(float(value) / 1000.0 if abs(value) >= EPOCH_MS_FLOOR else float(value))
+
+
+def _plausible(seconds: float) -> float | None:
+    """``seconds`` when its year is within MIN_YEAR..MAX_YEAR, else None."""
     try:
         year = datetime.fromtimestamp(seconds, timezone.utc).year
     except (OverflowError, OSError, ValueError):

@@ -249,12 +249,16 @@ NINE_UTC = datetime(2026, 12, 1, 9, tzinfo=timezone.utc).timestamp()
     ("2026-12-01 18:00:00", TOKYO, NINE_UTC),
     (NINE_UTC, TOKYO, NINE_UTC), (int(NINE_UTC * 1000), None, NINE_UTC),
     (str(int(NINE_UTC)), None, NINE_UTC), (f"{NINE_UTC * 1000:.0f}", None, NINE_UTC),
+    # an ISO date past 5138 is that date, never epoch milliseconds (it read as 1974)
+    ("6000-01-01T00:00:00Z", None, datetime(6000, 1, 1, tzinfo=timezone.utc).timestamp()),
 ])
 def test_message_times_in_every_form_the_host_writes(value, tz, expected):
     assert timekeys.message_time(value, tz) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00",
-                                   float("nan"), float("inf"), -5e12, "9" * 80, [], {}])
+                                   float("nan"), float("inf"), -5e12, "9" * 80, [], {},
+                                   "9999-12-31T23:59:59+14:00"])
 def test_impossible_message_times_are_no_time(value):
+    """An ISO date past 5138 is a date, never epoch milliseconds: year 9999 read as 1978."""
     assert timekeys.message_time(value) is None
