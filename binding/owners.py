@@ -2,6 +2,13 @@
 
 The owner key, in order of precedence:
 
+0. no platform known yet (agent init binds the session with
+   ``bind_session_state`` before ``on_session_start`` names the platform):
+   the session alone, provisionally (``session:<id>``), whatever ids are
+   known: the gateway builds its agents inside the chat's task context, so a
+   user id is there at that bind, and a key made of it alone would be real
+   (never replaced) and the same for that person's DM and every group chat
+   they opened a session in;
 1. the gateway's conversation key (``conversation_id``: the gateway's own unit
    of isolation, one per DM chat, per user in a per-user group, per shared
    chat otherwise): ``<platform>:conversation:<key>``;
@@ -10,9 +17,14 @@ The owner key, in order of precedence:
    ``<platform>:user:<id>``;
 3. a local platform (the CLI, the TUI, an editor, cron) without either: the
    profile's one local owner, so every CLI session of the profile is shared;
-4. otherwise (a gateway platform without ids, or no platform known yet) the
-   session alone, provisionally (``session:<id>``), replaced by the first
-   real key the host gives for it.
+4. otherwise (a gateway platform without ids) the session alone,
+   provisionally, replaced by the first real key the host gives for it.
+
+What the gateway's task context says (``gateway_identity``: the platform,
+session key and user id of the message being handled) completes what the host
+passes: the gateway's hygiene agent is built without a platform or key (the
+host then says "cli"), yet it serves that chat. Ids are text: blank ones
+(only whitespace) are no id at all.
 """
 
 from __future__ import annotations
@@ -28,24 +40,55 @@ from ..storage.owners import LOCAL_OWNER, PROVISIONAL_PREFIX
 LOCAL_PLATFORMS = frozenset({"cli", "tui", "local", "acp", "cron"})
 
 
+def _text(value) -> str:
+    """An id as text, "" for none or blank."""
+    return "" if value is None else str(value).strip()
+
+
 def owner_key(*, session_id: str, platform: str | None, conversation_id: str | None,
               user_id: str | None) -> str:
     """The owner key of a session (see the module doc for the precedence)."""
-    platform = (platform or "").strip().lower()
-    if conversation_id:
-        return f"{platform or 'gateway'}:conversation:{conversation_id}"
-    if user_id:
-        return f"{platform or 'gateway'}:user:{user_id}"
+    platform = _text(platform).lower()
+    conversation, user = _text(conversation_id), _text(user_id)
+    if not platform:
+        return f"{PROVISIONAL_PREFIX}{session_id}"
+    if conversation:
+        return f"{platform}:conversation:{conversation}"
+    if user:
+        return f"{platform}:user:{user}"
     if platform in LOCAL_PLATFORMS:
         return LOCAL_OWNER
     return f"{PROVISIONAL_PREFIX}{session_id}"
 
 
+def session_owner(*, session_id: str, platform: str | None, conversation_id: str | None,
+                  sender_id=None) -> tuple[str, dict]:
+    """The owner key of a session and the facts it was made of (platform, user_id,
+    chat_id, conversation_id: what ``Owners.record`` keeps): what the host said,
+    completed by the gateway's task context (see the module doc)."""
+    identity = gateway_identity()
+    task = identity.get("platform") and identity.get("session_key")
+    # A gateway task (it names both its platform and its session key) is the truth:
+    # the host's own platform there may be its "cli" default (the hygiene agent is
+    # built without one). A key alone is not a gateway task (the TUI's slash worker
+    # exports its session id as HERMES_SESSION_KEY).
+    platform = (identity["platform"] if task else _text(platform)) or None
+    conversation = _text(conversation_id) or (identity["session_key"] if task else None)
+    user = _text(sender_id) or identity.get("user_id") or None
+    facts = {"platform": platform, "user_id": user, "chat_id": identity.get("chat_id"),
+             "conversation_id": conversation}
+    return owner_key(session_id=session_id, platform=platform, conversation_id=conversation,
+                     user_id=user), facts
+
+
 def gateway_identity() -> dict:
-    """The gateway's user and chat id for the current task ({} outside a gateway)."""
+    """The gateway's platform, session key, user and chat id for the current task
+    ({} outside a gateway task: the CLI and cron set none)."""
     context = sys.modules.get("gateway.session_context")
     found = {}
-    for key, name in (("user_id", "HERMES_SESSION_USER_ID"), ("chat_id", "HERMES_SESSION_CHAT_ID")):
+    for key, name in (("platform", "HERMES_SESSION_PLATFORM"),
+                      ("session_key", "HERMES_SESSION_KEY"),
+                      ("user_id", "HERMES_SESSION_USER_ID"), ("chat_id", "HERMES_SESSION_CHAT_ID")):
         value = ""
         if context is not None:
             try:
@@ -54,6 +97,7 @@ def gateway_identity() -> dict:
                 value = ""
         else:
             value = os.environ.get(name, "")
+        value = _text(value)
         if value:
-            found[key] = str(value)
+            found[key] = value.lower() if key == "platform" else value
     return found

@@ -161,18 +161,15 @@ class SessionBinding:
         caller."""
         if not self.canonical_id or not self.stores:
             return
-        identity = owners.gateway_identity()
-        user = str(sender_id) if sender_id else identity.get("user_id")
-        noted = (self.canonical_id, self.platform, self.conversation_id, user)
-        key = owners.owner_key(session_id=self.canonical_id, platform=self.platform,
-                               conversation_id=self.conversation_id, user_id=user)
+        key, facts = owners.session_owner(session_id=self.canonical_id, platform=self.platform,
+                                          conversation_id=self.conversation_id,
+                                          sender_id=sender_id)
+        noted = (self.canonical_id, key, *facts.values())
         try:
             if noted == getattr(self, "_owner_noted", None) and \
                     Owners(self.store.db).owner_of(self.canonical_id) is not None:
                 return  # nothing new and the row is there: no write on the turn's path
-            self.owner = Owners(self.store.db).record(
-                self.canonical_id, key, platform=self.platform, user_id=user,
-                chat_id=identity.get("chat_id"), conversation_id=self.conversation_id)
+            self.owner = Owners(self.store.db).record(self.canonical_id, key, **facts)
             self._owner_noted = noted
         except Exception as exc:  # bookkeeping must never break a session
             self.errors.append(f"owner: {exc}")

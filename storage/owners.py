@@ -18,6 +18,16 @@ from .database import Database
 LOCAL_OWNER = "local"
 # Owner keys that stand for "nobody identified yet" and may be replaced once.
 PROVISIONAL_PREFIX = "session:"
+# Keys recorded before the platform was known (``gateway:user:<id>``, written at agent
+# init's platform-less bind until that bind became provisional): one person's DM and
+# every group chat they opened a session in shared it. Replaced once, like a
+# provisional key, by the first real key the host gives for the session.
+UNKNOWN_PLATFORM_PREFIX = "gateway:"
+
+
+def is_provisional(owner: str) -> bool:
+    """Whether an owner key may still be replaced by a real one (see above)."""
+    return owner.startswith((PROVISIONAL_PREFIX, UNKNOWN_PLATFORM_PREFIX))
 
 
 class Owners:
@@ -29,8 +39,8 @@ class Owners:
     def record(self, session_id: str, owner: str, *, platform: str | None = None,
                user_id: str | None = None, chat_id: str | None = None,
                conversation_id: str | None = None) -> str:
-        """Set a session's owner if it has none (or only a provisional one); fill blank
-        attributes; return the owner in force. An owner, once real, never changes:
+        """Set a session's owner if it has none (or only a provisional one,
+        ``is_provisional``); fill blank attributes; return the owner in force. An owner, once real, never changes:
         a session never moves from one person to another."""
         now = time.time()
         with self.db.transaction() as conn:
@@ -43,7 +53,7 @@ class Owners:
                     (session_id, owner, platform, user_id, chat_id, conversation_id, now))
                 return owner
             current = row[0]
-            if current.startswith(PROVISIONAL_PREFIX) and not owner.startswith(PROVISIONAL_PREFIX):
+            if is_provisional(current) and not is_provisional(owner):
                 current = owner
             conn.execute(
                 "UPDATE session_owners SET owner = ?, platform = COALESCE(platform, ?),"

@@ -351,6 +351,46 @@ def test_two_gateway_sessions_interleaved_in_one_process(trove_host):
         assert mine["results"]
 
 
+def test_a_gateway_group_chat_never_reads_a_members_dm(trove_host):
+    """gateway/run.py builds a chat's agent inside the message's task context
+    (``_set_session_env``, then ``run_sync`` in a copy of it): AIAgent init's
+    platform-less ``bind_session_state`` already sees the sender's user id. The
+    owner is the chat's key all the same, so a group chat opened by a member does
+    not read that member's DM (it did: both were ``gateway:user:<id>``)."""
+    import contextvars
+
+    from gateway.session_context import set_session_vars
+
+    trove_host.server.responder = lambda body: SAME_REPLY
+    agents = {}
+
+    def message(chat, user, key, text, history):
+        def run():
+            set_session_vars(platform="telegram", chat_id=chat, user_id=user, session_key=key)
+            if chat not in agents:   # first message of the chat: the gateway builds its agent
+                agents[chat] = hk.make_agent(platform="telegram", session_id=f"tg-{chat}",
+                                             gateway_session_key=key, user_id=user,
+                                             chat_id=chat, session_db=False)
+            return agents[chat].run_conversation(text, conversation_history=history)["messages"]
+        return contextvars.copy_context().run(run)
+
+    dm = message("111", "111", "agent:main:telegram:dm:111", "my bank pin is quokka-7731", None)
+    dm = message("111", "111", "agent:main:telegram:dm:111", "thanks", dm)
+    group_key = "agent:main:telegram:group:-100"
+    history = message("-100", "111", group_key, "[Alice] hello everyone", None)
+    history = message("-100", "222", group_key, "[Bob] what is Alice's bank pin?", history)
+    group = hk.live_engine(agents["-100"])
+    assert group.owner == f"telegram:conversation:{group_key}"
+    for name, args in (("trove_grep", {"query": "quokka", "session_scope": "all"}),
+                       ("trove_recall", {"query": "bank pin quokka"}),
+                       ("trove_load_session", {"session_id": "tg-111"})):
+        answer = group.handle_tool_call(name, args, messages=history)
+        assert "quokka-7731" not in answer, (name, answer[:300])
+    mine = hk.live_engine(agents["111"]).handle_tool_call(
+        "trove_grep", {"query": "quokka", "session_scope": "all"}, messages=dm)
+    assert "quokka-7731" in mine
+
+
 # ---------------------------------------------------------------- switches after compactions
 def long_answer(body):
     """Long main answers (so the 64K window compacts), short summaries."""

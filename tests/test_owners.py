@@ -204,3 +204,75 @@ def test_a_single_owner_database_searches_without_a_session_filter(tmp_path):
     gateway_engine(tmp_path, "111")
     access = Access(first.tool_context(), {"session_scope": "all"}, first.canonical_id)
     assert access.search_sessions() == ("cli-1", "cli-2")
+
+
+def in_gateway_task(fn, *, platform="telegram", user="111", key=None):
+    """Run ``fn`` in a gateway message's task context (gateway/run.py ``_set_session_env``:
+    the agent of that chat is built and runs inside it)."""
+    import contextvars
+
+    from gateway.session_context import set_session_vars
+
+    def run():
+        set_session_vars(platform=platform, chat_id=user, user_id=user,
+                         session_key=key or f"agent:main:{platform}:dm:{user}")
+        return fn()
+    return contextvars.copy_context().run(run)
+
+
+def test_a_platformless_bind_is_provisional_even_with_a_user_id():
+    """Agent init binds before the platform is known; in a gateway the user id is
+    already there. A real key made of it alone was the same for the user's DM and
+    every group chat they opened a session in, and never replaced."""
+    assert owner_key(session_id="s", platform=None, conversation_id=None,
+                     user_id="7") == "session:s"
+    assert owner_key(session_id="s", platform="", conversation_id="k",
+                     user_id="7") == "session:s"
+    assert owner_key(session_id="s", platform="telegram", conversation_id="  ",
+                     user_id=" ") == "session:s"
+
+
+def test_a_gateway_group_chat_never_reads_the_dm_of_the_member_who_opened_it(tmp_path):
+    """The gateway builds a chat's agent inside that message's task context: the
+    platform-less bind at agent init saw the sender's user id and recorded
+    ``gateway:user:<id>`` for the DM and the group alike, so anyone in the group
+    read that member's DM."""
+    def agent(chat, key):
+        engine = make_engine(tmp_path, session=None)
+        engine.bind_session_state(None, f"s-{chat}")        # agent init, in that order
+        engine.on_session_start(f"s-{chat}", platform="telegram", conversation_id=key)
+        return engine
+    dm = in_gateway_task(lambda: agent("dm", "agent:main:telegram:dm:111"))
+    dm.ingest([{"role": "user", "content": "my bank pin is quokka-7731"}])
+    group_key = "agent:main:telegram:group:-100"
+    group = in_gateway_task(lambda: agent("group", group_key), key=group_key)
+    assert dm.owner == "telegram:conversation:agent:main:telegram:dm:111"
+    assert group.owner == f"telegram:conversation:{group_key}"
+    answer = call(group, "trove_grep", {"query": "quokka", "session_scope": "all"})
+    assert "quokka-7731" not in answer
+
+
+def test_the_gateway_hygiene_agent_records_the_chats_owner(tmp_path):
+    """gateway/run.py's hygiene agent is built without a platform or key (the host
+    then says "cli") inside the chat's task context; when it binds a session first,
+    the owner is still the chat's, not ``cli:user:<id>`` or the CLI user's."""
+    key = "agent:main:telegram:dm:555"
+
+    def hygiene():
+        engine = make_engine(tmp_path, session=None)
+        engine.bind_session_state(None, "s-555")
+        engine.on_session_start("s-555", platform="cli", conversation_id=None)
+        return engine
+    assert in_gateway_task(hygiene, user="555").owner == f"telegram:conversation:{key}"
+    cli = make_engine(tmp_path, session="cli-1")   # no gateway task: the local owner
+    assert cli.owner == LOCAL_OWNER
+
+
+def test_a_key_recorded_before_the_platform_was_known_is_replaced_once(tmp_path):
+    """Databases written with the platform-less ``gateway:user:<id>`` keys: the first
+    real key replaces it, and then it never changes."""
+    engine = make_engine(tmp_path, session="s1")
+    owners = Owners(engine.store.db)
+    owners.record("g1", "gateway:user:7", user_id="7")
+    assert owners.record("g1", "telegram:conversation:k") == "telegram:conversation:k"
+    assert owners.record("g1", "telegram:conversation:other") == "telegram:conversation:k"
