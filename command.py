@@ -2,8 +2,9 @@
 
 Registered only when ``TROVE_ENABLE_SLASH_COMMAND`` is true (``register`` in ``__init__``).
 The handler resolves the live engine of the calling session
-(``HERMES_SESSION_ID``, read the way the gateway scopes it per conversation);
-without one it still answers from the configured database. Each subcommand is
+(``HERMES_SESSION_ID``, read the way the gateway scopes it per conversation;
+``forks.host_session_hint`` never takes another chat's id from the environment of
+a gateway process); without one it still answers from the configured database. Each subcommand is
 one entry of ``ACTIONS``: the operator function that builds a plain dict and
 the formatter that turns it into text. ``scripts/trove.py`` runs the same
 entries for status, doctor and backup, so both front ends say the same thing.

@@ -84,12 +84,32 @@ def review_session() -> str | None:
 
 def host_session_hint() -> str:
     """``HERMES_SESSION_ID`` as the host scopes it: the context variable the gateway
-    (and the CLI on /new, /resume, /branch) sets, else the environment; "" if none."""
+    (and the CLI on /new, /resume, /branch) sets, else the environment; "" if none.
+
+    Not the environment in a process that serves several sessions at once (the
+    messaging gateway, the TUI, cron: ``session_context_engaged``) when this task
+    bound none: there the variable in ``os.environ`` is whichever agent started
+    last, in any chat (the gateway resets a message's variables before it
+    dispatches a slash command, so ``/trove`` read another user's session and
+    ``/trove rotate apply`` rotated it). The host's own subprocess bridge draws
+    the same line."""
     context = sys.modules.get("gateway.session_context")  # loaded only inside the host
     if context is not None:
         try:
+            if _unbound_in_shared_process(context):
+                return ""
             value = context.get_session_env("HERMES_SESSION_ID", "")
             return (value or "").strip()
         except Exception:  # an older or different host: the environment decides
             pass
     return os.environ.get("HERMES_SESSION_ID", "").strip()
+
+
+def _unbound_in_shared_process(context) -> bool:
+    """Whether this task bound no session id in a process serving several sessions
+    (the host's private sentinel; an older host without it: False)."""
+    var = getattr(context, "_VAR_MAP", {}).get("HERMES_SESSION_ID")
+    unset = getattr(context, "_UNSET", None)
+    engaged = getattr(context, "session_context_engaged", None)
+    return (var is not None and unset is not None and callable(engaged)
+            and var.get() is unset and bool(engaged()))

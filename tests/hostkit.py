@@ -411,6 +411,8 @@ def reset_host_state(hermes_home: Optional[Path] = None) -> None:
     sc = mods.get("gateway.session_context")
     if sc is not None and hasattr(sc, "reset_session_vars"):
         _call_quietly(sc.reset_session_vars)
+    if sc is not None and hasattr(sc, "_session_context_engaged"):
+        sc._session_context_engaged = False  # a fresh process: no gateway task bound yet
 
     # file log handlers point at the previous home's logs/
     hl = mods.get("hermes_logging")

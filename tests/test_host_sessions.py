@@ -9,6 +9,7 @@ exactly once under the session the host is in, and nowhere else.
 """
 
 import json
+import os
 import sqlite3
 import uuid
 from collections import Counter
@@ -389,6 +390,47 @@ def test_a_gateway_group_chat_never_reads_a_members_dm(trove_host):
     mine = hk.live_engine(agents["111"]).handle_tool_call(
         "trove_grep", {"query": "quokka", "session_scope": "all"}, messages=dm)
     assert "quokka-7731" in mine
+
+
+def test_trove_typed_in_a_gateway_chat_never_names_another_chats_session(trove_host):
+    """gateway/run.py resets a message's session variables before it dispatches a
+    plugin command (``_handle_message``: ``reset_session_vars``), so ``HERMES_SESSION_ID``
+    falls back to ``os.environ``: the id of whichever chat's agent started last.
+    /trove status showed that chat's session and /trove rotate apply rotated it."""
+    import contextvars
+
+    from gateway.session_context import reset_session_vars, set_session_vars
+
+    trove_host.server.responder = lambda body: SAME_REPLY
+    agents = {}
+
+    def message(chat, text):
+        def run():
+            reset_session_vars()
+            set_session_vars(platform="telegram", chat_id=chat, user_id=chat,
+                             session_key=f"agent:main:telegram:dm:{chat}")
+            if chat not in agents:
+                agents[chat] = hk.make_agent(platform="telegram", session_id=f"tg-{chat}",
+                                             gateway_session_key=f"agent:main:telegram:dm:{chat}",
+                                             user_id=chat, chat_id=chat, session_db=False)
+            return agents[chat].run_conversation(text)["messages"]
+        return contextvars.copy_context().run(run)
+
+    def slash(args):
+        def run():
+            reset_session_vars()   # what the gateway does at the top of every message
+            return hk.run_slash_command("trove", args)
+        return contextvars.copy_context().run(run)
+
+    message("111", "alice was here")
+    message("222", "bob was here")
+    assert os.environ.get("HERMES_SESSION_ID") == "tg-222"   # the last agent started
+    status = slash("status")
+    assert "tg-222" not in status and "tg-111" not in status, status
+    rotated = slash("rotate apply")
+    assert "tg-222" not in rotated, rotated
+    assert user_texts(trove_host.hermes_home, "tg-222") == ["bob was here"]
+    assert hk.live_engine(agents["222"]).session_id == "tg-222"
 
 
 # ---------------------------------------------------------------- switches after compactions

@@ -211,13 +211,17 @@ def in_gateway_task(fn, *, platform="telegram", user="111", key=None):
     the agent of that chat is built and runs inside it)."""
     import contextvars
 
-    from gateway.session_context import set_session_vars
+    from gateway import session_context
 
     def run():
-        set_session_vars(platform=platform, chat_id=user, user_id=user,
-                         session_key=key or f"agent:main:{platform}:dm:{user}")
+        session_context.set_session_vars(platform=platform, chat_id=user, user_id=user,
+                                         session_key=key or f"agent:main:{platform}:dm:{user}")
         return fn()
-    return contextvars.copy_context().run(run)
+    engaged = session_context._session_context_engaged
+    try:
+        return contextvars.copy_context().run(run)
+    finally:  # the process-wide latch: later tests run as a plain CLI process again
+        session_context._session_context_engaged = engaged
 
 
 def test_a_platformless_bind_is_provisional_even_with_a_user_id():
