@@ -17,6 +17,8 @@ The owner key, in order of precedence:
    ``<platform>:user:<id>``;
 3. a local platform (the CLI, the TUI, an editor, cron) without either: the
    profile's one local owner, so every CLI session of the profile is shared;
+   except a cron run of a job scheduled from a gateway chat (``cron_job_owner``):
+   ``cron:job:<job id>``;
 4. otherwise (a gateway platform without ids) the session alone,
    provisionally, replaced by the first real key the host gives for it.
 
@@ -30,6 +32,7 @@ host then says "cli"), yet it serves that chat. Ids are text: blank ones
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from ..storage.owners import LOCAL_OWNER, PROVISIONAL_PREFIX
@@ -77,8 +80,39 @@ def session_owner(*, session_id: str, platform: str | None, conversation_id: str
     user = _text(sender_id) or identity.get("user_id") or None
     facts = {"platform": platform, "user_id": user, "chat_id": identity.get("chat_id"),
              "conversation_id": conversation}
+    job = cron_job_owner(session_id) if (platform or "").lower() == "cron" else None
+    if job and not conversation and not user:
+        return job, facts
     return owner_key(session_id=session_id, platform=platform, conversation_id=conversation,
                      user_id=user), facts
+
+
+_CRON_SESSION = re.compile(r"cron_(.+)_\d{8}_\d{6}")
+
+
+def cron_job_owner(session_id: str) -> str | None:
+    """The owner of a cron run's session when it is not the profile's own user's:
+    ``cron:job:<job id>`` for a job scheduled from a gateway chat (its ``origin``
+    names a platform), and for a job the scheduler of this process does not know.
+
+    cron/scheduler.py runs every job as ``platform="cron"`` under
+    ``cron_<job id>_<YYYYmmdd_HHMMSS>`` with no user in the task context, so every
+    run was the local owner's: one gateway user's job read another's (its prompt,
+    its results) and the CLI user's sessions. A job made in the CLI has no origin
+    and stays the local owner's; each run of a job stays its own session."""
+    match = _CRON_SESSION.fullmatch(session_id or "")
+    if match is None:
+        return None
+    job_id = match.group(1)
+    jobs = sys.modules.get("cron.jobs")   # loaded by the scheduler that runs the job
+    try:
+        job = jobs.get_job(job_id) if jobs is not None else None
+    except Exception:
+        job = None
+    origin = job.get("origin") if isinstance(job, dict) else None
+    if job is not None and not (isinstance(origin, dict) and _text(origin.get("platform"))):
+        return None   # the profile's own job: the local owner
+    return f"cron:job:{job_id}"
 
 
 def gateway_identity() -> dict:

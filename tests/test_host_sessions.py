@@ -433,6 +433,55 @@ def test_trove_typed_in_a_gateway_chat_never_names_another_chats_session(trove_h
     assert hk.live_engine(agents["222"]).session_id == "tg-222"
 
 
+def test_a_cron_job_from_one_gateway_user_never_reads_anothers(trove_host, monkeypatch):
+    """cron/scheduler.py ``run_job`` runs each job as ``platform="cron"`` under
+    ``cron_<job id>_<stamp>`` with the gateway's user variables cleared: every run was
+    the local owner's, so one user's job read another user's job (its prompt and
+    results) and the CLI user's sessions. A job scheduled from a gateway chat owns its
+    runs; a CLI job stays the local owner's; each run is its own session."""
+    from datetime import timedelta
+
+    from cron import jobs, scheduler
+
+    def responder(body):   # a cron agent does not stream: its calls are the ones with tools
+        msgs = body.get("messages") or []
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        if "trove_grep" not in names or msgs[-1].get("role") == "tool":
+            return "Done."
+        return hk.ToolCall("trove_grep", {"query": "heron", "session_scope": "all"})
+
+    trove_host.server.responder = responder
+    TOOLS = ["context_engine"]   # the trove_* tools reach a cron agent only when listed
+    alice = jobs.create_job("remind alice: her locker code is 4417-heron", "every 1h",
+                            origin={"platform": "telegram", "chat_id": "111", "user_id": "111"},
+                            deliver="local", enabled_toolsets=TOOLS)
+    bob = jobs.create_job("bob's weekly digest", "every 1h",
+                          origin={"platform": "telegram", "chat_id": "222", "user_id": "222"},
+                          deliver="local", enabled_toolsets=TOOLS)
+    cli_job = jobs.create_job("the operator's own nightly check", "every 1h", deliver="local",
+                              enabled_toolsets=TOOLS)
+    start = scheduler._hermes_now()
+    for hour, job in enumerate((alice, bob, cli_job, alice)):   # each run an hour apart
+        monkeypatch.setattr(scheduler, "_hermes_now", lambda h=hour: start + timedelta(hours=h))
+        assert scheduler.run_job(jobs.get_job(job["id"]))[0]
+    db = sqlite3.connect(trove_host.hermes_home / "trove.db")
+    try:
+        owners = dict(db.execute("SELECT session_id, owner FROM session_owners"))
+    finally:
+        db.close()
+    by_job = {job["id"]: owner for job in (alice, bob, cli_job)
+              for session, owner in owners.items() if session.startswith(f"cron_{job['id']}_")}
+    assert by_job == {alice["id"]: f"cron:job:{alice['id']}", bob["id"]: f"cron:job:{bob['id']}",
+                      cli_job["id"]: "local"}
+    assert len([s for s in owners if s.startswith(f"cron_{alice['id']}_")]) == 2
+    results = [body["messages"][-1]["content"] for body in trove_host.server.chat_bodies
+               if body["messages"][-1].get("role") == "tool"]
+    assert len(results) == 4, "the cron agents never called trove_grep"
+    assert "4417-heron" not in results[1]      # Bob's job does not find Alice's prompt
+    assert "4417-heron" not in results[2]      # nor the CLI user's job
+    assert "4417-heron" in results[3]          # Alice's next run finds her first run
+
+
 # ---------------------------------------------------------------- switches after compactions
 def long_answer(body):
     """Long main answers (so the 64K window compacts), short summaries."""

@@ -280,3 +280,22 @@ def test_a_key_recorded_before_the_platform_was_known_is_replaced_once(tmp_path)
     owners.record("g1", "gateway:user:7", user_id="7")
     assert owners.record("g1", "telegram:conversation:k") == "telegram:conversation:k"
     assert owners.record("g1", "telegram:conversation:other") == "telegram:conversation:k"
+
+
+def test_cron_runs_of_a_gateway_users_job_are_that_jobs_not_the_local_owners(monkeypatch):
+    """cron/scheduler.py runs jobs as platform "cron" under cron_<job>_<stamp>: a job
+    scheduled from a gateway chat owns its runs; a CLI job (no origin) is local."""
+    import sys
+    import types
+
+    from hermes_trove.binding.owners import session_owner
+    known = {"a1b2c3": {"id": "a1b2c3", "origin": {"platform": "telegram", "chat_id": "1"}},
+             "cli999": {"id": "cli999", "origin": None}}
+    monkeypatch.setitem(sys.modules, "cron.jobs", types.SimpleNamespace(get_job=known.get))
+
+    def owner(session):
+        return session_owner(session_id=session, platform="cron", conversation_id=None)[0]
+    assert owner("cron_a1b2c3_20261205_041815") == "cron:job:a1b2c3"
+    assert owner("cron_cli999_20261205_041815") == LOCAL_OWNER
+    assert owner("cron_gone00_20261205_041815") == "cron:job:gone00"   # unknown: closed
+    assert owner("my-cron-notes") == LOCAL_OWNER
