@@ -548,12 +548,15 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
             # When the share left only the newest turn (a big one), the turns before it
             # that may fit beside the block as it turns out are held back from the
             # first summary pass (not under an explicit tail cap): the block's real
-            # size decides them.
+            # size decides them. Held against the smallest block (its header and the
+            # acknowledgement), not the frontier as it stands: this pass may condense
+            # that frontier into less (host walk 220005: a 150-token turn was
+            # summarized against the old block and the new one left room for it).
             minimal = self._minimal_tail(live_msgs, units)
             held: set[int] = set()
             if cut and max_tokens == first_cap and not cfg.fresh_tail_max_tokens \
                     and len(keep) <= minimal:
-                block_floor = self._block_cost(self.dag.frontier(session), text_cost)
+                block_floor = text_cost(assemble.BLOCK_HEADER) + text_cost(assemble.ACK_TEXT)
                 wider, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
                                                 max_tokens=max(0, room - block_floor),
                                                 count=tail_cost)
