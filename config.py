@@ -178,7 +178,9 @@ class TroveConfig:
     large_output_active_replay_stub_threshold_tokens: int = _int(
         25000, "Output size (tokens) from which the live replay gets a stub.", low=500)
     large_output_transcript_gc_enabled: bool = _bool(
-        False, "Delete externalized outputs that no stored transcript refers to any more.")
+        False, "After a compaction, shrink summarized tool rows to their placeholder when a "
+        "payload file holds their exact text (read back and verified; otherwise the row "
+        "is kept).")
     sensitive_patterns_enabled: bool = _bool(
         False, "Redact secrets found by TROVE_SENSITIVE_PATTERNS before storing.")
     sensitive_patterns: tuple[str, ...] = _list(

@@ -160,7 +160,12 @@ class Maintenance:
 
     def _collect_transcript_garbage(self, store_ids: list[int]) -> int:
         """Transcript GC (opt-in): summarized tool rows whose exact text is already safe
-        in a payload file (e.g. from the backfill script) shrink to their placeholder."""
+        in a payload file (e.g. from the backfill script) shrink to their placeholder.
+
+        Fails closed: the payload file is read back and must hash to its ref and decode
+        to the row's exact text (``_payload_holds``). A file that is merely present (cut
+        short by a full disk, altered, unreadable) keeps the row as it is: the row would
+        otherwise be the only copy left and the placeholder would point at garbage."""
         cfg = self.config
         if not cfg.large_output_transcript_gc_enabled:
             return 0
@@ -171,7 +176,16 @@ class Maintenance:
                     or len(content or "") <= cfg.large_output_externalization_threshold_chars):
                 continue
             ref = ref_for(encode_text(content))
-            if payloads.exists(ref) and self.store.replace_with_placeholder(
+            if _payload_holds(payloads, ref, content) and self.store.replace_with_placeholder(
                     store_id, content, tool_output_placeholder(content, ref)):
                 rewritten += 1
         return rewritten
+
+
+def _payload_holds(payloads, ref: str, content: str) -> bool:
+    """Whether the payload file of ``ref`` holds exactly ``content`` (read back and
+    verified); any doubt (missing, corrupt, unreadable) is False."""
+    try:
+        return payloads.exists(ref) and payloads.get_text(ref) == content
+    except Exception:  # a damaged or unreadable payload: keep the row
+        return False

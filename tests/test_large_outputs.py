@@ -161,3 +161,27 @@ def test_tools_search_describe_and_page_externalized_payloads_within_scope(tmp_p
     assert call("trove_expand", externalized_ref=ref, session_scope="all")["content"]
     for bad in ("../../etc/passwd", "/etc/passwd", "trove-payload:../../etc/passwd"):
         assert "error" in call("trove_expand", externalized_ref=bad)
+
+
+def test_transcript_gc_keeps_a_row_whose_payload_file_is_damaged(tmp_path):
+    """Fails closed: a payload file that exists but no longer holds the row's exact
+    bytes (truncated by a full disk, altered) never replaces the stored text."""
+    log = big_log()
+    plain = make_engine(tmp_path, window=32_000)
+    turns = [{"role": "user", "content": "run"}] + tool_pair("big", log)
+    turns += [m for t in range(30) for m in coding_turn(t)]
+    plain.ingest(turns)
+    db_path = plain.config.resolved_database_path
+    database.forget_database(db_path)
+    backfill = subprocess.run([sys.executable, str(ROOT / "scripts" / "backfill_externalized_tool_outputs.py"),
+                               "--db", str(db_path), "--apply", "--json"],
+                              capture_output=True, text=True, timeout=120)
+    assert backfill.returncode == 0, backfill.stderr
+    gc = make_engine(tmp_path, window=32_000, large_output_transcript_gc_enabled="true")
+    store = gc.policy.payloads
+    path = store.path_of(payloads.ref_for(payloads.encode_text(log)))
+    path.write_bytes(path.read_bytes()[:100])  # present, but not the original any more
+    row_before = gc.store.session_messages("sess", limit=3)[2]
+    assert row_before["content"] == log
+    gc.compress(turns, current_tokens=gc.threshold_tokens + 1, force=True)
+    assert gc.store.get_message(row_before["store_id"])["content"] == log
