@@ -455,7 +455,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
             if self._rotate_pending:
                 self._rotate_pending, force = False, True
             if not self._usable_database():
-                return self._compress_unstored(messages, current_tokens, focus_topic)
+                return self._compress_without_database(messages, current_tokens, focus_topic)
             self._ensure_bound()
             if not self.stores:
                 return self._compress_unstored(messages, current_tokens, focus_topic)
@@ -466,7 +466,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
         except Exception as exc:  # never break the agent
             if faults.is_database_error(exc):
                 self._note_fault(exc)
-                return self._compress_unstored(messages, current_tokens, focus_topic)
+                return self._compress_without_database(messages, current_tokens, focus_topic)
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True
             self._last_summary_error = f"hermes-trove compaction failed: {exc}"
@@ -783,16 +783,40 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
                          condensed_budget=min(cfg.condensed_summary_tokens,
                                               max(MIN_CONDENSED_BUDGET, message_budget // 5)))
 
+    def _compress_without_database(self, messages: list, current_tokens: int | None,
+                                   focus: str | None) -> list:
+        """A stored session while its database is unusable: the prompt is kept bounded
+        by a trim of the host's own messages, never raising (this runs in
+        ``compress``'s error handler too: a failure here keeps the list unchanged).
+
+        Not Hermes's compressor, as for sessions trove never stores: its list holds
+        rewritten messages (a summary, old tool outputs pruned to one-line notes)
+        that the host shows again once the database works, and each of them, with
+        the unchanged replies beside them, was stored as a new row: the session's
+        history held the same turns twice. A trim returns the host's own message
+        objects (and a notice that is never stored), so each is the row it was."""
+        try:
+            return self._compress_unstored(messages, current_tokens, focus, trim_only=True)
+        except Exception as exc:  # never break the agent: the list goes back unchanged
+            log.exception("hermes-trove: compaction without the database failed")
+            self._last_compress_aborted = True
+            self._last_summary_error = f"hermes-trove compaction failed: {exc}"
+            self.last_compaction = {"at": time.time(), "outcome": "error",
+                                    "reason": str(exc)[:500]}
+            return messages
+
     def _compress_unstored(self, messages: list, current_tokens: int | None,
-                           focus: str | None) -> list:
-        """Ignored and stateless sessions: Hermes's own compressor, else a trim."""
-        if self._builtin is None:
+                           focus: str | None, trim_only: bool = False) -> list:
+        """Ignored and stateless sessions: Hermes's own compressor, else a trim
+        (``trim_only``: always the trim, see ``_compress_without_database``)."""
+        if self._builtin is None and not trim_only:
             self._builtin = fallback.builtin_compressor(self._runtime, self.context_length,
                                                         self.threshold_percent)
         system = messages[0] if messages and messages[0].get("role") == "system" else None
         budget = self._budget(messages, system, current_tokens, self.threshold_tokens)
         result, path = fallback.compress_unstored(
-            messages, compressor=self._builtin, current_tokens=current_tokens, focus=focus,
+            messages, compressor=None if trim_only else self._builtin,
+            current_tokens=current_tokens, focus=focus,
             budget_tokens=budget.real_room + budget.system_exact,
             count=lambda m: budget.cost(self.count_message(m), self.rough_message(m)))
         changed = result != messages and self._host_takes(messages, result, current_tokens)

@@ -5,6 +5,10 @@ Sessions matching ``TROVE_IGNORE_SESSION_PATTERNS`` (store nothing) or
 fit the window. They are handed to Hermes's own ``ContextCompressor`` (lossy,
 but what the user would have without trove); when it cannot be built or fails,
 a deterministic head/tail trim keeps the newest turns that fit.
+
+A stored session whose database is unusable gets the trim alone (the engine's
+``_compress_without_database``): it returns the host's own message objects, so
+when the database works again each is recognized as the row it already was.
 """
 
 from __future__ import annotations
@@ -18,6 +22,17 @@ log = logging.getLogger(__name__)
 
 TRIM_NOTICE = ("[trove context: earlier turns of this session were trimmed to fit the window; "
                "this session is excluded from trove's storage by configuration]")
+
+
+def is_trim_notice(message: dict) -> bool:
+    """Whether ``message`` is the notice ``trim_to_budget`` put before a trimmed tail.
+
+    The trim also bounds the prompt while the database is unusable; once it works
+    again the host shows that list, and the notice is the engine's own text, not
+    conversation: it is never stored (it read as a user message, and the turns
+    after it were taken for new ones and stored a second time)."""
+    return (isinstance(message, dict) and message.get("role") == "user"
+            and message.get("content") == TRIM_NOTICE)
 
 
 def builtin_compressor(runtime: dict, context_length: int, threshold_percent: float):

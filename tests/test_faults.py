@@ -66,7 +66,7 @@ import json  # noqa: E402
 
 import pytest  # noqa: E402
 
-from hermes_trove.compaction import assemble  # noqa: E402
+from hermes_trove.compaction import assemble, fallback  # noqa: E402
 from hermes_trove.storage import database  # noqa: E402
 
 from enginekit import coding_turn, make_engine  # noqa: E402
@@ -337,3 +337,63 @@ def test_operator_status_and_doctor_name_the_problem_and_the_repair(tmp_path, mo
     for sub in ("status", "doctor"):
         text = command.handle(sub)
         assert "damaged" in text and "Repair:" in text and "backups" in text, text
+
+
+# ---------------------------------------------------------------- a fault mid-session
+class _HostLikeCompressor:
+    """What Hermes's ``ContextCompressor`` does to a list: old tool outputs pruned to
+    one-line notes, the middle replaced by a summary message, the tail kept."""
+
+    def compress(self, messages, current_tokens=None, focus_topic=None):
+        head, tail = messages[:-12], messages[-12:]
+        pruned = [{**m, "content": f"[{m.get('name')}] output pruned"}
+                  if m.get("role") == "tool" else m for m in head[-8:]]
+        return ([{"role": "user", "content": "[CONTEXT COMPACTION — REFERENCE ONLY] summary"}]
+                + pruned + tail)
+
+
+def _over(engine):
+    return engine.threshold_tokens + 1
+
+
+@pytest.mark.parametrize("builtin", ["hermes", "unavailable"])
+def test_a_database_fault_mid_session_stores_nothing_twice_once_it_recovers(
+        tmp_path, monkeypatch, builtin):
+    """While the database is unusable the prompt is kept bounded by a trim of the
+    host's own messages (never the built-in compressor's rewritten ones): when the
+    database works again, each shown message is the row it already was, and the
+    engine's notice is not stored as conversation."""
+    engine = make_engine(tmp_path, window=64_000)
+    if builtin == "hermes":
+        engine._builtin = _HostLikeCompressor()
+    else:
+        monkeypatch.setattr(fallback, "builtin_compressor", lambda *a: None)
+    messages = [m for t in range(30) for m in coding_turn(t, filler=200)]
+    engine.on_session_end("sess", messages)
+    stored = engine.store.count_messages("sess")
+    assert stored == len(messages)
+    engine._note_fault(sqlite3.OperationalError("database or disk is full"))
+    messages = messages + coding_turn(30, filler=200)
+    out = engine.compress(messages, current_tokens=_over(engine))
+    assert out[-1] == messages[-1] and len(out) < len(messages)
+    assert assemble.sequence_problems(out) == []
+    engine._faults.at -= 3600  # the retry is due: the database works again
+    out = out + coding_turn(31, filler=200)
+    engine.on_session_end("sess", out)
+    rows = engine.store.session_messages("sess", limit=10_000)
+    texts = [r["content"] for r in rows if r["content"]]
+    assert len(rows) == 32 * 4, [(r["role"], str(r["content"])[:60]) for r in rows[stored:]]
+    assert len(texts) == len(set(texts))
+    assert not any("trimmed to fit" in t or "CONTEXT COMPACTION" in t for t in texts)
+
+
+def test_a_database_error_on_a_list_with_a_non_dict_entry_never_raises(tmp_path, monkeypatch):
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [None] + [m for t in range(30) for m in coding_turn(t, filler=200)]
+
+    def broken(*args):
+        raise sqlite3.OperationalError("disk I/O error")
+    monkeypatch.setattr(engine, "_compress", broken)
+    out = engine.compress(messages, current_tokens=_over(engine))  # must not raise
+    assert out is messages or out[-1] == messages[-1]
+    assert engine.database_fault is not None
