@@ -138,7 +138,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
         twin = self.__class__.__new__(self.__class__)
         memo[id(self)] = twin
         shared = ("_config", "_llm_override", "_runtime", "_counter")
-        skipped = ("_builtin", "_last_ingest")  # built lazily again by the copy that needs it
+        skipped = ("_builtin", "_last_ingest", "_view_db")  # built lazily again by the copy
         for key, value in self.__dict__.items():
             if key in skipped:
                 twin.__dict__[key] = None
@@ -165,7 +165,29 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
     @property
     def store(self) -> Store:
         """The message store on the process-wide shared connection."""
-        return Store(get_database(self.config.database_target))
+        db = get_database(self.config.database_target)
+        if self._view is not None and self._view_db is not db:
+            self._forget_database_state()
+        self._view_db = db
+        return Store(db)
+
+    _view_db = None  # the database ``_view`` was read from (set by ``store``)
+
+    def _forget_database_state(self) -> None:
+        """The shared connection now holds another file (the old one was deleted or
+        replaced under the running agent, see ``Database.file_replaced``): the view
+        and reading this copy kept name rows of the old file, and read against the new
+        one every message of the next lists was taken for a new one, turn after turn
+        (the same turns stored three times). The new file is read afresh; the
+        session is recorded in it."""
+        self._view, self._last_ingest, self._known_tails, self._origin = None, None, {}, None
+        if self.canonical_id and self.stores:
+            try:
+                Store(get_database(self.config.database_target)).ensure_session(
+                    self.canonical_id, conversation_id=self.conversation_id,
+                    source=self.platform)
+            except Exception as exc:  # the next write reports what is wrong
+                self.errors.append(f"database: {exc}")
 
     @property
     def dag(self) -> Dag:

@@ -17,6 +17,7 @@ writing, and ``open_read_only`` opens a trove database with ``mode=ro`` and
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -29,7 +30,11 @@ from typing import Iterator
 from . import migrations
 from .postgres.connection import is_url
 
+log = logging.getLogger(__name__)
+
 BUSY_TIMEOUT_MS = 5000
+# How often the shared connection checks that its file is still the one at its path.
+FILE_CHECK_SECONDS = 1.0
 REQUIRED_OBJECTS = (
     "sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
     "session_carry", "trove_meta", "messages_fts_insert", "nodes_fts_insert",
@@ -114,6 +119,36 @@ class Database(Connected):
         except sqlite3.Error as exc:
             raise DatabaseError(f"cannot open trove database {path}: {exc}") from exc
         self.open_seconds = time.perf_counter() - started
+        self.file_id = _file_id(path)
+        self._file_checked = time.monotonic()
+
+    def file_replaced(self) -> bool:
+        """Whether the file at ``path`` is no longer the one this connection has open
+        (deleted, or another file moved over it), looked at most once per
+        ``FILE_CHECK_SECONDS``.
+
+        SQLite keeps writing to the file it opened: after an operator (or a restore
+        script) deletes or replaces ``trove.db`` under a running agent, every new
+        turn would go to an unlinked file and be lost at exit, while tools read a
+        database no one else can see."""
+        if self.path == ":memory:" or self.file_id is None:
+            return False
+        now = time.monotonic()
+        if now - self._file_checked < FILE_CHECK_SECONDS:
+            return False
+        self._file_checked = now
+        return _file_id(self.path) != self.file_id
+
+
+def _file_id(path: str) -> tuple | None:
+    """(device, inode) of the file at ``path``; None when it is missing or unreadable."""
+    if path == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _open_with_retry(path: str) -> sqlite3.Connection:
@@ -260,6 +295,13 @@ def get_database(path: str | os.PathLike) -> Database:
             _keys[text] = key  # (a relative path's meaning follows the working directory)
     with _registry_lock:
         db = _registry.get(key)
+        if db is not None and isinstance(db, Database) and db.file_replaced():
+            # the file was deleted or replaced: open what is at the path now (a new
+            # database, or a fault the engine reports), never the unlinked one
+            log.warning("hermes-trove: %s was deleted or replaced while open; opening "
+                        "the file now at that path", key)
+            del _registry[key]
+            db = None
         if db is None:
             db = _open(key)
             _registry[key] = db

@@ -397,3 +397,48 @@ def test_a_database_error_on_a_list_with_a_non_dict_entry_never_raises(tmp_path,
     out = engine.compress(messages, current_tokens=_over(engine))  # must not raise
     assert out is messages or out[-1] == messages[-1]
     assert engine.database_fault is not None
+
+
+def _remove_database_files(path):
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+
+
+def test_a_database_file_deleted_under_a_running_engine_is_created_again(tmp_path, monkeypatch):
+    """New turns never go to the unlinked file (lost at exit): the file at the path is
+    opened again, the session recorded in it, and each message stored there once."""
+    monkeypatch.setattr(database, "FILE_CHECK_SECONDS", 0.0, raising=False)
+    engine = make_engine(tmp_path, window=64_000)
+    path = str(engine.config.resolved_database_path)
+    messages = [m for t in range(5) for m in coding_turn(t)]
+    engine.on_session_end("sess", messages)
+    _remove_database_files(path)
+    for t in range(5, 8):
+        messages = messages + coding_turn(t)
+        engine.on_session_end("sess", messages)
+        engine.compress(messages, current_tokens=100)
+    assert os.path.exists(path)
+    conn = sqlite3.connect(path)
+    texts = [r[0] for r in conn.execute("SELECT content FROM messages WHERE content != ''")]
+    conn.close()
+    assert len(texts) == len(set(texts)) == 8 * 3
+    assert engine.store.get_session("sess") is not None
+
+
+def test_a_database_file_replaced_under_a_running_engine_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(database, "FILE_CHECK_SECONDS", 0.0, raising=False)
+    engine = make_engine(tmp_path, window=64_000)
+    path = str(engine.config.resolved_database_path)
+    messages = [m for t in range(5) for m in coding_turn(t)]
+    engine.on_session_end("sess", messages)
+    _remove_database_files(path)
+    with open(path, "wb") as f:
+        f.write(b"not a database at all " * 500)
+    messages = messages + coding_turn(5)
+    engine.on_session_end("sess", messages)
+    out = engine.compress(messages, current_tokens=engine.threshold_tokens + 1)
+    assert out[-1] == messages[-1]
+    assert "damaged" in engine.database_fault["problem"]
+    answer = json.loads(engine.handle_tool_call("trove_status", {}, messages=messages))
+    assert "repair" in json.dumps(answer)
