@@ -37,6 +37,8 @@ RETRY_SECONDS = 30.0
 DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted", "corrupt")
 READ_ONLY = ("readonly", "read-only", "permission denied", "access permission",
              "unable to open", "disk i/o error")
+FULL = ("database or disk is full", "no space left")
+LOCKED = ("database is locked", "database table is locked")
 
 
 # How many times one hook's failures are logged per process (then only counted), and
@@ -117,6 +119,19 @@ def describe(path: str | os.PathLike, exc: BaseException) -> dict:
                   "a new database is created at the next start")
     elif isinstance(exc, SchemaTooNewError):
         problem, repair = str(exc), "update hermes-trove, or point TROVE_DATABASE_PATH elsewhere"
+    elif any(word in lowered for word in FULL):
+        # checked before "damaged": neither a full disk nor a held lock is a reason to
+        # restore a backup over the file (the old advice for both)
+        problem = f"{path} cannot be written: the disk is full ({text})"
+        repair = (f"free space on the disk holding {path.parent} (or move the database with "
+                  "TROVE_DATABASE_PATH); the engine tries the database again every "
+                  f"{RETRY_SECONDS:.0f} s and stores the turns it missed from the host's list")
+    elif any(word in lowered for word in LOCKED):
+        problem = (f"{path} is locked: another process held its write lock longer than the "
+                   f"busy timeout ({text})")
+        repair = ("find the process holding it (a long operator command, an open sqlite3 "
+                  "shell, a backup tool) and let it finish; the engine tries the database "
+                  f"again every {RETRY_SECONDS:.0f} s; the file itself is fine")
     elif any(word in lowered for word in DAMAGED):
         problem = f"{path} is damaged ({text})"
         repair = (f"move the file aside with its -wal/-shm files and restore the newest backup "

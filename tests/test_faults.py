@@ -442,3 +442,17 @@ def test_a_database_file_replaced_under_a_running_engine_is_reported(tmp_path, m
     assert "damaged" in engine.database_fault["problem"]
     answer = json.loads(engine.handle_tool_call("trove_status", {}, messages=messages))
     assert "repair" in json.dumps(answer)
+
+
+@pytest.mark.parametrize("error, says, never", [
+    ("database or disk is full", "disk is full", "restore"),
+    ("database is locked", "locked", "restore"),
+])
+def test_a_full_disk_or_a_held_lock_is_named_and_never_sent_to_a_backup(
+        tmp_path, error, says, never):
+    """A clear error: the repair for a full disk or a lock held by another process is
+    not 'restore a backup if the file is damaged' (the file is fine)."""
+    engine = make_engine(tmp_path, window=64_000)
+    engine._note_fault(sqlite3.OperationalError(error))
+    fault = engine.database_fault
+    assert says in fault["problem"] and never not in fault["repair"], fault
