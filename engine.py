@@ -470,6 +470,12 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
         self._last_compress_aborted = False
         self._last_compression_made_progress = False
         self._last_summary_error = None  # a success clears the last failure
+        # the host passes its estimate as an int or None; anything else is read the way
+        # ``should_compress`` reads it (``tokens.as_count``: a numeric string's number,
+        # else 0, "not known"); compared as it came, it raised a TypeError that aborted
+        # every compaction
+        if current_tokens is not None:
+            current_tokens = tokens.as_count(current_tokens)
         try:
             self._follow_host(messages)
             if self.review_fork:

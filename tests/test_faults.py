@@ -456,3 +456,16 @@ def test_a_full_disk_or_a_held_lock_is_named_and_never_sent_to_a_backup(
     engine._note_fault(sqlite3.OperationalError(error))
     fault = engine.database_fault
     assert says in fault["problem"] and never not in fault["repair"], fault
+
+
+@pytest.mark.parametrize("odd", ["abc", float("nan"), "40000", [], {"n": 1}])
+def test_compress_with_an_odd_current_tokens_still_compacts(tmp_path, odd):
+    """A count that is not a number is read like ``should_compress`` reads it ("not
+    known", or the number a numeric string spells), never a TypeError that aborts
+    every compaction of the turn."""
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [m for t in range(80) for m in coding_turn(t, filler=200)]
+    out = engine.compress(messages, current_tokens=odd)
+    assert engine._last_compress_aborted is False, engine.last_compaction
+    assert len(out) < len(messages) and out[-1] == messages[-1]
+    assert assemble.sequence_problems(out) == []
