@@ -20,7 +20,6 @@ import threading
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
-from ..compaction.fallback import is_trim_notice
 from ..storage import codec, timekeys
 from ..config import TroveConfig
 from .noise import MessageFilter, SessionFilter
@@ -61,8 +60,6 @@ class IngestPolicy:
     def prepare(self, message: dict) -> codec.EncodedMessage | None:
         """The row encoding of a host message, or None when it is noise not to store."""
         original = codec.clean_message(message)
-        if is_trim_notice(original):
-            return None  # the engine's own note from a fallback trim: never conversation
         if self.messages.enabled and self.messages.matches(original) is not None:
             self.ignored_messages += 1
             return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ..binding import forks
 from ..binding import session as session_binding
-from ..compaction import assemble, known_tails, tokens
+from ..compaction import assemble, fallback, known_tails, tokens
 from ..compaction.budget import host_estimator
 from ..compaction.message_memo import NOT_STORED
 from ..storage import codec, identity
@@ -108,6 +108,11 @@ class IngestSide:
                                     self.policy.prepare)
         if system_prompt:
             facts.insert(0, NOT_STORED)
+        # the notice of a fallback trim (``fallback.is_trim_notice``) is the engine's own
+        # text, never conversation: stored, it read as a user message and the turns
+        # after it were taken for new ones once the database worked again
+        facts = [NOT_STORED if fallback.is_trim_notice(m) else f
+                 for m, f in zip(messages, facts)]
         stamps = [m.get("timestamp") for m in messages]
         store = self.store
         key = (canonical, system_prompt, handover)
