@@ -42,7 +42,21 @@ def on_pre_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
     """Append the recall policy to the user turn, only where trove serves the session.
 
     A background review fork's turn (the host's harness prompt) gets nothing; its
-    thread remembers which user session it reviews (its tool calls read it)."""
+    thread remembers which user session it reviews (its tool calls read it).
+    Never raises into the host: a history that is not a list of dicts is read as its
+    dict messages (``host_input.messages``), and any failure adds nothing to the turn."""
+    from .binding import host_input
+    from .storage import faults
+    try:
+        history = host_input.messages(conversation_history, None, "pre_llm_call")
+        return _pre_llm_call(session_id, history, _kwargs)
+    except Exception as exc:
+        faults.report(None, "pre_llm_call", f"{type(exc).__name__}: {str(exc)[:200]}")
+        return None
+
+
+def _pre_llm_call(session_id, conversation_history: list, _kwargs: dict):
+    """``on_pre_llm_call`` on a sanitised history."""
     from .binding import forks
     from .engine import find_engine
     is_fork = forks.review_start(conversation_history or ()) is not None
@@ -95,13 +109,22 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
     """Persist the whole turn as soon as it ends, so a crash loses nothing.
 
     A background review fork shares the user's session id: its turn is not the
-    user's conversation and is not stored (the part it replays is stored already)."""
-    from .binding import forks
+    user's conversation and is not stored (the part it replays is stored already).
+    A history that is not a list of dicts is read as its dict messages, as
+    ``on_session_end`` reads one: never an exception into the host."""
+    from .binding import forks, host_input
     from .engine import find_engine
-    engine = find_engine(session_id)
-    if engine is None or not conversation_history:
-        return None
-    if forks.review_start(conversation_history) is not None:
+    from .storage import faults
+    try:
+        engine = find_engine(session_id)
+        conversation_history = host_input.messages(conversation_history, engine,
+                                                   "post_llm_call")
+        if engine is None or not conversation_history:
+            return None
+        if forks.review_start(conversation_history) is not None:
+            return None
+    except Exception as exc:
+        faults.report(None, "post_llm_call", f"{type(exc).__name__}: {str(exc)[:200]}")
         return None
     try:
         history = list(conversation_history)

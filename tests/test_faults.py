@@ -469,3 +469,16 @@ def test_compress_with_an_odd_current_tokens_still_compacts(tmp_path, odd):
     assert engine._last_compress_aborted is False, engine.last_compaction
     assert len(out) < len(messages) and out[-1] == messages[-1]
     assert assemble.sequence_problems(out) == []
+
+
+@pytest.mark.parametrize("history", [{"role": "user", "content": "hi"}, 5, "text",
+                                     [None, {"role": "user", "content": "hi"}]])
+def test_the_turn_hooks_never_raise_on_an_odd_history(tmp_path, history):
+    """``pre_llm_call`` and ``post_llm_call`` read a history that is not a list of
+    dicts as its dict messages: nothing raises into the host, the dicts are stored."""
+    import hermes_trove as plugin
+    engine = make_engine(tmp_path, window=64_000)
+    plugin.on_pre_llm_call(session_id="sess", conversation_history=history)
+    plugin.on_post_llm_call(session_id="sess", conversation_history=history)
+    stored = engine.store.count_messages("sess")
+    assert stored == (1 if isinstance(history, list) else 0)
