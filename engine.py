@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
-from .compaction import assemble, fallback, prepare, spend, sweep, tail_rows, tokens
+from .compaction import assemble, prepare, spend, sweep, tail_rows, tokens
 from .compaction.budget import HOST_PROGRESS_SHARE, Budget, RealProjection, host_text_cost
 from .storage import faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
@@ -38,6 +38,7 @@ from .compaction.summarize import CircuitBreaker, Summarizer
 from .orchestrator.maintenance import Maintenance
 from .orchestrator.ingest_side import IngestSide
 from .orchestrator.budget_side import BudgetSide
+from .orchestrator.fault_side import FaultSide
 from .orchestrator.tool_side import ENGINE_NAME, ToolSide
 
 try:  # the host's ABC; scripts that run without Hermes get a plain base class
@@ -74,7 +75,8 @@ def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
     return _breakers[key]
 
 
-class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance, ContextEngine):
+class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, Maintenance,
+                  ContextEngine):
     """Lossless context management for one agent (the host deep-copies it per agent)."""
 
     def __init__(self, config: TroveConfig | None = None):
@@ -166,8 +168,8 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
     def store(self) -> Store:
         """The message store on the process-wide shared connection."""
         db = get_database(self.config.database_target)
-        if self._view is not None and self._view_db is not db:
-            self._forget_database_state()
+        if self._view is not None and self._view_db is not None and self._view_db is not db:
+            self._forget_database_state()      # not a fresh copy's first read (None)
         self._view_db = db
         return Store(db)
 
@@ -367,21 +369,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
                     raise
                 self._note_fault(exc)
         self._start_rollups()
-
-    @property
-    def database_fault(self) -> dict | None:
-        """What is wrong with the database (problem, repair), or None."""
-        return self._faults.fault
-
-    def _note_fault(self, exc: BaseException) -> None:
-        """Remember what is wrong with the database: until it works again the engine
-        keeps the prompt bounded without it and every tool says why."""
-        fault = self._faults.note(self.config.database_display, exc)
-        self.errors.append(f"database: {fault['problem']}")
-
-    def _usable_database(self) -> bool:
-        """Whether to use the database now (see ``faults.Tracker.usable``)."""
-        return self._faults.usable()
 
     @faults.host_entry()
     def on_session_reset(self) -> None:
@@ -810,51 +797,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, ToolSide, Maintenance,
                                          max(MIN_LEAF_BUDGET, message_budget // 8)),
                          condensed_budget=min(cfg.condensed_summary_tokens,
                                               max(MIN_CONDENSED_BUDGET, message_budget // 5)))
-
-    def _compress_without_database(self, messages: list, current_tokens: int | None,
-                                   focus: str | None) -> list:
-        """A stored session while its database is unusable: the prompt is kept bounded
-        by a trim of the host's own messages, never raising (this runs in
-        ``compress``'s error handler too: a failure here keeps the list unchanged).
-
-        Not Hermes's compressor, as for sessions trove never stores: its list holds
-        rewritten messages (a summary, old tool outputs pruned to one-line notes)
-        that the host shows again once the database works, and each of them, with
-        the unchanged replies beside them, was stored as a new row: the session's
-        history held the same turns twice. A trim returns the host's own message
-        objects (and a notice that is never stored), so each is the row it was."""
-        try:
-            return self._compress_unstored(messages, current_tokens, focus, trim_only=True)
-        except Exception as exc:  # never break the agent: the list goes back unchanged
-            log.exception("hermes-trove: compaction without the database failed")
-            self._last_compress_aborted = True
-            self._last_summary_error = f"hermes-trove compaction failed: {exc}"
-            self.last_compaction = {"at": time.time(), "outcome": "error",
-                                    "reason": str(exc)[:500]}
-            return messages
-
-    def _compress_unstored(self, messages: list, current_tokens: int | None,
-                           focus: str | None, trim_only: bool = False) -> list:
-        """Ignored and stateless sessions: Hermes's own compressor, else a trim
-        (``trim_only``: always the trim, see ``_compress_without_database``)."""
-        if self._builtin is None and not trim_only:
-            self._builtin = fallback.builtin_compressor(self._runtime, self.context_length,
-                                                        self.threshold_percent)
-        system = messages[0] if messages and messages[0].get("role") == "system" else None
-        budget = self._budget(messages, system, current_tokens, self.threshold_tokens)
-        result, path = fallback.compress_unstored(
-            messages, compressor=None if trim_only else self._builtin,
-            current_tokens=current_tokens, focus=focus,
-            budget_tokens=budget.real_room + budget.system_exact,
-            count=lambda m: budget.cost(self.count_message(m), self.rough_message(m)))
-        changed = result != messages and self._host_takes(messages, result, current_tokens)
-        if changed:
-            self.compression_count += 1
-            self._last_compression_made_progress = True
-            self._real_projection.forget()
-        self.last_compaction = {"at": time.time(), "outcome": "delegated" if changed else "noop",
-                                "path": path, "session_mode": self.session_mode}
-        return result if changed else messages
 
     def _record(self, outcome: dict) -> None:
         """Keep the last compaction's outcome on the engine and in the session state."""
