@@ -405,15 +405,22 @@ def _remove_database_files(path):
             os.remove(path + suffix)
 
 
-def test_a_database_file_deleted_under_a_running_engine_is_created_again(tmp_path, monkeypatch):
-    """New turns never go to the unlinked file (lost at exit): the file at the path is
-    opened again, the session recorded in it, and each message stored there once."""
+def _five_turns_then_the_file_removed(tmp_path, monkeypatch):
+    """An engine that stored five turns, whose database files were then deleted (the
+    file check runs on every read): (engine, database path, the messages)."""
     monkeypatch.setattr(database, "FILE_CHECK_SECONDS", 0.0, raising=False)
     engine = make_engine(tmp_path, window=64_000)
     path = str(engine.config.resolved_database_path)
     messages = [m for t in range(5) for m in coding_turn(t)]
     engine.on_session_end("sess", messages)
     _remove_database_files(path)
+    return engine, path, messages
+
+
+def test_a_database_file_deleted_under_a_running_engine_is_created_again(tmp_path, monkeypatch):
+    """New turns never go to the unlinked file (lost at exit): the file at the path is
+    opened again, the session recorded in it, and each message stored there once."""
+    engine, path, messages = _five_turns_then_the_file_removed(tmp_path, monkeypatch)
     for t in range(5, 8):
         messages = messages + coding_turn(t)
         engine.on_session_end("sess", messages)
@@ -427,12 +434,7 @@ def test_a_database_file_deleted_under_a_running_engine_is_created_again(tmp_pat
 
 
 def test_a_database_file_replaced_under_a_running_engine_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(database, "FILE_CHECK_SECONDS", 0.0, raising=False)
-    engine = make_engine(tmp_path, window=64_000)
-    path = str(engine.config.resolved_database_path)
-    messages = [m for t in range(5) for m in coding_turn(t)]
-    engine.on_session_end("sess", messages)
-    _remove_database_files(path)
+    engine, path, messages = _five_turns_then_the_file_removed(tmp_path, monkeypatch)
     with open(path, "wb") as f:
         f.write(b"not a database at all " * 500)
     messages = messages + coding_turn(5)

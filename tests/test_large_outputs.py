@@ -82,7 +82,9 @@ def test_stubbing_needs_externalization(tmp_path):
     assert [m for m in out if m.get("role") == "tool"][0]["content"] == log
 
 
-def test_transcript_gc_rewrites_backfilled_summarized_rows_exactly(tmp_path):
+def backfilled_session(tmp_path):
+    """A session with one big tool output, stored, then backfilled into a payload file
+    by the operator script: (the output, the turns)."""
     log = big_log()
     plain = make_engine(tmp_path, window=32_000)
     turns = [{"role": "user", "content": "run"}] + tool_pair("big", log)
@@ -94,6 +96,11 @@ def test_transcript_gc_rewrites_backfilled_summarized_rows_exactly(tmp_path):
                                "--db", str(db_path), "--apply", "--json"],
                               capture_output=True, text=True, timeout=120)
     assert backfill.returncode == 0, backfill.stderr
+    return log, turns
+
+
+def test_transcript_gc_rewrites_backfilled_summarized_rows_exactly(tmp_path):
+    log, turns = backfilled_session(tmp_path)
     gc = make_engine(tmp_path, window=32_000, large_output_transcript_gc_enabled="true")
     row_before = gc.store.session_messages("sess", limit=3)[2]
     assert row_before["content"] == log
@@ -166,17 +173,7 @@ def test_tools_search_describe_and_page_externalized_payloads_within_scope(tmp_p
 def test_transcript_gc_keeps_a_row_whose_payload_file_is_damaged(tmp_path):
     """Fails closed: a payload file that exists but no longer holds the row's exact
     bytes (truncated by a full disk, altered) never replaces the stored text."""
-    log = big_log()
-    plain = make_engine(tmp_path, window=32_000)
-    turns = [{"role": "user", "content": "run"}] + tool_pair("big", log)
-    turns += [m for t in range(30) for m in coding_turn(t)]
-    plain.ingest(turns)
-    db_path = plain.config.resolved_database_path
-    database.forget_database(db_path)
-    backfill = subprocess.run([sys.executable, str(ROOT / "scripts" / "backfill_externalized_tool_outputs.py"),
-                               "--db", str(db_path), "--apply", "--json"],
-                              capture_output=True, text=True, timeout=120)
-    assert backfill.returncode == 0, backfill.stderr
+    log, turns = backfilled_session(tmp_path)
     gc = make_engine(tmp_path, window=32_000, large_output_transcript_gc_enabled="true")
     store = gc.policy.payloads
     path = store.path_of(payloads.ref_for(payloads.encode_text(log)))
