@@ -21,7 +21,13 @@ from . import assemble
 log = logging.getLogger(__name__)
 
 TRIM_NOTICE = ("[trove context: earlier turns of this session were trimmed to fit the window; "
-               "this session is excluded from trove's storage by configuration]")
+               "trove is not storing this session now (excluded by configuration, or its "
+               "database is unavailable: /trove status says which)]")
+# The notice before 2026-12-05 said "excluded by configuration" also during a database
+# fault; a list the host still holds may carry it.
+_EARLIER_TRIM_NOTICES = ("[trove context: earlier turns of this session were trimmed to fit "
+                         "the window; this session is excluded from trove's storage by "
+                         "configuration]",)
 
 
 def is_trim_notice(message: dict) -> bool:
@@ -32,7 +38,7 @@ def is_trim_notice(message: dict) -> bool:
     conversation: it is never stored (it read as a user message, and the turns
     after it were taken for new ones and stored a second time)."""
     return (isinstance(message, dict) and message.get("role") == "user"
-            and message.get("content") == TRIM_NOTICE)
+            and message.get("content") in (TRIM_NOTICE, *_EARLIER_TRIM_NOTICES))
 
 
 def builtin_compressor(runtime: dict, context_length: int, threshold_percent: float):
