@@ -563,10 +563,11 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             # When the share left only the newest turn (a big one), the turns before it
             # that may fit beside the block as it turns out are held back from the
             # first summary pass (not under an explicit tail cap): the block's real
-            # size decides them. Held against the smallest block (its header and the
-            # acknowledgement), not the frontier as it stands: this pass may condense
-            # that frontier into less (host walk 220005: a 150-token turn was
-            # summarized against the old block and the new one left room for it).
+            # size decides them, after this pass's condensation. Held against the
+            # smallest block (its header and the acknowledgement), not the frontier as
+            # it stands: the pass may condense that frontier into less (host walk
+            # 220005: a 150-token turn was summarized against the old block, or the new
+            # leaves before their merge, and the block as sent left room for it).
             minimal = self._minimal_tail(live_msgs, units)
             held: set[int] = set()
             if cut and max_tokens == first_cap and not cfg.fresh_tail_max_tokens \
@@ -597,16 +598,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             raw = summarize([i for i in range(len(live_msgs)) if i not in keep and i not in held],
                             may_defer=max_count == cfg.fresh_tail_count and not held)
             keep = keep | {i for i in range(len(live)) if live[i][1] in raw}
-            if held:
-                # the held turns that fit beside the block as it stands stay raw
-                room_now = room - self._block_cost(self.dag.frontier(session), text_cost)
-                fits, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
-                                               max_tokens=max(0, room_now), count=tail_cost)
-                summarize(sorted(held - fits), may_defer=False)
-                keep = keep | (held & fits)
-                cut = len(keep) < min(max_count, len(live_msgs))
-            tail_cut = cut
-            gave_way = cut and len(keep) <= minimal
             if swept is None or swept.should_condense(
                     self.dag.frontier(session), lambda n: n["token_count"],
                     target_tokens=cfg.summary_prefix_target_tokens,
@@ -615,6 +606,16 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
                                  max_depth=cfg.incremental_max_depth, focus=focus,
                                  deterministic_only=deterministic, report=report,
                                  wait_seconds=wait)
+            if held:
+                # the held turns that fit beside the block as it stands, condensed, stay raw
+                room_now = room - self._block_cost(self.dag.frontier(session), text_cost)
+                fits, _ = assemble.choose_tail(live_msgs, units, max_count=max_count,
+                                               max_tokens=max(0, room_now), count=tail_cost)
+                summarize(sorted(held - fits), may_defer=False)
+                keep = keep | (held & fits)
+                cut = len(keep) < min(max_count, len(live_msgs))
+            tail_cut = cut
+            gave_way = cut and len(keep) <= minimal
             tail = self._replay_stubs([self.policy.for_replay(_clean(live_msgs[i]))
                                        for i in sorted(keep)], [live[i][1] for i in sorted(keep)])
             stale = {new for new, old in enumerate(sorted(keep)) if old in stale}
