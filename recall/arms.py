@@ -45,6 +45,8 @@ VECTOR_SPEAKER = 1.0          # a vector hit sent by a person the question names
                               # 0.399/0.401, 0.3 0.403/0.413, 0.6 0.411/0.417, 1.0 0.419/0.429,
                               # 2.0 0.425/0.443; 1.0 is about full text's own preference:
                               # the name counted as covered and SPEAKER_BONUS)
+ASKING_TURN = 0.7             # a question's hit that itself only asks ("What did you make?") scores
+                              # x this: it is the question again, not its answer (bench/README.md)
 LEXICAL_POWER = 1.0           # hybrid: the full-text arms' weight times (the best coverage of
                               # the question among the top 5 full-text hits) ** this: when no
                               # turn holds most of the question's words, the vectors decide
@@ -168,6 +170,9 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
                        key=lambda f: -f[1])
         notes.append(f"read {window.label!r} in the query as a preference for that time "
                      f"(pass period to filter by it)")
+    if ASKING_TURN != 1.0 and plan.text.rstrip().endswith("?"):
+        fused = sorted(((k, s * ASKING_TURN if k[0] == "m" and _only_asks(hits[k].text) else s, r)
+                        for k, s, r in fused), key=lambda f: -f[1])
     result = [ranking.Fused(*f) for f in fused]
     if INTERLEAVE and not _alone:
         result = _interleave(ctx, plan, limit, result, hits, message_scope=message_scope,
@@ -272,6 +277,18 @@ def _vector_text(text: str, names: set[str]) -> str:
         return text
     stripped = ranking.without_names(text, names)
     return stripped if query_plan.parse_query(stripped).concepts else text
+
+
+def _only_asks(text: str) -> bool:
+    """Every sentence of ``text`` is a question ("Any trail near Moab you'd recommend?").
+
+    Why: asked a question, full text and the vectors both rank highest the turns that
+    ask the same thing, which in a conversation is the partner asking it, not the
+    answer; the context arm already lifts the turn after such a match, so the asking
+    turn itself scores less (``ASKING_TURN``). A turn that also tells something
+    ("We went to Moab. Any trail you'd recommend?") is not only asking."""
+    parts = [p for p in _SENTENCE.split(text.strip()) if p.strip()]
+    return bool(parts) and all(p.rstrip().endswith("?") for p in parts)
 
 
 def _lexical_confidence(found: list) -> float:

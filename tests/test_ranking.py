@@ -646,3 +646,37 @@ def test_vector_hits_sent_by_a_person_the_question_names_come_first():
                              (("m", 3), 0.42 * boost), (("m", 4), 0.41)], key=lambda kc: -kc[1])
     assert ranked[0][0] == ("m", 2)                        # her [Name] turn over Jo's
     assert [k for k, _ in arms._by_speaker(listed, hits, {"oskar"}, {})] == list(hits)
+
+
+def test_a_question_ranks_the_turn_that_answers_it_above_the_turn_that_asks_it_again(
+        tmp_path, monkeypatch):
+    """The partner asking the same thing matches every word of the question; the
+    answer beside it matches fewer. Asked as a question, the answer comes first; a
+    keyword search (no question) keeps the best match first; so does the factor at 1."""
+    from hermes_trove.recall import arms
+    messages = _filler(12) + [
+        {"role": "user", "content": "Which pottery class did you sign up for?"},
+        {"role": "assistant", "content": "The pottery class at the community center."},
+    ] + _filler(12, 12)
+    db, store, dag, ids = _db(tmp_path, messages)
+    try:
+        asks, answers = ids[12], ids[13]
+
+        def first(query):
+            out = json.loads(tools.dispatch("trove_grep", {"query": query},
+                                            _ctx(store, dag, tmp_path)))
+            return out["results"][0]["store_id"]
+
+        assert first("Which pottery class did you sign up for?") == answers
+        assert first("which pottery class sign up") == asks
+        monkeypatch.setattr(arms, "ASKING_TURN", 1.0)
+        assert first("Which pottery class did you sign up for?") == asks
+    finally:
+        db.close()
+
+
+def test_only_asks_reads_every_sentence():
+    from hermes_trove.recall import arms
+    assert arms._only_asks("Which class? The pottery one?")
+    assert not arms._only_asks("We went to Moab. Any trail you'd recommend?")
+    assert not arms._only_asks("") and not arms._only_asks("Sure.")
