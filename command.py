@@ -329,6 +329,9 @@ def format_clean(report: dict) -> str:
                  f"rows deleted: {removed['messages']} messages, {removed['nodes']} nodes, "
                  f"{removed['edges']} edges, {removed['carry_rows']} carry rows, "
                  f"{removed['session_rows']} session rows (FTS kept in step)"]
+        if removed.get("rollups"):
+            lines.append(f"rollups over them removed: {removed['rollups']} (the next rollup "
+                         "pass rebuilds the periods still in its lookback)")
         lines += [f"kept (protected): {c['session_id']}: {'; '.join(c['protected_by'])}"
                   for c in report["protected"]]
         return "\n".join(lines)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..storage import codec, faults, host_sessions, integrity, locks, prepared
+from ..storage import codec, faults, host_sessions, integrity, locks, prepared, timeline
 from ..diagnostics import health, host, startup
 from ..compaction import tokens
 from .. import tools
@@ -460,6 +460,7 @@ def clean_apply(target: Target, now: float | None = None,
             removed.update(assertions.delete_sessions_in(conn, ids))
             removed.update(evidence_views.delete_sessions_in(conn, ids))
             removed.update(prepared.delete_sessions_in(conn, ids))
+            removed["rollups"] = timeline.delete_sessions_in(conn, ids)
     except sqlite3.IntegrityError as exc:
         raise OperatorError(f"nothing was removed: another session came to depend on a "
                             f"candidate while cleaning ({exc}); run the scan again") from None

@@ -271,25 +271,8 @@ class Timeline:
         """Delete rollups and every rollup built on them (their weeks and months, now
         wrong), lineage and sessions with them, in one transaction; the ids deleted.
         For a period that has nothing of its own to roll up any more."""
-        ids = list(dict.fromkeys(int(i) for i in rollup_ids))
-        if not ids:
-            return []
         with self.db.transaction() as conn:
-            doomed = [r[0] for r in conn.execute(
-                f"""
-                WITH RECURSIVE up(rollup_id) AS (
-                    SELECT rollup_id FROM rollups WHERE rollup_id IN ({_in(ids)})
-                    UNION
-                    SELECT s.rollup_id FROM rollup_sources s JOIN up
-                        ON s.child_rollup_id = up.rollup_id
-                )
-                SELECT rollup_id FROM up ORDER BY rollup_id DESC
-                """, ids)]
-            marks = _in(doomed)
-            conn.execute(f"DELETE FROM rollup_sources WHERE rollup_id IN ({marks})", doomed)
-            conn.execute(f"DELETE FROM rollup_sessions WHERE rollup_id IN ({marks})", doomed)
-            conn.execute(f"DELETE FROM rollups WHERE rollup_id IN ({marks})", doomed)
-        return doomed
+            return delete_with_ancestors_in(conn, rollup_ids)
 
     def all_rollups(self, limit: int = 10_000) -> list[dict]:
         """Every rollup (newest period first), for status and the doctor."""
@@ -416,3 +399,41 @@ class Timeline:
                 SELECT store_id FROM walk WHERE store_id IS NOT NULL ORDER BY path
                 """, (rollup_id,)).fetchall()
         return [r[0] for r in rows]
+
+
+def delete_with_ancestors_in(conn, rollup_ids: Iterable[int]) -> list[int]:
+    """``Timeline.delete_with_ancestors`` inside the caller's transaction."""
+    ids = list(dict.fromkeys(int(i) for i in rollup_ids))
+    if not ids:
+        return []
+    doomed = [r[0] for r in conn.execute(
+        f"""
+        WITH RECURSIVE up(rollup_id) AS (
+            SELECT rollup_id FROM rollups WHERE rollup_id IN ({_in(ids)})
+            UNION
+            SELECT s.rollup_id FROM rollup_sources s JOIN up
+                ON s.child_rollup_id = up.rollup_id
+        )
+        SELECT rollup_id FROM up ORDER BY rollup_id DESC
+        """, ids)]
+    marks = _in(doomed)
+    conn.execute(f"DELETE FROM rollup_sources WHERE rollup_id IN ({marks})", doomed)
+    conn.execute(f"DELETE FROM rollup_sessions WHERE rollup_id IN ({marks})", doomed)
+    conn.execute(f"DELETE FROM rollups WHERE rollup_id IN ({marks})", doomed)
+    return doomed
+
+
+def delete_sessions_in(conn, session_ids: Sequence[str]) -> int:
+    """Delete, inside the caller's transaction (``doctor clean``), every rollup over one
+    of these sessions, with the weeks and months built on it; how many went. A rollup
+    keeps no foreign key to its sources, so without this one whose period has left the
+    lookback window (never rebuilt again) would point at removed rows for good: a
+    doctor warning no build could clear. Within the window the next pass rebuilds the
+    period from what is left."""
+    ids = list(dict.fromkeys(session_ids))
+    if not ids:
+        return 0
+    under = [r[0] for r in conn.execute(
+        f"SELECT DISTINCT rollup_id FROM rollup_sessions WHERE session_id IN ({_in(ids)})",
+        ids)]
+    return len(delete_with_ancestors_in(conn, under))

@@ -1,5 +1,6 @@
 """Operators and rollups: /trove rollups [status|build [apply]], scripts/trove.py rollups,
 and the doctor's rollup lineage check."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,7 +13,8 @@ from hermes_trove import command
 from hermes_trove.operators import actions as ops
 from hermes_trove.operators import rollup_actions
 from hermes_trove.storage import database
-from test_rollups import NOW, World
+from hermes_trove.storage.owners import Owners
+from test_rollups import NOW, OWNER, World
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "trove.py"
 
@@ -112,3 +114,30 @@ def test_cli_rollups(world):
     report = json.loads(built.stdout)
     assert report["status"] == "built" and {b["key"] for b in report["built"]} >= {
         "2026-03-12", "2026-W11"}
+
+
+def test_clean_removes_the_rollups_over_its_sessions_even_outside_the_lookback(world):
+    """A rollup keeps no foreign key to its sources: a session removed by doctor clean
+    after its day left the lookback window (never rebuilt again) used to leave the
+    day, its week and its month pointing at removed rows for good (a doctor warning
+    no build could clear). Clean removes them with the session; another owner's
+    rollups and the rollups of other days stay."""
+    for name, owner in (("trove-ephemeral-x", OWNER), ("other-owner", "discord:user:9")):
+        world.store.ensure_session(name, source="telegram")
+        Owners(world.db).record(name, owner, platform="telegram")
+        world.say(name, 12, f"{name} note")
+    config = dataclasses.replace(world.config, doctor_clean_apply_enabled=True)
+    target = ops.open_target(config, writable=True)
+    rollup_actions.build(target, apply=True, now=NOW)
+    before = {(r["kind"], r["period_key"], r["owner"]) for r in world.timeline.all_rollups()}
+    assert ("day", "2026-03-12", "discord:user:9") in before and len(before) == 7
+    later = NOW + 150 * 86400                    # day 12 is far outside the lookback now
+    out = ops.clean_apply(target, now=later)
+    assert out["status"] == "cleaned" and out["removed_sessions"] == ["trove-ephemeral-x"]
+    assert out["removed"]["rollups"] == 2        # day 2026-03-12 and week 2026-W11
+    assert "rollups over them removed: 2" in command.format_clean(out)
+    after = {(r["kind"], r["period_key"], r["owner"]) for r in world.timeline.all_rollups()}
+    assert before - after == {("day", "2026-03-12", OWNER), ("week", "2026-W11", OWNER)}
+    rollup_actions.build(target, apply=True, now=later)
+    checks = {c["name"]: c for c in ops.doctor(target)["checks"]}
+    assert checks["rollup_lineage"]["status"] == "ok", checks["rollup_lineage"]
