@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .storage import codec, identity, scans, views
+from .storage import codec, identity, scans, timekeys, views
 from .storage.alignment import Alignment, KnownTail, _Identified  # noqa: F401 (KnownTail: the API)
 from .storage.database import Database
 from .storage.postgres import search as pg_search
@@ -256,7 +256,9 @@ class Store(Alignment):
                         values += (canonical, conversation_id, stored_source, enc.role,
                                    enc.content, enc.content_format, enc.tool_calls,
                                    enc.tool_call_id, enc.tool_name, enc.extra, enc.search_text,
-                                   enc.content_hash, ordinal, enc.message_at, stamp, int(tokens))
+                                   enc.content_hash, ordinal,
+                                   timekeys.settled_time(enc.message_at, stamp), stamp,
+                                   int(tokens))
                     writer.execute(_insert_sql(size), values)
                     start += size
             inserted = len(new)

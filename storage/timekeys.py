@@ -183,8 +183,26 @@ def message_time(value: object, tz: tzinfo | None = None) -> float | None:
     return _plausible(float(value) / 1000.0 if abs(value) >= EPOCH_MS_FLOOR else float(value))
 
 
+FUTURE_SKEW_SECONDS = 3600.0   # a writer's clock may run this far ahead of the store's
+
+
+def settled_time(message_at: float | None, stored_at: float) -> float | None:
+    """The time a message keeps when trove stores it at ``stored_at``: its own, unless
+    that lies more than ``FUTURE_SKEW_SECONDS`` later (a clock far ahead, a naive time
+    read in a zone east of the writer's): nothing is written after it is stored, and
+    such a time put the message in no finished day, so no rollup and no period of
+    ``trove_recent`` ever showed it. None then, so the storage time stands in."""
+    if message_at is None or message_at > stored_at + FUTURE_SKEW_SECONDS:
+        return None
+    return message_at
+
+
 def _plausible(seconds: float) -> float | None:
-    """``seconds`` when its year is within MIN_YEAR..MAX_YEAR, else None."""
+    """``seconds`` when its year is within MIN_YEAR..MAX_YEAR, else None; the epoch's
+    zero itself is the value of an unset field (a default, a missing column), never
+    when a message was written."""
+    if seconds == 0:
+        return None
     try:
         year = datetime.fromtimestamp(seconds, timezone.utc).year
     except (OverflowError, OSError, ValueError):

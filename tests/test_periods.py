@@ -256,7 +256,8 @@ def test_message_times_in_every_form_the_host_writes(value, tz, expected):
     assert timekeys.message_time(value, tz) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00",
+@pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00", 0, "0",
+                                   0.0, "1970-01-01T00:00:00Z",
                                    float("nan"), float("inf"), -5e12, "9" * 80, [], {},
                                    "9999-12-31T23:59:59+14:00"])
 def test_impossible_message_times_are_no_time(value):

@@ -285,6 +285,27 @@ def test_a_late_message_makes_its_day_and_week_stale_and_the_rebuild_includes_it
     assert fresh["used"] == ["rollups"] and "zucchini" in json.dumps(fresh)
 
 
+@pytest.mark.parametrize("stamp", [0, "0", "1970-01-01T00:00:00Z", at(19, 14, 59) + 400 * 86400,
+                                   int((at(19, 14, 59) + 3 * 3600) * 1000)])
+def test_a_message_time_of_zero_or_after_its_storage_is_no_time(world, stamp):
+    """A message cannot have been written at the epoch's zero (an unset field) nor
+    after trove stored it (a clock far ahead, a misread zone). Such a time used to
+    be kept: the message fell outside every day, so no rollup and no trove_recent
+    period ever showed it. The storage time stands in, as for a message without one."""
+    stored = at(18, 12)
+    [odd] = world.store.ingest("wed", [{"role": "user", "content": "durian odd clock",
+                                        "timestamp": stamp}], now=stored).store_ids
+    assert world.store.get_messages([odd])[odd]["message_at"] is None
+    shown = call(world.ctx(), "trove_recent", period="yesterday", session_scope="all")
+    assert "durian" in json.dumps(shown)
+    world.build()
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
+    assert odd in world.timeline.descendant_store_ids(day["rollup_id"])
+    [kept] = world.store.ingest("wed", [{"role": "user", "content": "feijoa small skew",
+                                         "timestamp": stored + 600}], now=stored).store_ids
+    assert world.store.get_messages([kept])[kept]["message_at"] == stored + 600
+
+
 def test_a_new_leaf_over_raw_rollup_sources_makes_the_day_stale(world):
     world.build()
     world.leaves["wed"] = world.leaf("wed", "Summary: papaya (leaf)")
