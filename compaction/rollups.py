@@ -306,11 +306,15 @@ class _Builder:
 
     def _summarize(self, items: list[SourceItem], sizes: list[int], depth: int):
         """One summary of the items (``sizes``: their token counts); when they are too
-        big for one call, summaries of chunks are merged (same escalation at every step)."""
+        big for one call, summaries of chunks are merged (same escalation at every step).
+        A chunk takes at least two items even past ``chunk_tokens``, so every round at
+        least halves the count: with parts bigger than half a chunk (a budget above
+        half of ``TROVE_LEAF_CHUNK_TOKENS``) single-item chunks re-summarized each part
+        alone, round after round, one model call per part each time."""
         budget = self.settings.budget_tokens
         groups, group, used = [], [], 0
         for item, tokens in zip(items, sizes):
-            if group and used + tokens > self.settings.chunk_tokens:
+            if len(group) >= 2 and used + tokens > self.settings.chunk_tokens:
                 groups.append(group)
                 group, used = [], 0
             group.append(item)

@@ -439,6 +439,26 @@ def test_a_big_day_is_summarized_in_chunks_then_merged(world):
     assert world.timeline.source_count(day["rollup_id"]) == 22      # lineage stays whole
 
 
+def test_merging_chunk_summaries_halves_the_parts_every_round(world):
+    """A rollup budget above half of TROVE_LEAF_CHUNK_TOKENS (both are settings) made
+    every chunk of the merge hold one part: each round re-summarized every part alone,
+    one model call each, round after round (1,182 calls for one 24-turn day). A chunk
+    takes at least two parts, so the calls stay within a few per source."""
+    for hour in range(24):
+        world.say("wed", 18, " ".join(f"papaya{hour}w{i}" for i in range(300)), hour=hour)
+    calls = []
+
+    def llm(prompt, model, timeout):       # a summary half as long as what it was shown
+        calls.append(prompt)
+        return "Summary: " + prompt[-len(prompt) // 2:]
+
+    report = world.build(llm_call=llm, chunk_tokens=500, budget_tokens=1500)
+    assert not report.errors
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
+    assert day["level"] == 1 and world.timeline.source_count(day["rollup_id"]) == 50
+    assert len([p for p in calls if "papaya" in p]) <= 3 * 50
+
+
 # ---------------------------------------------------------------- property: complete and scoped
 PERIODS = ["today", "yesterday", "this week", "last week", "monday", "last friday",
            "last 3 days", "2026-03-10..2026-03-17", "this month", "2026-W11"]
