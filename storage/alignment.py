@@ -253,21 +253,26 @@ class Alignment:
         taken = {sid for sid in ids if sid is not None and sid > 0}
         rendered: dict[str, int | None] = {}   # per block shown: read once per list
         for start, end, before, after in reading.gaps:
-            run = fps[start:end]
+            run, matched = fps[start:end], before
             # After the engine's block only rows no summary covers are candidates: the
             # block stands for the summarized ones (a repeated "ok" is never mapped
             # onto an old, summarized copy and dropped from the prompt).
             if after is None and reading.view is not None:
                 # after a returned list: not onto rows that compaction saw and dropped
                 before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
+            candidates = {"fresh_only": any(flags[:start]),
+                          "rendered": self._rendered_nodes(conn, session_id, fps, flags,
+                                                           shown.ack_at, start, rendered)
+                          if before is not None else None}
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
-                                  fresh_only=any(flags[:start]),
-                                  rendered=self._rendered_nodes(conn, session_id, fps, flags,
-                                                                shown.ack_at, start, rendered)
-                                  if before is not None else None)
-            for offset, sid in enumerate(identity.align_gap(run, rows, trailing=after is None,
-                                                            taken=taken)):
+                                  **candidates)
+            aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
+            if after is None and rows and start > 0 and ids[start - 1] == matched \
+                    and all(sid is None for sid in aligned):
+                aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
+                                                   taken, candidates) or aligned
+            for offset, sid in enumerate(aligned):
                 if sid is not None:
                     ids[start + offset] = sid
                     taken.add(sid)
@@ -386,6 +391,46 @@ class Alignment:
                     moved = True
                     break
         return moved
+
+    def _slide_back_for_run(self, conn, session_id: str, fps: list, ids: list, start: int,
+                            run: list, taken: set[int], candidates: dict) -> list | None:
+        """Rows for a run after the list's last match (rule 3) that lines up with none
+        of the rows after it, found by moving the last matched elements back: when the
+        session holds those elements' texts, followed by the run's first, as consecutive
+        rows between the match before them and their rows, those rows are them and the
+        run goes on after them (``ids`` and ``taken`` are updated); else None.
+
+        Why: a view's reading prefers the latest of equal elements. A second CLI's list
+        restored before the first CLI's /retry of a turn (T12, reply 21) shows T12 and
+        its first reply; the first CLI's views, which dropped that attempt, read T12 as
+        the retried copy, after which the reply lines up with nothing and was stored
+        again (host walk 250002). Only for a list whose last match has rows after it
+        that the run does not continue: the session went on past it elsewhere."""
+        first = next(fp for fp in run if fp is not None)
+        for length in range(1, SLIDE_RUN + 1):
+            k0 = start - length
+            if k0 < 0 or fps[k0] is None or (ids[k0] or 0) <= 0:
+                return None
+            prev = next((ids[p] for p in range(k0 - 1, -1, -1) if (ids[p] or 0) > 0), None)
+            if prev is None or prev >= ids[k0]:
+                return None
+            want = fps[k0:start] + [first]
+            between = [(sid, fp) for sid, fp in self._gap_rows(
+                conn, session_id, prev, ids[k0], len(want) + ALIGN_SLACK, **candidates)
+                if sid not in taken]
+            at = next((i for i in range(len(between) - len(want) + 1)
+                       if [fp for _, fp in between[i:i + len(want)]] == want), None)
+            if at is None:
+                continue
+            for k in range(length):
+                taken.discard(ids[k0 + k])
+                ids[k0 + k] = between[at + k][0]
+                taken.add(ids[k0 + k])
+            rows = self._gap_rows(conn, session_id, ids[start - 1], None,
+                                  sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
+                                  **candidates)
+            return identity.align_gap(run, rows, trailing=True, taken=taken)
+        return None
 
     @staticmethod
     def _rendered_nodes(conn, session_id: str, fps: list, flags: list, ack_at,
