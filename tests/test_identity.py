@@ -526,3 +526,38 @@ def test_a_stale_list_going_on_with_rows_summarized_since_keeps_them(tmp_path):
     second.ingest(out + a + b + turn("new question", "new answer"))
     assert len(stored(first)) == rows + 2
     assert [m for m in stored(first) if m[1] == b[0]["content"]] == [("user", b[0]["content"])]
+
+
+def test_a_second_copys_list_from_before_a_retry_keeps_the_retried_attempt(tmp_path):
+    """A second CLI restores the session while its last turn was sent three times
+    (each with its reply); the first CLI then /retries that turn (the host drops the
+    third attempt and sends the text again) and goes on for many turns, so no view
+    holding the dropped attempt is left. The second CLI's next list shows the third
+    attempt and its reply: they are the rows stored then, not new ones (host walk
+    250002: the first CLI's views read the attempt as the retried copy, and its reply,
+    lining up with nothing after that copy, was stored again)."""
+    a = make_engine(tmp_path, window=256_000, fresh_tail_count=4)
+    history = compact(a, long_history(12))     # both lists carry the engine's block
+    for reply in ("reply 19", "reply 20", "reply 21"):     # one text sent three times
+        history += turn("T12 the same question", reply)
+        a.note_user_turn(history[-2])
+        a.ingest(history)
+        a.turn_done()
+    restored = copy.deepcopy(history)                       # the second CLI's transcript
+    retried = history[:-2] + turn("T12 the same question", "reply 22")
+    a.note_user_turn(retried[-2])
+    a.ingest(retried)
+    a.turn_done()
+    for t in range(40):
+        retried += turn(f"later {t} " + "text " * 10, f"noted {t}")
+        a.note_user_turn(retried[-2])
+        a.ingest(retried)
+        a.turn_done()
+    rows = len(stored(a))
+    b = make_engine(tmp_path, window=256_000, fresh_tail_count=4)   # its own process
+    restored += [{"role": "user", "content": "T30 from the second CLI"}]
+    b.note_user_turn(restored[-1])
+    b.ingest(restored)
+    texts = [content for _, content in stored(a)]
+    assert texts.count("reply 21") == 1 and texts.count("T12 the same question") == 4
+    assert len(stored(a)) == rows + 1 and texts[-1] == "T30 from the second CLI"
