@@ -13,6 +13,11 @@ soak walk does not stop at its first failure.
     .venv/bin/python bench/soak.py --steps 2000 --seed 1          # ~13 min
     .venv/bin/python bench/soak.py --steps 300 --seed 1           # ~2 min
     .venv/bin/python bench/soak.py --seed 2400 --steps 40 --walk-steps 40   # replay a test walk
+    PG_TROVE_TEST_URL=postgresql://... .venv/bin/python bench/soak.py --postgres --steps 300
+
+``--postgres``: trove stores on PostgreSQL (``TROVE_DATABASE_URL``), each walk in a
+fresh schema of the server ``PG_TROVE_TEST_URL`` names (tests/pgkit.py, dropped after
+the walk), and the oracle reads the rows there.
 
 Writes bench/results/soak.json. Exit status 1 when any check failed.
 """
@@ -49,6 +54,8 @@ def main(argv=None) -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="the second CLI is a second HermesCLI object in this process "
                              "(default: a real second OS process)")
+    parser.add_argument("--postgres", action="store_true",
+                        help="store on PostgreSQL: a fresh schema per walk on PG_TROVE_TEST_URL")
     parser.add_argument("--show", type=int, default=5, help="failures to print per walk")
     args = parser.parse_args(argv)
 
@@ -57,8 +64,12 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(HERE))
     import clikit as ck
     import hostkit as hk
+    import pgkit
     import walkkit as wk
     from synth import save_results
+
+    if args.postgres and pgkit.pg_unavailable():
+        parser.error(f"--postgres: {pgkit.pg_unavailable()}")
 
     total = wk.WalkStats()
     walks = []
@@ -67,8 +78,10 @@ def main(argv=None) -> int:
         seed = args.seed
         while total.steps < args.steps:
             steps = min(args.walk_steps, args.steps - total.steps)
-            with tempfile.TemporaryDirectory(prefix="trove-soak-") as tmp:
-                with ck.CliHost(Path(tmp), server=server, responder=wk.ScriptedModel(seed)) as host:
+            with tempfile.TemporaryDirectory(prefix="trove-soak-") as tmp, \
+                    pgkit.store_env(args.postgres) as store:
+                with ck.CliHost(Path(tmp), server=server, responder=wk.ScriptedModel(seed),
+                                extra_env=store) as host:
                     walk = wk.Walk(host, seed, steps=steps, stop_at_first=False,
                                    use_process=not args.in_process,
                                    largest_turn=args.largest_turn)
@@ -87,7 +100,8 @@ def main(argv=None) -> int:
     figures["steps_per_second"] = round(total.steps / seconds, 2) if seconds else None
     figures["step_counts"] = dict(total.step_counts)
     print("\nTOTAL " + json.dumps(figures, indent=1))
-    path = save_results("soak", args=vars(args), totals=figures, walks=walks)
+    path = save_results("soak_postgres" if args.postgres else "soak", args=vars(args), totals=figures,
+                        walks=walks)
     print(f"wrote {path}")
     return 0 if total.clean else 1
 

@@ -19,7 +19,8 @@ HeadlessCLI: .chat(text), .command("/undo"), .undo(), .retry(), .compress(),
     .engine, .output (everything the CLI printed).
 CliProcess: the same verbs over a JSON-lines pipe to tests/cli_driver.py.
 hermes_one_shot(host, text, resume=None): the real ``hermes chat -q`` command, one turn.
-stored_rows(home, session=None) / stored_sessions(home): trove.db as the tests read it.
+stored_rows(home, session=None) / stored_sessions(home): the store as the tests read it
+    (trove.db, or the PostgreSQL server of TROVE_DATABASE_URL: store_target(home)).
 real_prompt_tokens(body): a provider's prompt_tokens (cl100k of what was sent).
 host_rough_tokens(body): the host's own ``estimate_request_tokens_rough`` of a request.
 request_user_text(body, -1): a user message of a request, without the recall policy.
@@ -153,11 +154,35 @@ def request_user_text(body: dict, index: int = -1) -> str:
 
 
 # ---------------------------------------------------------------------------
-# trove.db as the tests read it
+# The store as the tests read it (trove.db, or the PostgreSQL schema)
 # ---------------------------------------------------------------------------
 
-def _connect(home: Path) -> Optional[sqlite3.Connection]:
-    path = Path(home) / "trove.db"
+def store_target(home: Path) -> str:
+    """Where the plugin on ``home`` keeps its store: the plugin's own choice
+    (``config.load_config(...).database_target``: ``TROVE_DATABASE_URL`` when set,
+    else the SQLite file), read with the environment the host runs with, so a walk
+    on PostgreSQL is checked against the server, never against a file not written."""
+    try:
+        import hermes_trove  # noqa: F401
+    except ImportError:  # a script that did not load the package yet
+        sys.path.insert(0, str(TESTS_DIR.parent / "scripts"))
+        from _bootstrap import load_package
+        load_package()
+    from hermes_trove.config import load_config
+    return load_config(os.environ, Path(home)).database_target
+
+
+def connect_store(home: Path) -> Any:
+    """A reading connection to the store of ``home``, or None before it exists. One
+    reader per engine, both taking the store's SQL (``?`` parameters) and giving rows
+    read by column name: SQLite read-only (``mode=ro``, never a migration or a lock
+    the plugin waits behind), or the store's own PostgreSQL adapter (autocommit: each
+    statement sees what the other processes committed)."""
+    target = store_target(home)
+    from hermes_trove.storage.postgres.connection import Connection, is_url
+    if is_url(target):
+        return Connection(target)
+    path = Path(target)
     if not path.exists():
         return None
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
@@ -167,7 +192,7 @@ def _connect(home: Path) -> Optional[sqlite3.Connection]:
 
 def canonical_session(home: Path, session: str) -> str:
     """The session whose rows hold ``session``'s messages (``sessions.canonical_id``)."""
-    db = _connect(home)
+    db = connect_store(home)
     if db is None:
         return session
     try:
@@ -182,7 +207,7 @@ def stored_rows(home: Path, session: Optional[str] = None, *,
     """Stored messages in store order: dicts with store_id, session_id, role,
     content (roles=None for all roles). ``session`` is resolved to its canonical
     session first (an alias's rows live there)."""
-    db = _connect(home)
+    db = connect_store(home)
     if db is None:
         return []
     try:
@@ -204,7 +229,7 @@ def stored_rows(home: Path, session: Optional[str] = None, *,
 
 def stored_sessions(home: Path) -> Dict[str, str]:
     """session_id -> canonical_id of every session trove knows."""
-    db = _connect(home)
+    db = connect_store(home)
     if db is None:
         return {}
     try:

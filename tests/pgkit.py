@@ -7,9 +7,11 @@ the reason, except where ``PG_TROVE_REQUIRE=1`` (CI), where it fails: CI must ru
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.parse
 import uuid
+from typing import Dict, Iterator
 
 import pytest
 
@@ -64,6 +66,25 @@ class PgSchema:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute("SET lock_timeout = '30s'")  # a leaked connection fails, never hangs
             conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+
+
+@contextlib.contextmanager
+def store_env(postgres: bool) -> Iterator[Dict[str, str]]:
+    """The environment a host needs for its store: ``{}`` (the SQLite file under its
+    HERMES_HOME), or with ``postgres`` a ``TROVE_DATABASE_URL`` naming a fresh schema,
+    dropped afterwards. Why: each walk (tests/test_host_walk.py, bench/soak.py) must
+    start from an empty store, on the server as in a fresh home."""
+    if not postgres:
+        yield {}
+        return
+    reason = pg_unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    schema = PgSchema()
+    try:
+        yield {"TROVE_DATABASE_URL": schema.url}
+    finally:
+        schema.drop()
 
 
 @pytest.fixture(params=BACKENDS)

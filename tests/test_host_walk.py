@@ -16,6 +16,11 @@ Bounded for CI: ``HOSTWALK_WALKS`` walks (default 2) of ``HOSTWALK_STEPS`` steps
 (default 40), seeds from ``HOSTWALK_SEED`` (default 2400). A failure names the
 seed and step; replay it with ``python bench/soak.py --seed S --steps N``.
 Thousands of steps: bench/soak.py.
+
+The same walks with trove on PostgreSQL (``TROVE_DATABASE_URL``, a fresh schema per
+walk on the server ``PG_TROVE_TEST_URL`` names, tests/pgkit.py; the oracle reads the
+rows there): a fresh walk and the ones that once failed there only (``PG_REPLAYS``), skipped without
+a server (failing with ``PG_TROVE_REQUIRE=1``). Soak: ``bench/soak.py --postgres``.
 """
 import os
 
@@ -23,6 +28,7 @@ import pytest
 
 import clikit as ck
 import hostkit as hk
+import pgkit
 import walkkit as wk
 
 pytestmark = pytest.mark.host
@@ -45,13 +51,22 @@ def largest_turn(walk: int) -> int:
     return 20_000 if walk % 2 else 8_000
 
 
+def run_walk(tmp_path, server, seed: int, steps: int, *, postgres: bool = False, **options):
+    """One walk in a fresh home (and with ``postgres`` a fresh schema); returns the Walk
+    after its run (``options``: Walk's use_process, largest_turn)."""
+    with pgkit.store_env(postgres) as store, \
+            ck.CliHost(tmp_path, server=server, responder=wk.ScriptedModel(seed), extra_env=store) as host:
+        w = wk.Walk(host, seed, steps=steps, **options)
+        w.run()
+        assert not host.env.blocked
+    return w
+
+
 @pytest.mark.parametrize("walk", range(WALKS))
 def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, walk):
     seed = SEED + walk
-    with ck.CliHost(tmp_path, server=server, responder=wk.ScriptedModel(seed)) as host:
-        w = wk.Walk(host, seed, steps=STEPS, use_process=True, largest_turn=largest_turn(walk))
-        stats = w.run()
-    assert not host.env.blocked
+    w = run_walk(tmp_path, server, seed, STEPS, use_process=True, largest_turn=largest_turn(walk))
+    stats = w.stats
     assert stats.steps, "the walk took no step"
     assert stats.clean, (wk.describe(stats) + f"\nsteps: {w.log}\n"
                          f"replay: python bench/soak.py --seed {seed} --steps {STEPS} --walk-steps {STEPS}"
@@ -154,9 +169,23 @@ IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))
 def test_walks_that_once_failed_stay_clean(tmp_path, server, seed):
-    with ck.CliHost(tmp_path, server=server, responder=wk.ScriptedModel(seed)) as host:
-        w = wk.Walk(host, seed, steps=REPLAYS[seed], use_process=seed not in IN_PROCESS,
-                    **({"largest_turn": LARGEST_TURN[seed]} if seed in LARGEST_TURN else {}))
-        stats = w.run()
-    assert stats.steps == REPLAYS[seed]
-    assert stats.clean, wk.describe(stats) + f"\nsteps: {w.log}"
+    w = run_walk(tmp_path, server, seed, REPLAYS[seed], use_process=seed not in IN_PROCESS,
+                 **({"largest_turn": LARGEST_TURN[seed]} if seed in LARGEST_TURN else {}))
+    assert w.stats.steps == REPLAYS[seed]
+    assert w.stats.clean, wk.describe(w.stats) + f"\nsteps: {w.log}"
+
+
+# On PostgreSQL (seed: steps; the walks' defaults otherwise): a fresh walk of
+# HOSTWALK_PG_STEPS steps from HOSTWALK_SEED, then the walks that failed only there.
+PG_STEPS = int(os.environ.get("HOSTWALK_PG_STEPS", "20"))
+PG_REPLAYS = {SEED: PG_STEPS}
+
+
+@pytest.mark.parametrize("seed", sorted(PG_REPLAYS))
+def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
+    pgkit.require_pg()
+    w = run_walk(tmp_path, server, seed, PG_REPLAYS[seed], postgres=True)
+    assert w.stats.steps == PG_REPLAYS[seed]
+    assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
+                           f" --postgres --seed {seed} --steps {PG_REPLAYS[seed]}"
+                           f" --walk-steps {PG_REPLAYS[seed]}")

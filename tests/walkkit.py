@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import clikit as ck
@@ -296,11 +294,11 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
 
 def frontier_markers(home, session: str) -> Dict[int, set]:
     """Turn markers in the text of each frontier node of ``session`` (summary
-    nodes no other node contains), from trove.db."""
-    path = Path(home) / "trove.db"
-    if not path.exists():
+    nodes no other node contains), from the store (``clikit.connect_store``:
+    trove.db or the PostgreSQL schema)."""
+    db = ck.connect_store(home)
+    if db is None:
         return {}
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
         canonical = db.execute("SELECT canonical_id FROM sessions WHERE session_id = ?", (session,)).fetchone()
         rows = db.execute(
