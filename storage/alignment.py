@@ -88,10 +88,12 @@ def _fresh_from(conn, session_id: str, low: int, limit: int) -> list[int]:
 
 def _rows_between(conn, session_id: str, low: int, high: int, enough: int) -> int:
     """How many of the session's rows lie strictly between ``low`` and ``high``
-    (counted up to ``enough``: the callers only compare)."""
+    (counted up to ``enough``: the callers only compare). The subquery is named:
+    PostgreSQL before 16 refuses one without a name, and every turn whose list needed
+    this count failed to store (host walk 310003 on PostgreSQL 15)."""
     return conn.execute(
         "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = ? AND store_id > ?"
-        " AND store_id < ? LIMIT ?)", (session_id, low, high, max(0, enough))).fetchone()[0]
+        " AND store_id < ? LIMIT ?) AS gap", (session_id, low, high, max(0, enough))).fetchone()[0]
 
 
 def _after(view: identity.View, store_id: int) -> list[int]:

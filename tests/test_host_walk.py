@@ -177,8 +177,11 @@ def test_walks_that_once_failed_stay_clean(tmp_path, server, seed):
 
 # On PostgreSQL (seed: steps; the walks' defaults otherwise): a fresh walk of
 # HOSTWALK_PG_STEPS steps from HOSTWALK_SEED, then the walks that failed only there.
+# Seed 310003: a second process's turn needed the identity read's count of the rows
+# between two of a view's rows; PostgreSQL 15 refused its unnamed subquery, and from
+# then on no turn of that session was stored (step 20).
 PG_STEPS = int(os.environ.get("HOSTWALK_PG_STEPS", "20"))
-PG_REPLAYS = {SEED: PG_STEPS}
+PG_REPLAYS = {SEED: PG_STEPS, 310003: 20}
 
 
 @pytest.mark.parametrize("seed", sorted(PG_REPLAYS))
