@@ -1,5 +1,6 @@
 """The walk's oracle catches what it must: a duplicate, a loss, a misfiled row, a
 phantom, a second branch copy (checked on a hand-made trove.db, no host)."""
+from collections import Counter
 import sqlite3
 
 import walkkit as wk
@@ -117,3 +118,21 @@ def test_a_tail_is_starved_only_when_the_exchange_fits_by_both_counters():
 
     assert starved("word " * 300)          # ~375 host tokens, ~300 real: it fit
     assert not starved("灰度发布" * 900)     # ~900 host tokens, ~3,600 real: it did not
+
+
+def test_a_branch_copy_of_a_replayed_transcript_counts_each_message_once():
+    block = {"role": "user", "content": "[trove context: summaries of earlier turns] n1"}
+    turn_a = [{"role": "user", "content": "[T1] a"}, {"role": "assistant", "content": "ok"}]
+    turn_b = [{"role": "user", "content": "[T2] b"}, {"role": "assistant", "content": "ok"}]
+    replayed = [block] + turn_a + turn_b + [block] + turn_a + turn_b
+    assert wk.without_replays(replayed) == [block] + turn_a + turn_b + [block]
+    # what differs after the later copy is kept from there on; no replay without a block
+    edited = [block] + turn_a + [block, turn_a[0], {"role": "assistant", "content": "new"}]
+    assert wk.without_replays(edited) == [block] + turn_a + [block, edited[-1]]
+    assert wk.without_replays(turn_a + turn_a) == turn_a + turn_a
+    oracle = wk.Oracle()
+    for m in turn_a + turn_b:
+        oracle.shown("parent", m)
+    oracle.branched("branch", replayed)
+    assert Counter({("user", "[T1] a"): 1, ("assistant", "ok"): 2,
+                    ("user", "[T2] b"): 1}) in oracle.branch_copy["branch"]

@@ -64,6 +64,30 @@ def key_of(message: dict) -> Optional[Key]:
     return role, text
 
 
+BLOCK_PREFIX = "[trove context:"
+
+
+def without_replays(history: List[dict]) -> List[dict]:
+    """``history`` without the host's replay of a transcript: after a /compress and a
+    /resume the CLI restores the engine's block and what followed it twice (it wrote
+    its list to state.db twice), so the messages after the block's later copy that
+    repeat, in order, those after its earlier copy are the same messages shown again,
+    not new ones (a /branch then copies them once)."""
+    blocks = [i for i, m in enumerate(history) if m.get("role") == "user"
+              and ck.text_of(m.get("content")).startswith(BLOCK_PREFIX)]
+    drop = set()
+    for first, second in zip(blocks, blocks[1:]):
+        if ck.text_of(history[first].get("content")) != ck.text_of(history[second].get("content")):
+            continue
+        earlier = [key_of(m) for m in history[first + 1:second]]
+        end = next((b for b in blocks if b > second), len(history))
+        for offset, k in enumerate(range(second + 1, end)):
+            if offset >= len(earlier) or key_of(history[k]) != earlier[offset]:
+                break
+            drop.add(k)
+    return [m for i, m in enumerate(history) if i not in drop]
+
+
 @dataclass
 class Problems:
     duplicates: int = 0
@@ -119,12 +143,14 @@ class Oracle:
             return
         if final:
             self._ingested.add(branch)
-        copy = Counter(k for k in (key_of(m) for m in history) if k is not None and k in self.where)
-        if copy in copies:
-            return
-        copies.append(copy)
-        for key in copy:
-            self.where.setdefault(key, set()).add(branch)
+        for shown in (history, without_replays(history)):
+            copy = Counter(k for k in (key_of(m) for m in shown)
+                           if k is not None and k in self.where)
+            if copy in copies:
+                continue
+            copies.append(copy)
+            for key in copy:
+                self.where.setdefault(key, set()).add(branch)
 
     def is_shown(self, message: dict) -> bool:
         key = key_of(message)
