@@ -240,6 +240,8 @@ class Store(Alignment):
             new = [i for i in new if i not in replays]
             next_ordinal = self._next_ordinals(conn, canonical,
                                                {encoded[i].content_hash for i in new})
+            copied = self._copied_times(conn, shown, encoded, new) \
+                if shown is not None and shown.copy_from else {}
             per_statement = _rows_per_statement(conn)
             # Each statement's rows are built (their tokens counted) while the rows
             # before them are written, on a helper thread when there are several.
@@ -257,8 +259,8 @@ class Store(Alignment):
                                    enc.content, enc.content_format, enc.tool_calls,
                                    enc.tool_call_id, enc.tool_name, enc.extra, enc.search_text,
                                    enc.content_hash, ordinal,
-                                   timekeys.settled_time(enc.message_at, stamp), stamp,
-                                   int(tokens))
+                                   timekeys.settled_time(enc.message_at, stamp)
+                                   or copied.get(i), stamp, int(tokens))
                     writer.execute(_insert_sql(size), values)
                     start += size
             inserted = len(new)
@@ -280,6 +282,38 @@ class Store(Alignment):
         return IngestResult(store_ids=alignment, inserted=inserted, engine=found.engine,
                             view=view, foreign_of=found.foreign_of,
                             new_positions=tuple(new))
+
+    def _copied_times(self, conn, shown: identity.Shown, encoded: Sequence,
+                      new: list[int]) -> dict[int, float]:
+        """The times a /branch's copy of its parent's history keeps: per new element
+        before the turn's message, the time of the parent's row with its text, found
+        in order (the next such row after the one found before it).
+
+        Why: the CLI's messages carry no timestamp, so the copy was dated when the
+        branch stored it; the branch's day then held the parent's whole history
+        again, and its day rollup summarized it a second time (the week counted it
+        twice). Only the date is taken: which row is which stays identity's."""
+        limit = len(shown.fps) if shown.turn_index is None else shown.turn_index
+        wanted = [i for i in new if i < limit]
+        if not wanted:
+            return {}
+        parent = self._canonical(conn, shown.copy_from)
+        digests = sorted({encoded[i].content_hash for i in wanted})
+        rows: list = []
+        for start in range(0, len(digests), 500):
+            chunk = digests[start:start + 500]
+            rows += conn.execute(
+                f"SELECT store_id, content_hash, {MESSAGE_TIME} FROM messages"
+                f" WHERE session_id = ? AND content_hash IN ({','.join('?' * len(chunk))})",
+                (parent, *chunk)).fetchall()
+        rows.sort(key=lambda r: r[0])
+        times, cursor = {}, 0
+        for i in wanted:
+            found = next((k for k in range(cursor, len(rows))
+                          if rows[k][1] == encoded[i].content_hash), None)
+            if found is not None:
+                times[i], cursor = rows[found][2], found + 1
+        return times
 
     @staticmethod
     def _next_ordinals(conn, session_id: str, digests: set[str]) -> dict[str, int]:

@@ -4,6 +4,7 @@ The real-host proofs are in test_host_sessions.py; these pin the rules fast.
 """
 
 import json
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -310,3 +311,26 @@ def test_become_review_fork_removes_only_an_empty_throwaway_session(tmp_path):
     user.become_review_fork("user-1")
     assert other.store.get_session("busy") is not None
     assert user.store.get_session("user-1") is not None
+
+
+def test_a_branchs_copy_keeps_its_parents_times(tmp_path):
+    """The CLI's messages carry no timestamp: the branch's copy of its parent's history
+    is dated as the parent's rows are, so a day's rollup never holds it twice; the
+    branch's own turn is dated now."""
+    engine = make_engine(tmp_path, session="s1")
+    old = time.time() - 10 * 86400
+    history = [dict(m, timestamp=old + k * 60) for t in range(3)
+               for k, m in enumerate(turn(f"question {t}", "ok"), start=2 * t)]
+    engine.ingest(history)
+    db = FakeSessionDB()
+    db.rows["b"] = {"id": "b", "parent_session_id": "s1"}
+    engine.on_session_reset()
+    engine.bind_session_state(db, "b")
+    assert engine.last_switch["kind"] == "branch"
+    shown = [{k: v for k, v in m.items() if k != "timestamp"} for m in history]
+    engine.note_user_turn(turn("on the branch")[0])
+    engine.ingest(shown + turn("on the branch")[:1])
+    times = [(r["content"], r["message_at"] or r["created_at"])
+             for r in engine.store.session_messages("b", limit=100)]
+    assert [t for _, t in times[:-1]] == [old + k * 60 for k in range(6)]
+    assert times[-1][0] == "on the branch" and times[-1][1] > time.time() - 60
