@@ -499,10 +499,14 @@ def _cut(holder: dict, key: str, keep: int) -> None:
 
 
 def continuation(item: dict) -> dict:
-    """The ``trove_expand`` call that reads the rest of a message item."""
-    args = {"store_id": item["store_id"],
-            "content_offset": item.get("next_content_offset",
-                                       item.get("content_offset", 0) + len(item.get("content") or ""))}
+    """The ``trove_expand`` call that reads the rest of a message item or of an
+    externalized payload page (whichever ``item`` is: the renderer cuts both)."""
+    offset = item.get("next_content_offset",
+                      item.get("content_offset", 0) + len(item.get("content") or ""))
+    if "store_id" not in item and "externalized_ref" in item:
+        return {"tool": "trove_expand",
+                "args": {"externalized_ref": item["externalized_ref"], "content_offset": offset}}
+    args = {"store_id": item["store_id"], "content_offset": offset}
     if "next_tool_calls_offset" in item:
         args["tool_calls_offset"] = item["next_tool_calls_offset"]
     if "session_id" in item:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..storage import codec
 from ..storage import payloads as payload_files
 from . import query_plan, search
 
@@ -53,7 +54,7 @@ def describe(store_payloads, ref: str) -> dict:
     return info
 
 
-PAGE_OVERHEAD_TOKENS = 400  # the page's metadata around the text
+PAGE_MARGIN_TOKENS = 40   # room kept beside the measured metadata (the JSON around the text)
 
 
 def expand(store_payloads, ref: str, *, content_offset: int, budget_chars: int,
@@ -61,19 +62,33 @@ def expand(store_payloads, ref: str, *, content_offset: int, budget_chars: int,
     """One page of a payload's exact original text, continuing with ``content_offset``.
 
     The page holds at most ``budget_chars`` characters and, dense text included,
-    fits ``budget_tokens`` (it shrinks until it does)."""
+    fits ``budget_tokens``: the room for the text is what the page's own metadata,
+    measured, leaves (a fixed reserve starved small caps into empty pages whose
+    cursor never moved). A page short of the end always carries at least one
+    character, so paging always advances; the response cap still holds, as the
+    renderer cuts the text further when it must."""
     text = store_payloads.get_text(ref)
+    info = {k: v for k, v in store_payloads.describe(ref).items() if k != "ref"}
+    page = {"kind": "externalized", "externalized_ref": ref, **info, "content": "",
+            "content_offset": content_offset, "content_chars": len(text)}
+    if content_offset < len(text):
+        page.update(has_more=True, next_content_offset=content_offset,
+                    expand={"tool": "trove_expand",
+                            "args": {"externalized_ref": ref, "content_offset": content_offset}})
+    room = budget_tokens - count_tokens(codec.dump_json(page)) - PAGE_MARGIN_TOKENS
     piece = text[content_offset:content_offset + max(budget_chars, 0)]
-    while piece and count_tokens(piece) > budget_tokens - PAGE_OVERHEAD_TOKENS:
+    while len(piece) > 1 and count_tokens(piece) > room:
         piece = piece[:len(piece) * 3 // 4]
-    page = {"kind": "externalized", "externalized_ref": ref, **store_payloads.describe(ref),
-            "content": piece, "content_offset": content_offset, "content_chars": len(text)}
+    page["content"] = piece
     end = content_offset + len(piece)
     page["has_more"] = end < len(text)
     if page["has_more"]:
         page["next_content_offset"] = end
         page["expand"] = {"tool": "trove_expand",
                           "args": {"externalized_ref": ref, "content_offset": end}}
+    else:
+        page.pop("next_content_offset", None)
+        page.pop("expand", None)
     return page
 
 

@@ -1,0 +1,59 @@
+"""Adversarial checks of the trove_* tools as the host calls them: paging that always
+advances and always reassembles the exact original, at every cap; scope kept across
+continuations; a seeded generative walk over the argument space (scope, owners, caps)."""
+import json
+
+import pytest
+
+from hermes_trove import tools
+from hermes_trove.dag import NewNode
+from hermes_trove.storage import database, payloads
+from hermes_trove.storage.owners import Owners
+
+from enginekit import make_engine
+from test_tools import COUNTER, Env
+
+
+def _dispatch(ctx, name, args, cap):
+    text = tools.dispatch(name, args, ctx)
+    assert COUNTER.count_text(text) <= cap, (name, args)
+    return json.loads(text)
+
+
+def _page_all(ctx, first_args, cap, key=None):
+    """Follow a tool's own ``expand`` handles to the end; the reassembled content (and,
+    for a message, its tool calls)."""
+    text, calls, args = "", "", dict(first_args)
+    for _ in range(5000):
+        page = _dispatch(ctx, "trove_expand", args, cap)
+        assert "error" not in page, page
+        holder = page[key] if key else page
+        assert holder.get("content_offset", 0) == len(text)
+        text += holder.get("content") or ""
+        calls += holder.get("tool_calls") or ""
+        if not holder["has_more"]:
+            return (text, calls) if key else text
+        following = holder["expand"]["args"]
+        assert (following.get("content_offset", 0), following.get("tool_calls_offset", 0)) > \
+            (holder.get("content_offset", 0), holder.get("tool_calls_offset", 0)), "no progress"
+        args = {**following, **{k: v for k, v in first_args.items() if k == "max_tokens"}}
+    raise AssertionError("paging did not end")
+
+
+@pytest.mark.parametrize("max_tokens", [200, 300, 399, 1000])
+def test_externalized_payload_pages_back_exactly_at_small_caps(tmp_path, max_tokens):
+    """A payload page's text gets what its measured metadata leaves: a fixed 400-token
+    reserve gave caps under ~640 a 'does not fit' error or empty pages whose cursor
+    never moved."""
+    engine = make_engine(tmp_path, window=200_000, large_output_externalization_enabled="true",
+                         large_output_externalization_threshold_chars=2000)
+    log = "".join(f"line {i}: ok ünï 日本 \x00\n" for i in range(150 if max_tokens < 300 else 400))
+    engine.ingest([{"role": "user", "content": "run"},
+                   {"role": "assistant", "content": "", "tool_calls": [{
+                       "id": "c1", "type": "function",
+                       "function": {"name": "terminal", "arguments": "{}"}}]},
+                   {"role": "tool", "tool_call_id": "c1", "name": "terminal", "content": log}])
+    [ref] = payloads.refs_in(engine.store.session_messages("sess")[2]["content"])
+    ctx = engine.tool_context()
+    cap = max(200, min(max_tokens, engine.config.tool_response_max_tokens))
+    assert _page_all(ctx, {"externalized_ref": ref, "max_tokens": max_tokens}, cap) == log
