@@ -500,7 +500,12 @@ def _cut(holder: dict, key: str, keep: int) -> None:
 
 def continuation(item: dict) -> dict:
     """The ``trove_expand`` call that reads the rest of a message item or of an
-    externalized payload page (whichever ``item`` is: the renderer cuts both)."""
+    externalized payload page (whichever ``item`` is: the renderer cuts both).
+
+    A row of another session was readable, so ``session_scope='all'`` reaches it
+    again: an owned session through the scope, a row under a carried node through
+    its lineage. Naming its session instead failed for a carried row whose session
+    has no owner recorded (or another owner): a named session must be the caller's."""
     offset = item.get("next_content_offset",
                       item.get("content_offset", 0) + len(item.get("content") or ""))
     if "store_id" not in item and "externalized_ref" in item:
@@ -510,7 +515,7 @@ def continuation(item: dict) -> dict:
     if "next_tool_calls_offset" in item:
         args["tool_calls_offset"] = item["next_tool_calls_offset"]
     if "session_id" in item:
-        args["session_id"] = item["session_id"]
+        args["session_scope"] = "all"
     return {"tool": "trove_expand", "args": args}
 
 

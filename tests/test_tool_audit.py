@@ -57,3 +57,34 @@ def test_externalized_payload_pages_back_exactly_at_small_caps(tmp_path, max_tok
     ctx = engine.tool_context()
     cap = max(200, min(max_tokens, engine.config.tool_response_max_tokens))
     assert _page_all(ctx, {"externalized_ref": ref, "max_tokens": max_tokens}, cap) == log
+
+
+@pytest.fixture
+def carried_env(tmp_path, backend):
+    env = Env(tmp_path, backend[1])
+    yield env
+    database.forget_database(backend[1])
+
+
+def test_a_carried_message_of_an_ownerless_session_pages_to_its_end(carried_env):
+    """The continuation of a row of another session reaches it the way it was read: a
+    row under a carried node through its lineage. Naming its session (as continuations
+    did) is refused when that session has no owner recorded."""
+    env = carried_env
+    env.store.ensure_session("P", source="cli")          # an older session, no owner
+    text = "carried ünïcødé 日本 \x00 " * 400
+    calls = [{"id": "c1", "type": "function",
+              "function": {"name": "t", "arguments": json.dumps({"x": "y" * 3000})}}]
+    ids = env.ingest("P", [{"role": "assistant", "content": text, "tool_calls": calls}])
+    leaf = env.node("P", "summary", store_ids=ids)
+    env.dag.carry_nodes("A", [leaf])
+    ctx = env.ctx("A")
+    cap = env.config.tool_response_max_tokens
+    first = _dispatch(ctx, "trove_expand", {"node_id": leaf}, cap)["sources"][0]
+    assert first["has_more"] and first["expand"]["args"].get("session_id") is None
+    content, tool_calls = _page_all(ctx, {"store_id": ids[0], "max_tokens": 300}, 300, "message")
+    assert content == text and json.loads(tool_calls) == calls
+    # the scope it uses opens nothing else of P
+    other = env.ingest("P", [{"role": "user", "content": "not carried"}])
+    assert "error" in _dispatch(ctx, "trove_expand", {"store_id": other[0],
+                                                      "session_scope": "all"}, cap)
