@@ -11,7 +11,7 @@ payloads, a capped size each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..storage import codec
 from ..storage import payloads as payload_files
@@ -35,15 +35,25 @@ def _sha(ref: str) -> str:
         raise PayloadAccessError(str(exc)) from exc
 
 
-def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None) -> bool:
-    """Whether a row (or summary) of ``sessions`` (None = every session) refers to ``ref``."""
+def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None,
+            row_ok: Callable[[dict], bool] | None = None) -> bool:
+    """Whether a row (or summary) of ``sessions`` (None = every session) refers to ``ref``,
+    or, with ``row_ok`` (the caller's ``Access.message_ok``), any row the caller may read:
+    a row under a node carried into the session lies outside its session tags, and its
+    payload is as readable as the row itself."""
     sha = _sha(ref)
     if store_payloads is None or not store_payloads.exists(ref):
         return False
     match = query_plan.scoped(query_plan.quote(sha), query_plan.tag_scope(sessions))
     if store.match_message_ids(match, limit=1, ranked=False):
         return True
-    return bool(dag.match_node_ids(match, limit=1, ranked=False))
+    if dag.match_node_ids(match, limit=1, ranked=False):
+        return True
+    if row_ok is None or sessions is None:
+        return False
+    referring = store.match_message_ids(query_plan.scoped(query_plan.quote(sha), None),
+                                        limit=MAX_REFERRING_ROWS, ranked=False)
+    return any(row_ok(row) for row in store.get_messages(i for i, _ in referring).values())
 
 
 def describe(store_payloads, ref: str) -> dict:

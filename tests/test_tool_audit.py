@@ -88,3 +88,35 @@ def test_a_carried_message_of_an_ownerless_session_pages_to_its_end(carried_env)
     other = env.ingest("P", [{"role": "user", "content": "not carried"}])
     assert "error" in _dispatch(ctx, "trove_expand", {"store_id": other[0],
                                                       "session_scope": "all"}, cap)
+
+
+def test_the_payload_of_a_carried_row_is_as_readable_as_the_row(tmp_path, backend):
+    """A tool result under a node carried into this session shows its placeholder; the
+    exact original behind it opens from here too (it answered 'not found in this scope',
+    and the session it suggested naming has no owner, so nothing opened it)."""
+    from hermes_trove.ingest.policy import policy_for
+    env = Env(tmp_path, backend[1], large_output_externalization_enabled="true",
+              large_output_externalization_threshold_chars=2000)
+    try:
+        policy = policy_for(env.config)
+        env.store.ensure_session("P", source="cli")      # an older session, no owner
+        logs = ["".join(f"{word} line {i}\n" for i in range(300)) for word in ("kept", "other")]
+        rows = []
+        for n, log in enumerate(logs):
+            turn = [{"role": "assistant", "content": "", "tool_calls": [{
+                        "id": f"c{n}", "type": "function",
+                        "function": {"name": "terminal", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": f"c{n}", "name": "terminal", "content": log}]
+            rows.append(env.store.ingest("P", turn, encoded=[policy.prepare(m) for m in turn],
+                                         now=1_795_000_000.0).store_ids)
+        env.dag.carry_nodes("A", [env.node("P", "ran the job", store_ids=rows[0])])
+        ctx = env.ctx("A", payloads=policy.payloads)
+        cap = env.config.tool_response_max_tokens
+        kept, other = (payloads.refs_in(env.store.get_message(r[1])["content"])[0] for r in rows)
+        assert _page_all(ctx, {"externalized_ref": kept}, cap) == logs[0]
+        assert _dispatch(ctx, "trove_describe", {"externalized_ref": kept}, cap)["size"]
+        for scope in ({}, {"session_scope": "all"}):   # P's other payload stays closed
+            assert "not found" in _dispatch(ctx, "trove_expand",
+                                            {"externalized_ref": other, **scope}, cap)["error"]
+    finally:
+        database.forget_database(backend[1])

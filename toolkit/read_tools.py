@@ -41,7 +41,7 @@ def _externalized(params: dict, ctx: Any, current: str, cap: int, *,
     access = Access(ctx, params, current)
     try:
         if not externalized.visible(ctx.store, ctx.dag, ctx.payloads, ref,
-                                    access.search_sessions()):
+                                    access.search_sessions(), access.message_ok):
             raise ArgumentError(f"externalized_ref {ref!r} not found in this scope (pass "
                                 "session_id or session_scope='all' for another session's)")
         if describe:
