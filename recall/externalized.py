@@ -110,6 +110,7 @@ class PayloadHit:
     score: float
     snippet: str
     store_id: int
+    session_id: str = ""     # the referring row's session (its expand handle's scope)
 
 
 def search_payloads(store, store_payloads, plan: query_plan.QueryPlan,
@@ -132,6 +133,7 @@ def search_payloads(store, store_payloads, plan: query_plan.QueryPlan,
             seen.add(ref)
             hit = _score_payload(store_payloads, ref, plan, store_id)
             if hit is not None:
+                hit.session_id = rows[store_id]["session_id"]
                 hits.append(hit)
     hits.sort(key=lambda h: (-h.score, -h.store_id))
     return hits[:limit]

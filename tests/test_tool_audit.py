@@ -120,3 +120,30 @@ def test_the_payload_of_a_carried_row_is_as_readable_as_the_row(tmp_path, backen
                                             {"externalized_ref": other, **scope}, cap)["error"]
     finally:
         database.forget_database(backend[1])
+
+
+@pytest.mark.parametrize("scope", [{"session_scope": "all"}, {"session_id": "B"}])
+def test_payload_hits_of_another_session_carry_the_scope_they_need(tmp_path, backend, scope):
+    """A payload hit's expand handle is a complete call, as a message hit's is: a bare
+    ref found in another session answered 'not found in this scope'."""
+    from hermes_trove.ingest.policy import policy_for
+    env = Env(tmp_path, backend[1], large_output_externalization_enabled="true",
+              large_output_externalization_threshold_chars=2000)
+    try:
+        policy = policy_for(env.config)
+        log = "".join(f"checksum kestrel mismatch {i}\n" for i in range(200))
+        turn = [{"role": "assistant", "content": "", "tool_calls": [{
+                    "id": "c1", "type": "function",
+                    "function": {"name": "terminal", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "name": "terminal", "content": log}]
+        env.store.ingest("B", turn, encoded=[policy.prepare(m) for m in turn],
+                         now=1_795_000_000.0)
+        ctx = env.ctx("A", payloads=policy.payloads)
+        cap = env.config.tool_response_max_tokens
+        for content_scope, key in (("externalized", "results"), ("both", "externalized_results")):
+            found = _dispatch(ctx, "trove_grep", {"query": "checksum kestrel", "content_scope":
+                                                  content_scope, **scope}, cap)[key]
+            assert len(found) == 1
+            assert _page_all(ctx, found[0]["expand"]["args"], cap) == log
+    finally:
+        database.forget_database(backend[1])

@@ -113,7 +113,7 @@ class Access:
         return bool(closure) and any(n in closure for n in
                                      self.ctx.dag.covering_nodes(row["store_id"]))
 
-    def handle(self, key: str, value: int, session: str, **extra) -> dict:
+    def handle(self, key: str, value: int | str, session: str, **extra) -> dict:
         """A complete ``trove_expand`` call that reaches this row from this session."""
         args: dict = {key: value, **extra}
         if session != self.current:

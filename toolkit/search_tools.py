@@ -220,10 +220,12 @@ def _recall_bias(row: dict, current: str, conversation: str | None, now: float) 
 
 def _payload_hits(ctx: Any, access: "Access", plan: query_plan.QueryPlan,
                   limit: int) -> list[dict]:
-    """Externalized payloads of the searched sessions whose text matches (bounded)."""
+    """Externalized payloads of the searched sessions whose text matches (bounded), each
+    with a complete expand call: the scope its referring row needs, as message hits have
+    (a bare ref from another session's row answered 'not found in this scope')."""
     found = externalized.search_payloads(ctx.store, ctx.payloads, plan,
                                          access.search_sessions(), limit)
     return [{"kind": "externalized", "externalized_ref": h.ref, "score": round(h.score, 3),
              "snippet": h.snippet, "referred_by_store_id": h.store_id,
-             "expand": {"tool": "trove_expand", "args": {"externalized_ref": h.ref}}}
+             "expand": access.handle("externalized_ref", h.ref, h.session_id)}
             for h in found]
