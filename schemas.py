@@ -368,7 +368,10 @@ class Shape:
     ``items`` names the list whose tail may be dropped (``on_trim(payload,
     kept)`` then records the cursor); ``texts`` the string fields that may be
     cut, in the items, in the payload itself and in the dicts named by
-    ``nested``; ``optional`` top-level keys dropped first, in order.
+    ``nested``; ``optional`` top-level keys dropped first, in order;
+    ``blocks`` keys of those same holders (a message item's other ``fields``)
+    replaced by ``<key>_omitted`` (their key names) when one alone would take
+    more than half the cap, since no cut of the texts could then make room.
     """
 
     items: str | None = None
@@ -376,6 +379,7 @@ class Shape:
     texts: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     nested: tuple[str, ...] = ()
+    blocks: tuple[str, ...] = ("fields",)
 
 
 def error_json(name: Any, message: str, count: Callable[[str], int], cap: int) -> str:
@@ -461,6 +465,7 @@ def _cut_texts(payload: dict, shape: Shape, count: Callable[[str], int], cap: in
     holders = [payload] + [payload[k] for k in shape.nested if isinstance(payload.get(k), dict)]
     if shape.items and isinstance(payload.get(shape.items), list):
         holders += [i for i in payload[shape.items] if isinstance(i, dict)]
+    _drop_big_blocks(holders, shape.blocks, count, cap)
     for _ in range(24):
         ok, text, measured = fits(payload)
         if ok:
@@ -477,6 +482,20 @@ def _cut_texts(payload: dict, shape: Shape, count: Callable[[str], int], cap: in
         return text
     return error_json(name, "the result does not fit the response cap; "
                       "ask for fewer items or a smaller page", count, cap)
+
+
+def _drop_big_blocks(holders: list[dict], keys: tuple[str, ...],
+                     count: Callable[[str], int], cap: int) -> None:
+    """Replace each block over half the cap by the list of its keys (``<key>_omitted``):
+    a message's other fields (up to 2,000 characters) made it unreadable at a small
+    cap, as the texts beside them were cut to nothing and it still did not fit."""
+    for holder in holders:
+        for key in keys:
+            block = holder.get(key)
+            if block is not None and count_safely(count, codec.dump_json(block)) > cap // 2:
+                del holder[key]
+                holder[f"{key}_omitted"] = (sorted(str(k) for k in block)
+                                            if isinstance(block, dict) else True)
 
 
 def _cut(holder: dict, key: str, keep: int) -> None:

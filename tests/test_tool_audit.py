@@ -147,3 +147,28 @@ def test_payload_hits_of_another_session_carry_the_scope_they_need(tmp_path, bac
             assert _page_all(ctx, found[0]["expand"]["args"], cap) == log
     finally:
         database.forget_database(backend[1])
+
+
+@pytest.mark.parametrize("cap_args", [{"max_tokens": 200}, {}])
+def test_a_message_with_big_other_fields_stays_readable_at_a_small_cap(tmp_path, backend,
+                                                                          cap_args):
+    """A message's other fields (reasoning, up to 2,000 characters) are left out, named in
+    ``fields_omitted``, when they alone would take over half the cap: they made expand
+    and load_session answer 'does not fit' at the smallest caps."""
+    env = Env(tmp_path, backend[1], tool_response_max_tokens=256)
+    try:
+        message = {"role": "assistant", "content": "hello there " * 40,
+                   "reasoning": "因为所以 " * 350}
+        [sid] = env.ingest("A", [message])
+        ctx = env.ctx("A")
+        cap = cap_args.get("max_tokens", 256)
+        content, _ = _page_all(ctx, {"store_id": sid, **cap_args}, cap, "message")
+        assert content == message["content"]
+        page = _dispatch(ctx, "trove_load_session", {}, 256)
+        assert page["messages"][0]["fields_omitted"] == ["reasoning"]
+        small = {"role": "assistant", "content": "hi", "name": "bot"}
+        [kept] = env.ingest("A", [small])
+        assert _dispatch(ctx, "trove_expand", {"store_id": kept, **cap_args},
+                         cap)["message"]["fields"] == {"name": "bot"}
+    finally:
+        database.forget_database(backend[1])
