@@ -40,20 +40,37 @@ def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None
     """Whether a row (or summary) of ``sessions`` (None = every session) refers to ``ref``,
     or, with ``row_ok`` (the caller's ``Access.message_ok``), any row the caller may read:
     a row under a node carried into the session lies outside its session tags, and its
-    payload is as readable as the row itself."""
+    payload is as readable as the row itself.
+
+    The ref's hash is an FTS token of a placeholder in text, but not of an image part
+    (a row's search text shows it as ``[image]``): such rows are found by that word among
+    the newest ``MAX_REFERRING_ROWS`` of the scope and checked for the ref itself."""
     sha = _sha(ref)
     if store_payloads is None or not store_payloads.exists(ref):
         return False
-    match = query_plan.scoped(query_plan.quote(sha), query_plan.tag_scope(sessions))
+    scope = query_plan.tag_scope(sessions)
+    match = query_plan.scoped(query_plan.quote(sha), scope)
     if store.match_message_ids(match, limit=1, ranked=False):
         return True
     if dag.match_node_ids(match, limit=1, ranked=False):
         return True
+    images = store.match_message_ids(query_plan.scoped(query_plan.quote("image"), scope),
+                                     limit=MAX_REFERRING_ROWS, ranked=False)
+    if any(_refers(row, sha) for row in store.get_messages(i for i, _ in images).values()):
+        return True
     if row_ok is None or sessions is None:
         return False
-    referring = store.match_message_ids(query_plan.scoped(query_plan.quote(sha), None),
-                                        limit=MAX_REFERRING_ROWS, ranked=False)
-    return any(row_ok(row) for row in store.get_messages(i for i, _ in referring).values())
+    referring = store.match_message_ids(
+        query_plan.scoped(query_plan.any_of([sha, "image"]), None),
+        limit=MAX_REFERRING_ROWS, ranked=False)
+    return any(_refers(row, sha) and row_ok(row)
+               for row in store.get_messages(i for i, _ in referring).values())
+
+
+def _refers(row: dict, sha: str) -> bool:
+    """Whether a row's stored content or tool calls hold a placeholder of ``sha``."""
+    ref = payload_files.REF_PREFIX + sha
+    return any(ref in (row.get(key) or "") for key in ("content", "tool_calls"))
 
 
 def describe(store_payloads, ref: str) -> dict:

@@ -172,3 +172,32 @@ def test_a_message_with_big_other_fields_stays_readable_at_a_small_cap(tmp_path,
                          cap)["message"]["fields"] == {"name": "bot"}
     finally:
         database.forget_database(backend[1])
+
+
+def test_an_image_part_payload_opens_from_its_row_and_not_from_another_owner(tmp_path, backend):
+    """An image in a multimodal message moves to a payload; its row's search text shows
+    it as ``[image]``, so the ref's hash was no FTS token and the exact original answered
+    'not found in this scope' from the very session that holds it."""
+    import base64
+    import random
+    from hermes_trove.ingest.policy import policy_for
+    env = Env(tmp_path, backend[1])
+    try:
+        policy = policy_for(env.config)
+        uri = "data:image/png;base64," + base64.b64encode(random.Random(3).randbytes(6000)).decode()
+        message = {"role": "user", "content": [{"type": "text", "text": "look"},
+                                               {"type": "image_url", "image_url": {"url": uri}}]}
+        [sid] = env.store.ingest("A", [message], encoded=[policy.prepare(message)],
+                                 now=1_795_000_000.0).store_ids
+        ctx = env.ctx("A", payloads=policy.payloads)
+        cap = env.config.tool_response_max_tokens
+        [ref] = _dispatch(ctx, "trove_expand", {"store_id": sid}, cap)["message"]["externalized_refs"]
+        assert _page_all(ctx, {"externalized_ref": ref}, cap) == uri
+        assert _dispatch(ctx, "trove_describe", {"externalized_ref": ref}, cap)["kind"] == "data_uri"
+        env.store.ensure_session("C", source="telegram")
+        Owners(env.db).record("C", "someone-else", platform="telegram")
+        for scope in ({}, {"session_scope": "all"}):
+            assert "not found" in _dispatch(env.ctx("C", payloads=policy.payloads), "trove_expand",
+                                            {"externalized_ref": ref, **scope}, cap)["error"]
+    finally:
+        database.forget_database(backend[1])
