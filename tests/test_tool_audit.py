@@ -201,3 +201,27 @@ def test_an_image_part_payload_opens_from_its_row_and_not_from_another_owner(tmp
                                             {"externalized_ref": ref, **scope}, cap)["error"]
     finally:
         database.forget_database(backend[1])
+
+
+def test_payloads_in_tool_call_arguments_are_listed_and_open(tmp_path, backend):
+    """A base64 run in tool-call arguments moves to a payload as one in content does; the
+    message item listed only the content's refs."""
+    import base64
+    import random
+    from hermes_trove.ingest.policy import policy_for
+    env = Env(tmp_path, backend[1])
+    try:
+        policy = policy_for(env.config)
+        data = base64.b64encode(random.Random(5).randbytes(9000)).decode()
+        message = {"role": "assistant", "content": "uploading", "tool_calls": [{
+            "id": "u1", "type": "function",
+            "function": {"name": "upload", "arguments": json.dumps({"data": data})}}]}
+        [sid] = env.store.ingest("A", [message], encoded=[policy.prepare(message)],
+                                 now=1_795_000_000.0).store_ids
+        ctx = env.ctx("A", payloads=policy.payloads)
+        cap = env.config.tool_response_max_tokens
+        item = _dispatch(ctx, "trove_expand", {"store_id": sid}, cap)["message"]
+        assert item["externalized_refs"] == payloads.refs_in(item["tool_calls"])
+        assert _page_all(ctx, {"externalized_ref": item["externalized_refs"][0]}, cap) == data
+    finally:
+        database.forget_database(backend[1])

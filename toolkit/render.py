@@ -50,8 +50,10 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     for key in ("tool_call_id", "tool_name"):
         if row.get(key):
             item[key] = row[key]
-    refs = refs_in(content or "")
-    if refs:  # the exact original of each placeholder is one trove_expand away
+    # the exact original of each placeholder is one trove_expand away: in the content
+    # and in the tool calls' arguments, where the payload guard moves base64 runs too
+    refs = list(dict.fromkeys(refs_in(content or "") + refs_in(calls or "")))
+    if refs:
         item["externalized_refs"] = refs
     _other_fields(row, item)
     item["has_more"] = more
