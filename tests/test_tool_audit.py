@@ -225,3 +225,16 @@ def test_payloads_in_tool_call_arguments_are_listed_and_open(tmp_path, backend):
         assert _page_all(ctx, {"externalized_ref": item["externalized_refs"][0]}, cap) == data
     finally:
         database.forget_database(backend[1])
+
+
+@pytest.mark.parametrize("asked", [-5, 0])
+def test_expand_query_clamps_a_budget_below_one_and_says_so(carried_env, asked):
+    """context_max_tokens is a count argument: clamped and reported. Zero or less packed
+    nothing and answered 'skipped: no evidence found' beside evidence it never read."""
+    env = carried_env
+    env.ingest("A", [{"role": "user", "content": "the staging port is 6543"}])
+    out = _dispatch(env.ctx("A"), "trove_expand_query",
+                    {"prompt": "port?", "query": "staging port", "context_max_tokens": asked},
+                    env.config.tool_response_max_tokens)
+    assert out["context_max_tokens_clamped_from"] == asked
+    assert out["evidence_refs"] and not out["llm"].startswith("skipped")

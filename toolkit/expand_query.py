@@ -37,7 +37,9 @@ def tool_expand_query(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     payload: dict = {}
     max_results = clamp("trove_expand_query", "max_results", params, payload)
     configured = ctx.config.expansion_context_tokens
-    budget = min(params.get("context_max_tokens", configured), configured)
+    # a count argument: clamped into 1..configured and reported (0 or less read as no
+    # budget at all, answered "no evidence found" while the evidence was there)
+    budget = max(1, min(params.get("context_max_tokens", configured), configured))
     if budget != params.get("context_max_tokens", configured):
         payload["context_max_tokens_clamped_from"] = params["context_max_tokens"]
     sources = _evidence_sources(ctx, access, params, max_results, current)
