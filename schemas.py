@@ -369,9 +369,9 @@ class Shape:
     kept)`` then records the cursor); ``texts`` the string fields that may be
     cut, in the items, in the payload itself and in the dicts named by
     ``nested``; ``optional`` top-level keys dropped first, in order;
-    ``blocks`` keys of those same holders (a message item's other ``fields``)
-    replaced by ``<key>_omitted`` (their key names) when one alone would take
-    more than half the cap, since no cut of the texts could then make room.
+    ``blocks`` keys of those same holders (a message item's other ``fields``, its
+    payload refs) replaced by ``<key>_omitted`` when one alone would take more
+    than half the cap, or when the texts cut to their least still do not fit.
     """
 
     items: str | None = None
@@ -379,7 +379,7 @@ class Shape:
     texts: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     nested: tuple[str, ...] = ()
-    blocks: tuple[str, ...] = ("fields",)
+    blocks: tuple[str, ...] = ("fields", "externalized_refs")
 
 
 def error_json(name: Any, message: str, count: Callable[[str], int], cap: int) -> str:
@@ -465,18 +465,21 @@ def _cut_texts(payload: dict, shape: Shape, count: Callable[[str], int], cap: in
     holders = [payload] + [payload[k] for k in shape.nested if isinstance(payload.get(k), dict)]
     if shape.items and isinstance(payload.get(shape.items), list):
         holders += [i for i in payload[shape.items] if isinstance(i, dict)]
-    _drop_big_blocks(holders, shape.blocks, count, cap)
-    for _ in range(24):
-        ok, text, measured = fits(payload)
-        if ok:
-            return text
-        texts = [(len(h[k]), i, k) for i, h in enumerate(holders) for k in shape.texts
-                 if isinstance(h.get(k), str) and h[k]]
-        if not texts:
-            break
-        length, index, key = max(texts)
-        excess_chars = int(len(text) * (1 - 0.9 * cap / max(measured, 1))) + 1
-        _cut(holders[index], key, length - excess_chars)
+    _drop_big_blocks(holders, shape.blocks, count, cap // 2)
+    for last in (False, True):
+        for _ in range(24):
+            ok, text, measured = fits(payload)
+            if ok:
+                return text
+            texts = [(len(h[k]), i, k) for i, h in enumerate(holders) for k in shape.texts
+                     if isinstance(h.get(k), str) and h[k]]
+            if not texts:
+                break
+            length, index, key = max(texts)
+            excess_chars = int(len(text) * (1 - 0.9 * cap / max(measured, 1))) + 1
+            _cut(holders[index], key, length - excess_chars)
+        if not last:        # the texts are at their least: the blocks go, whatever their size
+            _drop_big_blocks(holders, shape.blocks, count, -1)
     ok, text, _ = fits(payload)
     if ok:
         return text
@@ -485,14 +488,15 @@ def _cut_texts(payload: dict, shape: Shape, count: Callable[[str], int], cap: in
 
 
 def _drop_big_blocks(holders: list[dict], keys: tuple[str, ...],
-                     count: Callable[[str], int], cap: int) -> None:
-    """Replace each block over half the cap by the list of its keys (``<key>_omitted``):
-    a message's other fields (up to 2,000 characters) made it unreadable at a small
-    cap, as the texts beside them were cut to nothing and it still did not fit."""
+                     count: Callable[[str], int], limit: int) -> None:
+    """Replace each block over ``limit`` tokens by ``<key>_omitted`` (a dict's key names,
+    else true): a message's other fields (up to 2,000 characters) or its payload refs
+    made it unreadable at a small cap, as the texts beside them were cut to nothing
+    and it still did not fit."""
     for holder in holders:
         for key in keys:
             block = holder.get(key)
-            if block is not None and count_safely(count, codec.dump_json(block)) > cap // 2:
+            if block is not None and count_safely(count, codec.dump_json(block)) > limit:
                 del holder[key]
                 holder[f"{key}_omitted"] = (sorted(str(k) for k in block)
                                             if isinstance(block, dict) else True)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hermes_trove import tools
+from hermes_trove import schemas, tools
 from hermes_trove.dag import NewNode
 from hermes_trove.storage import database, payloads
 from hermes_trove.storage.owners import Owners
@@ -20,7 +20,7 @@ def _dispatch(ctx, name, args, cap):
     return json.loads(text)
 
 
-def _page_all(ctx, first_args, cap, key=None):
+def _page_all(ctx, first_args, cap, key=None, min_piece=1):
     """Follow a tool's own ``expand`` handles to the end; the reassembled content (and,
     for a message, its tool calls)."""
     text, calls, args = "", "", dict(first_args)
@@ -33,6 +33,7 @@ def _page_all(ctx, first_args, cap, key=None):
         calls += holder.get("tool_calls") or ""
         if not holder["has_more"]:
             return (text, calls) if key else text
+        assert len(holder.get("content") or holder.get("tool_calls") or "") >= min_piece
         following = holder["expand"]["args"]
         assert (following.get("content_offset", 0), following.get("tool_calls_offset", 0)) > \
             (holder.get("content_offset", 0), holder.get("tool_calls_offset", 0)), "no progress"
@@ -238,3 +239,143 @@ def test_expand_query_clamps_a_budget_below_one_and_says_so(carried_env, asked):
                     env.config.tool_response_max_tokens)
     assert out["context_max_tokens_clamped_from"] == asked
     assert out["evidence_refs"] and not out["llm"].startswith("skipped")
+
+
+# ---------------------------------------------------------------- seeded generative walk
+OWNERS = {"A": "u1", "B": "u1", "C": "u2", "D": None, "P": None}   # P: carried into A
+
+
+def _marker(session: str) -> str:
+    return f"zq{session.lower()}mark"
+
+
+def _world(tmp_path, target, cap):
+    """Five sessions (two of one owner, one of another, two of none, one carried into
+    A), each with text, NUL and lone surrogates, tool calls, a payload, multimodal
+    parts, a long reply with a name field, and a depth-1 summary over two leaves."""
+    from hermes_trove.ingest.policy import policy_for
+    env = Env(tmp_path, target, tool_response_max_tokens=cap,
+              large_output_externalization_enabled="true",
+              large_output_externalization_threshold_chars=2000)
+    policy = policy_for(env.config)
+    pool = {"ids": [], "nodes": [], "refs": []}
+    for session, owner in OWNERS.items():
+        env.store.ensure_session(session, source="cli")
+        if owner:
+            Owners(env.db).record(session, owner, platform="cli")
+        mark = _marker(session)
+        turn = [{"role": "user", "content": f"{mark} deploy staging port 6543 \x00 \ud800 日本"},
+                {"role": "assistant", "content": "", "tool_calls": [{
+                    "id": f"c{session}", "type": "function",
+                    "function": {"name": "terminal", "arguments": json.dumps({"cmd": mark * 40})}}]},
+                {"role": "tool", "tool_call_id": f"c{session}", "name": "terminal",
+                 "content": "".join(f"{mark} line {i} output\n" for i in range(300))},
+                {"role": "user", "content": [{"type": "text", "text": f"{mark} parts"},
+                                             {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]},
+                {"role": "assistant", "content": f"{mark} done " + "long " * 3000, "name": "bot"}]
+        ids = env.store.ingest(session, turn, encoded=[policy.prepare(m) for m in turn],
+                               now=1_795_000_000.0 - 3600).store_ids
+        leaves = [env.node(session, f"{mark} summary staging", store_ids=ids[:3]),
+                  env.node(session, f"{mark} summary two", store_ids=ids[3:])]
+        top = env.node(session, f"{mark} overview", node_ids=leaves, depth=1)
+        pool["ids"] += ids
+        pool["nodes"] += [*leaves, top]
+        pool["refs"] += [r for i in ids for r in payloads.refs_in(
+            env.store.get_message(i)["content"] or "")]
+        if session == "P":
+            env.dag.carry_nodes("A", [leaves[0]])
+    return env, policy, pool
+
+
+_TEXTS = ["A", "B", "C", "D", "P", "", " ", "../etc/passwd", "/etc/passwd", "*", '"', "NEAR(a b)",
+          "a OR b", "tags : s41", "'; DROP TABLE messages; --", "\x00", "\ud800", "today",
+          "last week", "2026-13-45", "1e999", "-1", "99999999999999999999", "staging", "all",
+          "current", "session", "hybrid", "user", "true", "x" * 3000]
+
+
+def _value(rng, pool):
+    roll = rng.random()
+    if roll < 0.3:
+        return rng.choice(pool["ids"] + pool["nodes"] + [0, -1, 2**63, -2**63, 10**30])
+    if roll < 0.6:
+        return rng.choice(_TEXTS + pool["refs"])
+    if roll < 0.7:
+        return rng.choice([True, False, None, 1.5, float("nan"), float("inf"), 3.0])
+    if roll < 0.8:
+        return rng.choice([[], [1, 2], {"a": 1}, [{"x": 1}], ["s"]])
+    return rng.randint(-5, 300)
+
+
+def _opens(session, caller, name, args) -> bool:
+    """Whether ``caller`` may see ``session``'s rows through these arguments."""
+    if session == caller or (session == "P" and caller == "A"):
+        return True
+    if OWNERS[session] is None or OWNERS[session] != OWNERS[caller]:
+        return False
+    return (name == "trove_recall" or args.get("session_scope") == "all"
+            or args.get("session_id") == session)
+
+
+@pytest.mark.parametrize("cap", [256, 4000])
+def test_a_seeded_walk_over_the_argument_space_keeps_every_promise(tmp_path, backend, cap):
+    """Random calls of every reading tool from every session (ids of other owners'
+    rows, path-like and FTS-syntax strings, payload refs, huge and negative numbers,
+    wrong types, unknown keys): each answer is JSON within the cap; nothing of a
+    session the call may not open appears (markers not echoed from the arguments);
+    an error names the problem, never an exception class; and every ``expand``
+    handle of a page with more opens its next page."""
+    import random
+    env, policy, pool = _world(tmp_path, backend[1], cap)
+    names = ["trove_grep", "trove_expand", "trove_describe", "trove_load_session",
+             "trove_recent", "trove_expand_query", "trove_recall", "trove_status"]
+    rng = random.Random(20261205 + cap)
+    try:
+        for _ in range(400):
+            name, caller = rng.choice(names), rng.choice("AAABCD")
+            keys = list(schemas.SCHEMAS_BY_NAME[name]["parameters"]["properties"])
+            args = {rng.choice(keys + ["bogus"]): _value(rng, pool)
+                    for _ in range(rng.randint(0, 5))}
+            if rng.random() < .5:   # half the calls keep only well-typed values
+                args = {k: v for k, v in args.items() if k != "bogus" and isinstance(
+                    v, {"integer": int, "string": str, "boolean": bool}.get(
+                        schemas.SCHEMAS_BY_NAME[name]["parameters"]["properties"][k]["type"],
+                        object))}
+            if name in ("trove_expand", "trove_describe") and rng.random() < .5:
+                key = rng.choice(["store_id", "node_id", "externalized_ref"])
+                args = {k: v for k, v in args.items() if k not in ("store_id", "node_id",
+                                                                   "externalized_ref")}
+                args[key] = rng.choice(pool[{"store_id": "ids", "node_id": "nodes",
+                                             "externalized_ref": "refs"}[key]])
+            if name in ("trove_grep", "trove_recall", "trove_expand_query") and rng.random() < .7:
+                args.update(query=rng.choice(_TEXTS + ["zqbmark", "zqcmark"]), prompt="what")
+            ctx = env.ctx(caller, payloads=policy.payloads)
+            text = tools.dispatch(name, args, ctx)
+            assert COUNTER.count_text(text) <= cap, (name, args)
+            out, echo = json.loads(text), json.dumps(args, default=str)
+            for session in OWNERS:
+                if _marker(session) in text and _marker(session) not in echo:
+                    assert _opens(session, caller, name, args), (session, caller, name, args)
+            if "error" in out:
+                assert "Error:" not in out["error"] and "does not fit" not in out["error"], \
+                    (name, args, out)
+            for holder in (out, out.get("message") or {}):
+                if holder.get("has_more") and isinstance(holder.get("expand"), dict):
+                    following = tools.dispatch("trove_expand", holder["expand"]["args"], ctx)
+                    assert "error" not in json.loads(following), (name, args, following)
+    finally:
+        database.forget_database(backend[1])
+
+
+def test_a_placeholder_row_of_another_session_pages_at_the_smallest_cap(tmp_path, backend):
+    """A tool row holding a payload placeholder, read from another session at the
+    floor of max_tokens: its refs list goes (``externalized_refs_omitted``) once its text
+    is cut to its least, instead of the whole answer being 'does not fit'."""
+    env, policy, pool = _world(tmp_path, backend[1], 256)
+    try:
+        ctx = env.ctx("A", payloads=policy.payloads)
+        row = next(r for r in env.store.session_messages("B") if r["role"] == "tool")
+        content, _ = _page_all(ctx, {"store_id": row["store_id"], "session_id": "B",
+                                     "max_tokens": 200}, 256, "message")
+        assert content == row["content"] and payloads.refs_in(content)
+    finally:
+        database.forget_database(backend[1])
