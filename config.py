@@ -27,6 +27,10 @@ ENV_PREFIX = "TROVE_"
 CONFIG_FILE_NAME = "config.yaml"
 CONFIG_SECTION = "trove"
 DEFAULT_DATABASE_FILE = "trove.db"
+# The smallest response a tool may be asked for (TROVE_TOOL_RESPONSE_MAX_TOKENS and the
+# max_tokens argument of trove_expand alike): a page must hold its handles (a payload
+# ref is ~47 tokens, and its page names it twice) and still carry text.
+MIN_TOOL_RESPONSE_TOKENS = 256
 KNOWN_SENSITIVE_PATTERNS = frozenset(
     {"api_key", "bearer_token", "password_assignment", "private_key", "secret_assignment",
      "webhook_url"}
@@ -152,7 +156,8 @@ class TroveConfig:
         0.0, "Above this share of the window, compaction uses only the fast "
         "deterministic summarizer (0 = off).", low=0.0, high=1.0)
     tool_response_max_tokens: int = _int(
-        4000, "Token cap of one trove_* tool response.", low=256, high=64000)
+        4000, "Token cap of one trove_* tool response.", low=MIN_TOOL_RESPONSE_TOKENS,
+        high=64000)
     recall_policy_enabled: bool = _bool(
         True, "Append a short recall policy (when to use the trove_* recall tools) to the "
         "user turn, once per prompt, where trove serves the session.")

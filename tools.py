@@ -31,7 +31,7 @@ from .storage import codec, faults, timekeys
 from .storage.timekeys import iso
 from .diagnostics import brief, health
 from .evidence import handlers as evidence_handlers
-from .config import TroveConfig
+from .config import MIN_TOOL_RESPONSE_TOKENS, TroveConfig
 from .dag import Dag
 from .recall import callmemo
 from .schemas import (
@@ -82,7 +82,7 @@ def dispatch(name: str, args: Any, ctx: ToolContext) -> str:
             raise ArgumentError(f"unknown tool {str(name)[:60]!r}; known: {', '.join(TOOL_NAMES)}")
         params, ignored = validate(name, _as_dict(args))
         if name == "trove_expand" and "max_tokens" in params:
-            cap = max(200, min(cap, params["max_tokens"]))
+            cap = max(MIN_TOOL_RESPONSE_TOKENS, min(cap, params["max_tokens"]))
         with callmemo.one_call():     # work the call repeats is done once (recall/callmemo)
             payload, shape = handler(params, ctx, cap)
         if ignored:

@@ -81,7 +81,8 @@ def describe(store_payloads, ref: str) -> dict:
     return info
 
 
-PAGE_MARGIN_TOKENS = 40   # room kept beside the measured metadata (the JSON around the text)
+PAGE_MARGIN_TOKENS = 8    # room kept beside the measured metadata (the JSON around the text)
+OPTIONAL_KEYS = ("created_at", "size_text", "mime")   # dropped by the renderer when short
 
 
 def expand(store_payloads, ref: str, *, content_offset: int, budget_chars: int,
@@ -102,7 +103,8 @@ def expand(store_payloads, ref: str, *, content_offset: int, budget_chars: int,
         page.update(has_more=True, next_content_offset=content_offset,
                     expand={"tool": "trove_expand",
                             "args": {"externalized_ref": ref, "content_offset": content_offset}})
-    room = budget_tokens - count_tokens(codec.dump_json(page)) - PAGE_MARGIN_TOKENS
+    lean = {k: v for k, v in page.items() if k not in OPTIONAL_KEYS}
+    room = budget_tokens - count_tokens(codec.dump_json(lean)) - PAGE_MARGIN_TOKENS
     piece = text[content_offset:content_offset + max(budget_chars, 0)]
     while len(piece) > 1 and count_tokens(piece) > room:
         piece = piece[:len(piece) * 3 // 4]

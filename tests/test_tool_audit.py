@@ -45,7 +45,8 @@ def _page_all(ctx, first_args, cap, key=None, min_piece=1):
 def test_externalized_payload_pages_back_exactly_at_small_caps(tmp_path, max_tokens):
     """A payload page's text gets what its measured metadata leaves: a fixed 400-token
     reserve gave caps under ~640 a 'does not fit' error or empty pages whose cursor
-    never moved."""
+    never moved. max_tokens has the floor of the configured cap (256): at 200 the two
+    copies of the ref left a page a character or two."""
     engine = make_engine(tmp_path, window=200_000, large_output_externalization_enabled="true",
                          large_output_externalization_threshold_chars=2000)
     log = "".join(f"line {i}: ok ünï 日本 \x00\n" for i in range(150 if max_tokens < 300 else 400))
@@ -56,8 +57,9 @@ def test_externalized_payload_pages_back_exactly_at_small_caps(tmp_path, max_tok
                    {"role": "tool", "tool_call_id": "c1", "name": "terminal", "content": log}])
     [ref] = payloads.refs_in(engine.store.session_messages("sess")[2]["content"])
     ctx = engine.tool_context()
-    cap = max(200, min(max_tokens, engine.config.tool_response_max_tokens))
-    assert _page_all(ctx, {"externalized_ref": ref, "max_tokens": max_tokens}, cap) == log
+    cap = max(256, min(max_tokens, engine.config.tool_response_max_tokens))
+    assert _page_all(ctx, {"externalized_ref": ref, "max_tokens": max_tokens}, cap,
+                     min_piece=5) == log
 
 
 @pytest.fixture
@@ -362,6 +364,50 @@ def test_a_seeded_walk_over_the_argument_space_keeps_every_promise(tmp_path, bac
                 if holder.get("has_more") and isinstance(holder.get("expand"), dict):
                     following = tools.dispatch("trove_expand", holder["expand"]["args"], ctx)
                     assert "error" not in json.loads(following), (name, args, following)
+    finally:
+        database.forget_database(backend[1])
+
+
+@pytest.mark.parametrize("cap", [256, 4000])
+def test_every_target_from_every_session_reads_to_its_end_or_is_refused(tmp_path, backend, cap):
+    """Each message, summary and payload, asked from each session with a random scope and
+    page size: either a clear refusal, or pages within the cap that the tool's own
+    handles follow to the end, reassembling the stored text, and showing only what
+    that caller may open."""
+    import random
+    env, policy, pool = _world(tmp_path, backend[1], cap)
+    rng = random.Random(7 + cap)
+    targets = ([("store_id", i) for i in pool["ids"]] + [("node_id", n) for n in pool["nodes"]]
+               + [("externalized_ref", r) for r in pool["refs"]])
+    try:
+        for caller in "ABCD":
+            ctx = env.ctx(caller, payloads=policy.payloads)
+            for key, target in targets:
+                scope = rng.choice([{}, {"session_scope": "all"}, {"session_id": "B"}])
+                size = rng.choice([{}, {"max_tokens": 200}, {"max_tokens": 300}])
+                if caller == "C" and "session_id" in scope:
+                    continue                    # B is not C's: a refusal, checked above
+                first = _dispatch(ctx, "trove_expand", {key: target, **scope, **size},
+                                  max(256, min(cap, size.get("max_tokens", cap))))
+                if "error" in first:
+                    assert "Error:" not in first["error"] and "does not fit" not in first["error"]
+                    continue
+                text = json.dumps(first)
+                for session in OWNERS:
+                    if _marker(session) in text:
+                        assert _opens(session, caller, "trove_expand", scope), (caller, key)
+                if key == "node_id":
+                    continue
+                holder = "message" if key == "store_id" else None
+                content, _ = (_page_all(ctx, {key: target, **scope, **size},
+                                        max(256, min(cap, size.get("max_tokens", cap))), holder)
+                              if holder else (_page_all(ctx, {key: target, **scope, **size},
+                                              max(256, min(cap, size.get("max_tokens", cap)))),
+                                              None))
+                if key == "store_id":
+                    assert content == (env.store.get_message(target)["content"] or "")
+                else:
+                    assert content == policy.payloads.get_text(target)
     finally:
         database.forget_database(backend[1])
 

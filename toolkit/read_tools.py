@@ -52,7 +52,7 @@ def _externalized(params: dict, ctx: Any, current: str, cap: int, *,
                                    count_tokens=ctx.count_tokens)
     except externalized.PayloadAccessError as exc:
         raise ArgumentError(str(exc)) from exc
-    return page, Shape(texts=("content",), optional=("created_at", "size_text", "mime"))
+    return page, Shape(texts=("content",), optional=externalized.OPTIONAL_KEYS)
 
 
 def tool_expand(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
