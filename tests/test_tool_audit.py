@@ -15,7 +15,10 @@ from test_tools import COUNTER, Env
 
 
 def _dispatch(ctx, name, args, cap):
-    text = tools.dispatch(name, args, ctx)
+    """One call as the host makes it when ``ctx`` is an engine (``handle_tool_call``),
+    else through the dispatcher; the answer is JSON within ``cap``."""
+    text = (ctx.handle_tool_call(name, args, messages=[]) if hasattr(ctx, "handle_tool_call")
+            else tools.dispatch(name, args, ctx))
     assert COUNTER.count_text(text) <= cap, (name, args)
     return json.loads(text)
 
@@ -56,7 +59,7 @@ def test_externalized_payload_pages_back_exactly_at_small_caps(tmp_path, max_tok
                        "function": {"name": "terminal", "arguments": "{}"}}]},
                    {"role": "tool", "tool_call_id": "c1", "name": "terminal", "content": log}])
     [ref] = payloads.refs_in(engine.store.session_messages("sess")[2]["content"])
-    ctx = engine.tool_context()
+    ctx = engine                       # the host's way in: handle_tool_call
     cap = max(256, min(max_tokens, engine.config.tool_response_max_tokens))
     assert _page_all(ctx, {"externalized_ref": ref, "max_tokens": max_tokens}, cap,
                      min_piece=5) == log
