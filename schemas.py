@@ -518,6 +518,11 @@ def _cut(holder: dict, key: str, keep: int) -> None:
     if key == "content":
         for stale in ("tool_calls", "tool_calls_offset", "next_tool_calls_offset"):
             holder.pop(stale, None)
+        ref = holder.get("exact_ref")
+        if isinstance(ref, dict) and ref.get("start") == holder["content_offset"]:
+            # the ref's quote is the piece shown: it shrinks with it (left whole, it kept
+            # the cut text twice and the item did not fit the smallest caps)
+            ref["quote"], ref["end"] = holder[key], ref["start"] + len(holder[key])
     holder["expand"] = continuation(holder)
 
 

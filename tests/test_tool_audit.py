@@ -428,3 +428,26 @@ def test_a_placeholder_row_of_another_session_pages_at_the_smallest_cap(tmp_path
         assert content == row["content"] and payloads.refs_in(content)
     finally:
         database.forget_database(backend[1])
+
+
+def test_exact_refs_shrink_with_the_piece_they_quote(tmp_path, backend):
+    """With include_exact_ref, a page's quote is the content piece shown, also when the
+    renderer cuts that piece to fit: the quote kept the whole piece (a second copy the
+    cut could not shorten), so a payload placeholder row did not fit the smallest cap
+    and a long row's quote was not what was shown."""
+    env, policy, pool = _world(tmp_path, backend[1], 256)
+    try:
+        ctx = env.ctx("A", payloads=policy.payloads)
+        for row in env.store.session_messages("A"):
+            args, text = {"store_id": row["store_id"], "include_exact_ref": True}, ""
+            for _ in range(2000):
+                item = _dispatch(ctx, "trove_expand", args, 256)["message"]
+                ref, piece = item["exact_ref"], item.get("content") or ""
+                assert ref["quote"] == piece == (row["content"] or "")[ref["start"]:ref["end"]]
+                text += piece
+                if not item["has_more"] or "next_content_offset" not in item:
+                    break
+                args = {**item["expand"]["args"], "include_exact_ref": True}
+            assert text == (row["content"] or "")
+    finally:
+        database.forget_database(backend[1])
