@@ -340,6 +340,12 @@ class Alignment:
         if any(sid not in claimed for sid in _fresh_from(conn, session_id, last + 1,
                                                           len(claimed) + 1)):
             return False
+        # ... only after a user message: the re-sent turn. A list claiming an older
+        # reply's text as a newer row (a stale list whose "ok" equals a retried reply's)
+        # goes on from the rows below, and is read whole (test_rewrites).
+        role = conn.execute("SELECT role FROM messages WHERE store_id = ?", (last,)).fetchone()
+        if role is None or role[0] != "user":
+            return False
         followed = {sid for view in views.holding(conn, session_id, [last], views.RING)
                     for sid in _after(view, last)}
         return not followed - claimed

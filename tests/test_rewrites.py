@@ -169,6 +169,16 @@ def test_a_stale_list_after_an_edit_and_an_undo_stores_nothing_more(tmp_path):
                             ("undo",), ("stale", 18)], 3)
 
 
+def test_a_stale_list_going_on_like_a_retried_reply_is_the_older_view(tmp_path):
+    """Found by the walk above: after /undo, /retry and a new turn undone again, the
+    retried reply's text ("ok") equals the reply the first list had at its place, so
+    the first list, shown again, seemed to go on from the newest view with two new
+    messages. It is the first view: nothing is stored."""
+    run_rewrites(tmp_path, [("append", "continue", "continue"), ("undo",), ("undo",),
+                            ("retry", "continue"), ("append", "continue", "ok"), ("undo",),
+                            ("retry", "ok"), ("stale", 0)], 10)
+
+
 def run_rewrites(tmp_path, ops: list, turns: int) -> None:
     """``turns`` turns, then ``ops`` one by one, the invariants checked after each."""
     engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
