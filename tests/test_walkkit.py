@@ -124,13 +124,19 @@ def test_a_branch_copy_of_a_replayed_transcript_counts_each_message_once():
     block = {"role": "user", "content": "[trove context: summaries of earlier turns] n1"}
     turn_a = [{"role": "user", "content": "[T1] a"}, {"role": "assistant", "content": "ok"}]
     turn_b = [{"role": "user", "content": "[T2] b"}, {"role": "assistant", "content": "ok"}]
-    replayed = [block] + turn_a + turn_b + [block] + turn_a + turn_b
-    assert wk.without_replays(replayed) == [block] + turn_a + turn_b + [block]
+    replayed = [block] + turn_a + turn_b + [block] + [dict(m) for m in turn_a + turn_b]
+    restored = {id(m) for m in replayed}
+    assert wk.without_replays(replayed, restored) == [block] + turn_a + turn_b + [block]
+    # a text sent again after the restore is a new message, not a replay
+    resent = replayed[:-2] + [dict(turn_b[0]), dict(turn_b[1])]
+    assert wk.without_replays(resent, restored) == [block] + turn_a + turn_b + [block] + resent[-2:]
     # what differs after the later copy is kept from there on; no replay without a block
-    edited = [block] + turn_a + [block, turn_a[0], {"role": "assistant", "content": "new"}]
-    assert wk.without_replays(edited) == [block] + turn_a + [block, edited[-1]]
-    assert wk.without_replays(turn_a + turn_a) == turn_a + turn_a
+    edited = [block] + turn_a + [block, dict(turn_a[0]), {"role": "assistant", "content": "new"}]
+    assert wk.without_replays(edited, {id(m) for m in edited}) == [block] + turn_a + [block, edited[-1]]
+    twice = turn_a + [dict(m) for m in turn_a]
+    assert wk.without_replays(twice, {id(m) for m in twice}) == twice
     oracle = wk.Oracle()
+    oracle.restored(replayed)
     for m in turn_a + turn_b:
         oracle.shown("parent", m)
     oracle.branched("branch", replayed)

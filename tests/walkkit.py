@@ -67,12 +67,13 @@ def key_of(message: dict) -> Optional[Key]:
 BLOCK_PREFIX = "[trove context:"
 
 
-def without_replays(history: List[dict]) -> List[dict]:
+def without_replays(history: List[dict], replayable: set) -> List[dict]:
     """``history`` without the host's replay of a transcript: after a /compress and a
     /resume the CLI restores the engine's block and what followed it twice (it wrote
     its list to state.db twice), so the messages after the block's later copy that
     repeat, in order, those after its earlier copy are the same messages shown again,
-    not new ones (a /branch then copies them once)."""
+    not new ones (a /branch then copies them once). Only restored message objects
+    (``replayable``: their ids) are a replay; a text sent again since is a new message."""
     blocks = [i for i, m in enumerate(history) if m.get("role") == "user"
               and ck.text_of(m.get("content")).startswith(BLOCK_PREFIX)]
     drop = set()
@@ -82,7 +83,8 @@ def without_replays(history: List[dict]) -> List[dict]:
         earlier = [key_of(m) for m in history[first + 1:second]]
         end = next((b for b in blocks if b > second), len(history))
         for offset, k in enumerate(range(second + 1, end)):
-            if offset >= len(earlier) or key_of(history[k]) != earlier[offset]:
+            if offset >= len(earlier) or key_of(history[k]) != earlier[offset] \
+                    or id(history[k]) not in replayable:
                 break
             drop.add(k)
     return [m for i, m in enumerate(history) if i not in drop]
@@ -115,6 +117,12 @@ class Oracle:
         self.where: Dict[Key, set] = {}
         self.branch_copy: Dict[str, List[Counter]] = {}
         self._ingested: set = set()
+        self._restored: List[dict] = []    # the host's list as its last /resume restored it
+
+    def restored(self, history: List[dict]) -> None:
+        """The list a /resume (or a restart) just restored: only its message objects
+        can be the host's replay of a transcript (see :func:`without_replays`)."""
+        self._restored = list(history)
 
     def session(self, session: str) -> None:
         self.expected.setdefault(session, Counter())
@@ -143,7 +151,8 @@ class Oracle:
             return
         if final:
             self._ingested.add(branch)
-        for shown in (history, without_replays(history)):
+        replayable = {id(m) for m in self._restored}
+        for shown in (history, without_replays(history, replayable)):
             copy = Counter(k for k in (key_of(m) for m in shown)
                            if k is not None and k in self.where)
             if copy in copies:
@@ -674,6 +683,7 @@ class Walk:
 
     def do_resume(self) -> None:
         self.cli.resume(self.rng.choice(self._resumable()))
+        self.oracle.restored(self.cli.history)
 
     def do_branch(self) -> None:
         history = list(self.cli.history)
@@ -696,6 +706,7 @@ class Walk:
         if isinstance(self.other, ck.HeadlessCLI):  # a fresh plugin import: in-process peers go too
             self.do_close_other()
         self.cli = self.host.restart(self.cli)
+        self.oracle.restored(self.cli.history)
 
     # -- the whole walk --------------------------------------------------------
     def run(self) -> WalkStats:
