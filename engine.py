@@ -225,7 +225,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         """A summarizer wired to the user's models and the shared breaker."""
         cfg = self.config
         models = [cfg.summary_model or None, *cfg.summary_fallback_models]
-        return Summarizer(llm_call=self.llm_call("compression"),
+        return Summarizer(llm_call=self.policy.redacting(self.llm_call("compression")),
                           count_tokens=self.counter.count_text, models=models,
                           breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000,
                           instructions=cfg.summary_instructions, spend_guard=self.spend_guard)

@@ -74,6 +74,24 @@ class IngestPolicy:
         # a redacted or stubbed replay of a stored message is that same message.
         return codec.encode_message(guarded.message, identity_of=base, time_zone=self.time_zone)
 
+    def redacting(self, llm_call):
+        """``llm_call`` whose answers have their secrets replaced when redaction is on
+        (the same callable otherwise): a summary is stored and shown again, and a model
+        can repeat or invent a secret its redacted prompt never held, so a model's
+        answer the engine keeps obeys the rule a stored message does."""
+        redactor = self.redactor
+        if llm_call is None or redactor is None:
+            return llm_call
+
+        def call(prompt, model, timeout_s):
+            answer = llm_call(prompt, model, timeout_s)
+            if not isinstance(answer, str):
+                return answer
+            text, count = redactor.redact(answer)
+            self.redactions += count
+            return text
+        return call
+
     def for_replay(self, message: dict) -> dict:
         """The message as it may go back to the provider: secrets replaced when redaction
         is on (the same object when nothing changes)."""
