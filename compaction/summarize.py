@@ -4,7 +4,9 @@ A summary is produced by escalation: a detailed LLM prompt (level 1), a terse
 bullet-list prompt with a tighter target (level 2) and finally a deterministic
 extractive digest (level 3) that always completes. An LLM answer is accepted
 only when it fits the token budget *and* is smaller than its source, so a
-summary can never grow the context it is meant to shrink. Each model route has
+summary can never grow the context it is meant to shrink; a refusal or an answer
+holding the engine's own block text is rejected whatever its size, and one
+markdown fence around the whole answer is unwrapped. Each model route has
 a circuit breaker so a dead provider costs one timeout, not one per summary.
 
 This module never touches the database and never imports the host: the caller
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional, Sequence
 
 from . import salience
+from .assemble import ACK_TEXT, BLOCK_MARKER
 
 __all__ = ["CircuitBreaker", "DETERMINISTIC_MODEL", "SourceItem", "SummaryResult", "Summarizer",
            "build_prompt", "deterministic_summary", "extract_topics", "strip_reasoning"]
@@ -223,6 +226,34 @@ def strip_reasoning(text: str) -> str:
     if closers:
         text = text[closers[-1].end():]
     return "" if _UNCLOSED_LEADING.match(text) else text.strip()
+
+
+_FENCED = re.compile(r"\A```[\w+-]*[ \t]*\n(?P<body>.*?)\n[ \t]*```\Z", re.S)
+_REFUSAL = re.compile(
+    r"\A\W*(?:i'?m sorry|i am sorry|sorry,? (?:but )?i|i apologi[sz]e|i (?:can ?not|can't|"
+    r"cannot|won't|am (?:not able|unable)|'m (?:not able|unable)) (?:help|assist|comply|"
+    r"provide|summari[sz]e|do that|fulfil)|as an ai\b)", re.I)
+MAX_REFUSAL_CHARS = 400   # a longer answer that opens with an apology may still summarize
+
+
+def _answer_text(answer) -> str:
+    """The summary an answer holds: reasoning dropped, and one fence wrapping the whole
+    answer (```markdown ... ```) unwrapped, since the block is already delimited."""
+    text = _clean(strip_reasoning(answer))
+    fenced = _FENCED.match(text)
+    return fenced.group("body").strip() if fenced else text
+
+
+def _unusable(text: str) -> Optional[str]:
+    """Why an answer is no summary, whatever its size: a refusal (it says nothing about
+    the data), or the engine's own block header or acknowledgement (the model echoed
+    the prompt around its data; stored, it would be shown as a block inside the block
+    and read back into every merge). None: judge it by its size."""
+    if BLOCK_MARKER in text or ACK_TEXT in text:
+        return "rejected: holds the engine's block text"
+    if len(text) <= MAX_REFUSAL_CHARS and _REFUSAL.match(text):
+        return "rejected: a refusal"
+    return None
 
 
 def _clean(text) -> str:
@@ -722,14 +753,17 @@ class Summarizer:
                 attempts.append((level, route, _describe_failure(exc)))
                 continue
             self._record_spend(prompt, answer)
-            text = _clean(strip_reasoning(answer))
+            text = _answer_text(answer)
             if not text:
                 self._breaker.record_failure(route)
                 attempts.append((level, route, "empty answer"))
                 continue
             self._breaker.record_success(route)
             tokens = self._count(text)
-            if tokens > budget_tokens:
+            unusable = _unusable(text)
+            if unusable:
+                attempts.append((level, route, unusable))
+            elif tokens > budget_tokens:
                 attempts.append((level, route, f"rejected: over budget {tokens}>{budget_tokens}"))
             elif tokens >= source_tokens:
                 attempts.append((level, route,
