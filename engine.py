@@ -34,7 +34,7 @@ from .diagnostics import startup
 from .diagnostics.compaction_text import noop_reason
 from .compaction.message_memo import MessageMemo
 from .store import Store
-from .compaction.summarize import CircuitBreaker, Summarizer
+from .compaction.summarize import Summarizer, shared_breaker
 from .orchestrator.maintenance import Maintenance
 from .orchestrator.ingest_side import IngestSide
 from .orchestrator.budget_side import BudgetSide
@@ -55,7 +55,6 @@ MIN_CONDENSED_BUDGET = 300
 # How long a compaction or rotate waits for another one of the same session to finish.
 COMPACTION_LOCK_SECONDS = 120.0
 
-_breakers: dict[tuple, CircuitBreaker] = {}
 
 
 def _clean(message: dict) -> dict:
@@ -65,14 +64,6 @@ def _clean(message: dict) -> dict:
         return message
     return {k: v for k, v in message.items() if not str(k).startswith("_")}
 
-
-def _shared_breaker(cfg: TroveConfig) -> CircuitBreaker:
-    """One breaker per process and setting, so deep copies share route health."""
-    key = (cfg.summary_circuit_breaker_failure_threshold,
-           cfg.summary_circuit_breaker_cooldown_seconds)
-    if key not in _breakers:
-        _breakers[key] = CircuitBreaker(key[0], key[1])
-    return _breakers[key]
 
 
 class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, Maintenance,
@@ -227,8 +218,15 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         models = [cfg.summary_model or None, *cfg.summary_fallback_models]
         return Summarizer(llm_call=self.policy.redacting(self.llm_call("compression")),
                           count_tokens=self.counter.count_text, models=models,
-                          breaker=_shared_breaker(cfg), timeout_s=cfg.summary_timeout_ms / 1000,
+                          breaker=self.summary_breaker, timeout_s=cfg.summary_timeout_ms / 1000,
                           instructions=cfg.summary_instructions, spend_guard=self.spend_guard)
+
+    @property
+    def summary_breaker(self):
+        """The process-wide circuit breaker of the summary routes for these settings."""
+        cfg = self.config
+        return shared_breaker(cfg.summary_circuit_breaker_failure_threshold,
+                              cfg.summary_circuit_breaker_cooldown_seconds)
 
     @property
     def spend_guard(self):
@@ -724,6 +722,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             "budget": budget.describe(),
             "leaf_nodes": report.leaf_ids, "condensed_nodes": report.condensed_ids,
             "summarizer_calls": report.summarizer_calls, "levels": report.levels,
+            "summary_problems": report.summary_problems,
             "prepared_used": report.prepared_used, "sweep": report.sweep,
             "tail_gave_way": gave_way, "tail_cut_by_tokens": tail_cut,
             "tail_kept": len(tail), "tail_messages": len(tail), "tail_tokens": tail_tokens,

@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..storage import codec, prepared
 from ..dag import Dag, NewNode
-from .summarize import SourceItem, Summarizer, extract_topics
+from .summarize import SourceItem, Summarizer, attempt_problems, extract_topics
 
 FOOTER_MARK = "\n\n[expand: trove_expand(node_id="
 MIN_FOLD_TOKENS = 200   # an overview smaller than this says too little to be worth a fold
@@ -28,6 +28,7 @@ class PassReport:
     condensed_ids: list[int] = field(default_factory=list)
     summarizer_calls: int = 0
     levels: list[int] = field(default_factory=list)
+    summary_problems: dict = field(default_factory=dict)  # model attempt outcome -> count
     seconds: float = 0.0
     prepared_used: int = 0   # nodes written from background-prepared summaries
     sweep: dict | None = None  # the full sweep's bounds and use, when it ran
@@ -225,6 +226,8 @@ class Compactor:
         report.summarizer_calls += sum(1 for a in result.attempts if a[0] in (1, 2)
                                        and not str(a[2]).startswith("skipped"))
         report.levels.append(result.level)
+        for outcome, n in attempt_problems(result.attempts).items():
+            report.summary_problems[outcome] = report.summary_problems.get(outcome, 0) + n
         return self.dag.add_node(NewNode(
             session_id=session_id, depth=depth, text=result.text or "(no text)",
             token_count=result.tokens, source_token_count=source_tokens, level=result.level,

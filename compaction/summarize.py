@@ -25,7 +25,7 @@ from . import salience
 from .assemble import ACK_TEXT, BLOCK_MARKER
 
 __all__ = ["CircuitBreaker", "DETERMINISTIC_MODEL", "SourceItem", "SummaryResult", "Summarizer",
-           "build_prompt", "deterministic_summary", "extract_topics", "strip_reasoning"]
+           "attempt_problems", "build_prompt", "deterministic_summary", "extract_topics", "shared_breaker", "strip_reasoning"]
 
 LLMCall = Callable[[str, Optional[str], float], str]
 CountTokens = Callable[[str], int]
@@ -660,6 +660,29 @@ def _render_digest(header: str, meta: list[str], chosen: list, sources) -> str:
             lines.append(f"[{sources[n].ref} {_role_label(sources[n])}] {seg}")
         previous = (n, order)
     return "\n".join(lines)
+
+
+_breakers: dict[tuple, CircuitBreaker] = {}
+_breakers_lock = threading.Lock()
+
+
+def shared_breaker(failure_threshold: int, cooldown_seconds: float) -> CircuitBreaker:
+    """The process's breaker for these settings, so every engine copy (the host
+    deep-copies one per agent) shares route health and status reports one state."""
+    key = (int(failure_threshold), float(cooldown_seconds))
+    with _breakers_lock:
+        if key not in _breakers:
+            _breakers[key] = CircuitBreaker(*key)
+        return _breakers[key]
+
+
+def attempt_problems(attempts) -> dict:
+    """What went wrong before a summary was accepted: each model attempt's outcome that
+    was not an acceptance (``timeout``, ``error: ...``, ``rejected: ...``, ``skipped:
+    breaker open``...) with its count, for the compaction's status record."""
+    found: Counter = Counter(str(outcome) for level, _route, outcome in attempts
+                             if level in (1, 2) and outcome != "accepted")
+    return dict(found)
 
 
 # --- Escalating summarizer ---

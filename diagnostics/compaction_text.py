@@ -34,6 +34,20 @@ def _nodes(value: Any) -> int:
     return len(value) if isinstance(value, (list, tuple)) else (_int(value) or 0)
 
 
+def _fallbacks(last: Mapping) -> str:
+    """`` (2 by the deterministic digest: timeout x2, rejected: a refusal x1)`` when a
+    model summary failed or was rejected, so status says why a summary is a digest."""
+    levels = last.get("levels")
+    digests = sum(1 for v in levels if v == 3) if isinstance(levels, list) else 0
+    problems = last.get("summary_problems")
+    if not isinstance(problems, Mapping) or not problems:
+        return ""
+    ranked = sorted(problems.items(), key=lambda kv: (-(_int(kv[1]) or 0), str(kv[0])))[:4]
+    why = ", ".join(f"{str(k)[:80]} x{_int(v) or 0}" for k, v in ranked)
+    head = f"{digests} by the deterministic digest: " if digests else "model retries: "
+    return f" ({head}{why})"
+
+
 def compaction_line(last: Mapping | None, when: Callable[[Any], str]) -> str:
     """``last compaction: compacted at T: 41,000 -> 19,800 tokens (trigger 32,000), 2 new
     summaries, tail kept 14 messages (whole)`` or the reason nothing changed."""
@@ -52,6 +66,7 @@ def compaction_line(last: Mapping | None, when: Callable[[Any], str]) -> str:
     made = _nodes(last.get("leaf_nodes")) + _nodes(last.get("condensed_nodes"))
     if last.get("outcome") == "compacted":
         text += f", {made} new summar{'y' if made == 1 else 'ies'}"
+        text += _fallbacks(last)
     tail = _int(last.get("tail_messages"))
     if tail is not None or "tail_gave_way" in last:
         kept = f"tail kept {tail} messages" if tail is not None else "tail"

@@ -118,6 +118,7 @@ class ToolSide:
             "session_filter_match": self.session_filter_match,
             "ingest_policy": self.policy.describe(),
             "summary_spend": self.spend_guard.state(),
+            "summary_breaker": self.summary_breaker.state(),
             "empty_lifecycle_gc": getattr(self, "lifecycle_gc", None),
             "background_prepare": {"share": self.config.background_prepare_share,
                                    **self._prepare_state()},

@@ -374,8 +374,8 @@ def _both_engines(engines_on_backend):
 
 @pytest.fixture(autouse=True)
 def _close_databases():
-    from hermes_trove import engine as engine_module
-    engine_module._breakers.clear()  # route health is process-wide; tests start fresh
+    from hermes_trove.compaction import summarize as summarize_module
+    summarize_module._breakers.clear()  # route health is process-wide; tests start fresh
     yield
     for key in list(database._registry):
         database.forget_database(key)

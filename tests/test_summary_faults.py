@@ -73,3 +73,33 @@ def test_a_fenced_answer_is_stored_without_its_fence(tmp_path):
     drive(engine, 30)
     leaves = _leaf_nodes(engine)
     assert leaves and all(t.startswith("- module work; handler kept\n") for t in leaves)
+
+
+def test_status_says_why_summaries_are_digests_and_shows_the_breaker(tmp_path):
+    """A dead summary route: the compaction's record names the failures and the status
+    shows the breaker open, so an operator sees why the summaries are digests."""
+    from hermes_trove.compaction import summarize
+    from hermes_trove.diagnostics.compaction_text import compaction_line
+    summarize._breakers.clear()
+
+    def llm(prompt, model, timeout_s):
+        raise RuntimeError("HTTP 500 upstream exploded")
+
+    engine = make_engine(tmp_path, llm=llm, leaf_chunk_tokens=600)
+    drive(engine, 30)
+    status = engine.get_status()
+    last = status["last_compaction"]
+    assert set(last["levels"]) == {3}
+    assert any("upstream exploded" in k or "breaker open" in k
+               for k in last["summary_problems"]), last
+    assert status["summary_breaker"]["default"]["state"] == "open"
+    line = compaction_line(last, str)
+    assert "by the deterministic digest" in line and " x" in line, line
+    summarize._breakers.clear()
+
+
+def test_status_names_a_rejected_refusal(tmp_path):
+    engine = make_engine(tmp_path, llm=lambda p, m, t: "I'm sorry, I can't help with that.",
+                         leaf_chunk_tokens=600)
+    drive(engine, 30)
+    assert "rejected: a refusal" in engine.get_status()["last_compaction"]["summary_problems"]
