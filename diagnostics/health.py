@@ -276,6 +276,35 @@ def check_lifecycle(status: Mapping, session_nodes: int | None,
     return results
 
 
+def check_summaries(status: Mapping) -> list[dict]:
+    """Whether the summary model is being used: an open breaker, a spent hourly cap or a
+    last compaction whose model answers all failed leave the summaries to the
+    deterministic digest, which still compacts but keeps less; the operator should know."""
+    problems = []
+    breaker = status.get("summary_breaker")
+    if isinstance(breaker, Mapping):
+        shut = sorted(str(r) for r, s in breaker.items()
+                      if isinstance(s, Mapping) and s.get("state") == "open")
+        if shut:
+            problems.append(f"circuit breaker open for {', '.join(shut)} "
+                            "(TROVE_SUMMARY_CIRCUIT_BREAKER_COOLDOWN_SECONDS)")
+    spend = status.get("summary_spend")
+    if isinstance(spend, Mapping) and spend.get("exhausted"):
+        problems.append(f"spend guard reached: {spend.get('reason')}")
+    last = status.get("last_compaction")
+    if isinstance(last, Mapping) and isinstance(last.get("levels"), list) \
+            and isinstance(last.get("summary_problems"), Mapping) and last["summary_problems"]:
+        digests = sum(1 for v in last["levels"] if v == 3)
+        if digests:
+            why = ", ".join(f"{str(k)[:80]} x{v}"
+                            for k, v in list(last["summary_problems"].items())[:3])
+            problems.append(f"last compaction: {digests} of {len(last['levels'])} summaries "
+                            f"by the deterministic digest ({why})")
+    if not problems:
+        return [check("summary_model", "ok", "model summaries in use (or none needed yet)")]
+    return [check("summary_model", "warn", "; ".join(problems))]
+
+
 def check_pressure(status: Mapping, config: TroveConfig) -> list[dict]:
     """How full the context window is, against the compaction trigger."""
     ratio = status.get("context_pressure")
@@ -327,6 +356,7 @@ def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | No
                  lambda: check_config(config, status),
                  lambda: check_lifecycle(status, session_nodes, offline),
                  lambda: check_pressure(status, config),
+                 lambda: check_summaries(status),
                  lambda: check_rollup_lineage(store.db, config),
                  lambda: host.check_host(config.hermes_home)):
         try:

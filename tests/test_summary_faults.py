@@ -103,3 +103,19 @@ def test_status_names_a_rejected_refusal(tmp_path):
                          leaf_chunk_tokens=600)
     drive(engine, 30)
     assert "rejected: a refusal" in engine.get_status()["last_compaction"]["summary_problems"]
+
+
+def test_doctor_warns_when_summaries_fall_back_to_the_digest(tmp_path):
+    from hermes_trove.compaction import summarize
+    summarize._breakers.clear()
+
+    def llm(prompt, model, timeout_s):
+        raise TimeoutError("slow")
+
+    engine = make_engine(tmp_path, llm=llm, leaf_chunk_tokens=600)
+    drive(engine, 30)
+    report = json.loads(engine.handle_tool_call("trove_doctor", {}, messages=[]))
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["summary_model"]["status"] == "warn", checks.get("summary_model")
+    assert "breaker open" in checks["summary_model"]["detail"]
+    summarize._breakers.clear()
