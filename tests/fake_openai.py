@@ -46,6 +46,7 @@ class Reply:
     completion_tokens: Optional[int] = None
     finish_reason: Optional[str] = None
     status: int = 200
+    headers: dict = field(default_factory=dict)  # extra response headers (Retry-After...)
 
 
 ReplyLike = Union[Reply, str, ToolCall, Sequence[ToolCall], None]
@@ -312,9 +313,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return {"_raw": raw.decode("utf-8", "replace")}
 
-    def _send_json(self, status: int, payload: Any) -> None:
+    def _send_json(self, status: int, payload: Any, headers: Optional[dict] = None) -> None:
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, str(value))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -351,7 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, {"error": {"message": f"responder raised: {exc!r}", "type": "server_error"}})
             return
         if reply.status != 200:
-            self._send_json(reply.status, {"error": {"message": reply.text or "error", "type": "server_error", "code": reply.status}})
+            self._send_json(reply.status, {"error": {"message": reply.text or "error", "type": "server_error", "code": reply.status}},
+                            headers=reply.headers)
             return
         if body.get("stream"):
             self._stream(body, reply)

@@ -32,7 +32,7 @@ def _summary_reply(mode, body, rng):
     if mode == "500":
         return hk.Reply(status=500, text="upstream exploded")
     if mode == "429":
-        return hk.Reply(status=429, text="rate limited, retry after 1s")
+        return hk.Reply(status=429, text="rate limited", headers={"Retry-After": "30"})
     if mode == "slow":
         time.sleep(1.6)
         return hk.Reply(text="- late summary that arrived after the timeout")
