@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..config import TroveConfig
+from ..ingest.redaction import Redactor
 from ..storage.database import Database, open_private
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import callmemo, ranking, vectorscan
@@ -74,6 +75,21 @@ def chunks(text: str) -> list[str]:
     return pieces
 
 
+def outgoing(config: TroveConfig):
+    """The function every text passes through before it reaches a provider: with
+    ``TROVE_SENSITIVE_PATTERNS_ENABLED`` the ingest redactor, else the identity.
+
+    Why: redaction protects what is stored, but rows stored before it was turned on
+    (or imported without it) still hold their secrets, and a query is the model's
+    own text; an embeddings endpoint is another party, so with redaction on nothing
+    is sent to it unredacted (passages, summaries and queries alike, so both sides
+    of a comparison see the same placeholders)."""
+    if not config.sensitive_patterns_enabled:
+        return lambda text: text
+    redactor = Redactor(config.sensitive_patterns)
+    return lambda text: redactor.redact(text)[0]
+
+
 def text_hash(text: str) -> str:
     """Identity of an embedded text (identical texts share one model call)."""
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
@@ -96,6 +112,7 @@ class Indexer:
         self.provider = provider
         self.batch = config.embedding_batch_size
         self.timeout = config.embedding_batch_timeout_ms / 1000.0
+        self.clean = outgoing(config)
         self._space: int | None = None
         self.cursor = {"m": 0, "n": 0}     # every row at or below has a row in the space
 
@@ -127,7 +144,7 @@ class Indexer:
         rows: list[tuple[int, int, str, str]] = []          # (ref, chunk, hash, text)
         empty: list[VectorRow] = []
         for ref, text in items:
-            pieces = chunks(text)
+            pieces = chunks(self.clean(text))
             if not pieces:
                 empty.append(VectorRow(kind, ref, 0, "", None))
             rows += [(ref, i, text_hash(p), p) for i, p in enumerate(pieces)]
@@ -256,6 +273,7 @@ class Semantic:
     _queries: dict = field(default_factory=dict, repr=False)   # (identity, text) -> vector
     _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _counts: dict = field(default_factory=dict, repr=False)   # (space, kind) -> (n, when)
+    _clean: object = field(default=None, repr=False)            # ``outgoing(config)``
 
     @property
     def bits(self) -> vectorscan.BitIndex:
@@ -317,8 +335,11 @@ class Semantic:
         with self._queries_lock:
             if key in self._queries:
                 return self._queries[key]
+        if self._clean is None:
+            self._clean = outgoing(self.config)
         try:
-            vector = provider.query(text, self.config.embedding_query_timeout_ms / 1000.0)
+            vector = provider.query(self._clean(text),
+                                    self.config.embedding_query_timeout_ms / 1000.0)
         except Exception:  # a slow or broken model degrades to full text, never fails a call
             return None
         if getattr(vector, "flags", None) is not None:

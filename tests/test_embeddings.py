@@ -428,3 +428,25 @@ def test_distinct_best_keeps_one_row_per_vector_and_a_rows_best_chunk():
     # better chunk; rows 4 and 6 tie on score but are two texts: both are kept
     assert best == [(5, pytest.approx(0.9)), (3, pytest.approx(0.85)), (4, pytest.approx(0.7)),
                     (6, pytest.approx(0.7))]
+
+
+def test_with_redaction_on_no_secret_reaches_the_embeddings_endpoint(tmp_path, fake):
+    """A row stored before redaction was turned on, and a query quoting a secret: with
+    TROVE_SENSITIVE_PATTERNS_ENABLED neither is sent to the endpoint unredacted."""
+    secret = "sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUvWx"
+    db = database.open_private(str(tmp_path / "trove.db"))
+    store = Store(db)
+    store.ensure_session("s")
+    store.ingest("s", [{"role": "user", "content": f"[Ann] my key is api_key={secret} ok"}])
+    config = openai_config(tmp_path, fake, TROVE_SENSITIVE_PATTERNS_ENABLED="true")
+    found = semantic.Semantic.open(db, config)
+    done = semantic.backfill(db, found.provider, config, apply=True)
+    assert done["status"] == "done" and done["indexed"] == 1
+    out = json.loads(tools.dispatch("trove_grep", {"query": f"api_key={secret}",
+                                                   "mode": "semantic"},
+                                    ctx_for(store, Dag(db), tmp_path, config, found)))
+    assert out["mode"] == "semantic" and out["results"]
+    sent = [t for r in fake.requests if r["path"].endswith("embeddings")
+            for t in r["body"]["input"]]
+    assert any("[REDACTED:" in t for t in sent) and secret not in json.dumps(sent)
+    db.close()
