@@ -217,7 +217,11 @@ class EmbeddingWorker(threading.Thread):
         semantic.state = open_provider(semantic.config)
         if semantic.provider is None:
             return
-        db = open_private(semantic.db.path)
+        try:
+            db = open_private(semantic.db.path)
+        except Exception as exc:  # no connection: no index, but never a dead thread's trace
+            self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            return
         # vectors are derived data (a lost batch is simply embedded again), so this
         # connection commits without an fsync and holds the write lock for less time
         if db.dialect == "sqlite":
@@ -225,11 +229,13 @@ class EmbeddingWorker(threading.Thread):
         try:
             indexer = Indexer(db, semantic.provider, semantic.config)
             while not self.stopping.is_set():
-                try:
+                try:   # everything the worker does, warming included, is retried, never raised
                     began = time.monotonic()
                     worked = indexer.step().rows
                     self.batches += bool(worked)
                     self.meter.record(worked, time.monotonic() - began)
+                    if not worked:
+                        self._warm(indexer)
                     self.last_error = ""
                     self.stopping.wait(WORKER_PAUSE)   # let turns take the write lock
                 except Exception as exc:  # never kill the host; retry later
@@ -237,19 +243,21 @@ class EmbeddingWorker(threading.Thread):
                     self.stopping.wait(FAILURE_PAUSE)
                     continue
                 if not worked:
-                    self._warm(indexer)
                     self.wake.wait(IDLE_SECONDS)
                     self.wake.clear()
         finally:
             db.close()
 
-
     def _warm(self, indexer: Indexer) -> None:
-        """Caught up: load the prescreen bits of a big index now, not in a query."""
+        """Caught up: load the prescreen bits of a big index now, not in a query.
+
+        Read through the worker's own connection: the engine's may be closed or
+        reopened while the worker idles (it died on a closed one, and with it the
+        index's catch-up until the next process)."""
         space = indexer.space()
         for kind in ("m", "n"):
             if indexer.vectors.count_vectors(space, kind) > vectorscan.PRESCREEN_MIN:
-                self.semantic.bits.warm(VectorStore(self.semantic.db), space, kind)
+                self.semantic.bits.warm(indexer.vectors, space, kind)
 
 
 def _lower_priority() -> None:

@@ -450,3 +450,35 @@ def test_with_redaction_on_no_secret_reaches_the_embeddings_endpoint(tmp_path, f
             for t in r["body"]["input"]]
     assert any("[REDACTED:" in t for t in sent) and secret not in json.dumps(sent)
     db.close()
+
+
+def test_the_worker_outlives_the_engines_connection_and_keeps_catching_up(tmp_path, fake,
+                                                                          monkeypatch):
+    """Warming the prescreen of a big index (here: any index) once read through the
+    engine's connection outside the worker's error handling: the engine closing it
+    killed the thread with a traceback, and new rows were never embedded again."""
+    monkeypatch.setattr(semantic.vectorscan, "PRESCREEN_MIN", 0)
+    config = openai_config(tmp_path, fake)
+    path = str(tmp_path / "trove.db")
+    db = database.open_private(path)
+    Store(db).ensure_session("s")
+    Store(db).ingest("s", CHAT[:1])
+    found = semantic.shared(db, config)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (found.status().get("available")
+                                                   and found.status()["pending"] == 0):
+            time.sleep(0.05)
+        db.close()                                  # the engine's connection goes
+        found.worker.poke()
+        time.sleep(0.5)
+        assert found.worker.is_alive()
+        again = database.open_private(path)
+        Store(again).ingest("s", CHAT[:2])
+        assert semantic.shared(again, config) is found
+        found.worker.poke()
+        while time.monotonic() < deadline and found.status()["pending"]:
+            time.sleep(0.05)
+        assert found.status()["pending"] == 0 and found.worker.is_alive()
+    finally:
+        semantic.forget_shared(path)
