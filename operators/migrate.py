@@ -64,6 +64,11 @@ TEXT_ON_SERVER = {("import_ledger", "target_id")}
 # Tables whose integer key a PostgreSQL identity sequence hands out.
 SEQUENCES = {"messages": "store_id", "nodes": "node_id", "evidence_assertions": "assertion_id",
              "evidence_views": "view_id", "rollups": "rollup_id", "embedding_spaces": "space_id"}
+# Tables whose keys each database hands out itself, with the columns that say which
+# row a key names: the same key in two databases is the same row only when they agree.
+IDENTITY = {"messages": ("store_id", ("session_id", "content_hash", "ordinal")),
+            "nodes": ("node_id", ("session_id", "depth", "text")),
+            "embedding_spaces": ("space_id", ("provider", "model", "revision", "dim"))}
 
 
 def migrate(source: str, target: str, *, apply: bool, progress=None) -> dict:
@@ -73,6 +78,8 @@ def migrate(source: str, target: str, *, apply: bool, progress=None) -> dict:
     dst = _open(target, apply=apply, create=True)   # None: a dry run's target not there yet
     if dst is not None and src.path == dst.path:
         raise OperatorError("source and target are the same database")
+    if dst is not None:
+        _refuse_a_foreign_target(src, dst)
     started = time.perf_counter()
     tables = []
     for table, key in TABLES:
@@ -133,6 +140,36 @@ def _server_read_only(url: str, create: bool) -> Connected | None:
                "dry run does not migrate it (--apply does)")
         raise OperatorError(f"{db.display} {why}")
     return db
+
+
+def _refuse_a_foreign_target(src, dst) -> None:
+    """Refuse, before anything is written, a target that holds other rows under the
+    source's keys (another host's database: store_id 1 there is another message).
+
+    Why: a row whose key the target has is skipped, which is how an interrupted copy
+    resumes; into a foreign target that silently dropped the source's rows under the
+    report "verified", and attached what was copied (vectors of a space id the target
+    uses for another model, nodes and vectors by ref id) to the target's own rows.
+    The lowest and highest key of each side are compared where both sides hold them:
+    two databases never agree there by chance, a copy of this source always does."""
+    for table, (key, columns) in IDENTITY.items():
+        names = ", ".join(columns)
+        probes: set = set()
+        for db in (src, dst):
+            with db.reading() as conn:
+                probes.update(conn.execute(f"SELECT MIN({key}), MAX({key}) FROM {table}")
+                              .fetchone())
+        for probe in sorted(p for p in probes if p is not None):
+            rows = []
+            for db in (src, dst):
+                with db.reading() as conn:
+                    rows.append(conn.execute(f"SELECT {names} FROM {table} WHERE {key} = ?",
+                                             (probe,)).fetchone())
+            if None not in rows and tuple(rows[0]) != tuple(rows[1]):
+                raise OperatorError(
+                    f"{dst.display} already holds other rows under this source's keys "
+                    f"({table} {key} {probe} is another row there): migrate copies into "
+                    "an empty target or resumes a copy of this same source")
 
 
 def _columns(db, table: str) -> list[str]:

@@ -17,6 +17,7 @@ from hermes_trove.recall.query_plan import scoped, tag_scope
 from hermes_trove.storage import alignment, database, locks, migrations
 from hermes_trove.storage.postgres import connection, schema, search
 from hermes_trove.store import Store, decode_row
+from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore
 from hermes_trove.operators import actions as ops, migrate
 
 from pgkit import PgSchema, require_pg
@@ -270,6 +271,29 @@ def test_migrate_a_file_to_the_server_and_back(pg, tmp_path):
     assert returned.fts_row_counts() == {"rows": len(messages) + 1, "fts_docs": len(messages) + 1}
     for path in (source, back):
         database.forget_database(path)
+
+
+def test_migrate_refuses_a_server_holding_another_hosts_rows(pg, tmp_path):
+    """Another host's store_id 1 is another message: the copy skipped the source's rows
+    whose keys the server had (reported "verified") and filed the source's vectors
+    under a space id the server uses for another model; now nothing is written."""
+    def host(target, text, identity):
+        db = database.get_database(target)
+        ids = Store(db).ingest(text, [{"role": "user", "content": text}]).store_ids
+        vectors = VectorStore(db)
+        vectors.write(vectors.space_id(identity),
+                      [VectorRow("m", ids[0], 0, text, b"\0" * 4 * identity.dim)])
+    source = str(tmp_path / "trove.db")
+    host(source, "the laptop's row", SpaceIdentity("openai", "a", "u", 8))
+    host(pg.url, "the server's row", SpaceIdentity("local", "m", "r", 4))
+    before = database.get_database(pg.url).conn.execute(
+        "SELECT count(*) FROM sessions").fetchone()[0]
+    for apply in (False, True):
+        with pytest.raises(ops.OperatorError, match="other rows under this source's keys"):
+            migrate.migrate(source, pg.url, apply=apply)
+    assert database.get_database(pg.url).conn.execute(
+        "SELECT count(*) FROM sessions").fetchone()[0] == before
+    database.forget_database(source)
 
 
 def test_a_migrate_dry_run_never_creates_or_migrates_the_server_schema(pg, tmp_path,
