@@ -282,6 +282,7 @@ class Semantic:
     _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _counts: dict = field(default_factory=dict, repr=False)   # (space, kind) -> (n, when)
     _clean: object = field(default=None, repr=False)            # ``outgoing(config)``
+    _space_of: object = field(default=None, repr=False)         # the identity _space is of
 
     @property
     def bits(self) -> vectorscan.BitIndex:
@@ -300,9 +301,16 @@ class Semantic:
         return self.state.provider
 
     def space(self) -> int | None:
-        """The provider's space id, if it has vectors (never creates one)."""
-        if self._space is None and self.provider is not None and self.provider.identity.dim:
-            self._space = VectorStore(self.db).space_id(self.provider.identity, create=False)
+        """The provider's space id, if it has vectors (never creates one).
+
+        Found again whenever the provider's identity is not the one it was found for:
+        an endpoint's dimension is known only from its first answer, and a space
+        guessed before that (``operators.search.open_semantic``) may hold vectors of an
+        earlier dimension; a query is only ever compared with vectors of its own space."""
+        provider = self.provider
+        if provider is not None and provider.identity.dim and self._space_of != provider.identity:
+            self._space = VectorStore(self.db).space_id(provider.identity, create=False)
+            self._space_of = provider.identity if self._space is not None else None
         return self._space
 
     def status(self) -> dict:
@@ -481,6 +489,9 @@ def choose_mode(semantic: "Semantic | None", requested: str | None, query: str,
     if vector is None:
         return ModeChoice("full_text", coverage,
                           note="the query could not be embedded in time; ran full text")
+    if semantic.space() is None:      # the model answering now has no vectors here yet
+        return ModeChoice("full_text", 0.0, note="no vectors of the embedding model's current "
+                                                 "answers cover this scope yet; ran full text")
     return ModeChoice(requested or "hybrid", coverage, vector)
 
 

@@ -482,3 +482,26 @@ def test_the_worker_outlives_the_engines_connection_and_keeps_catching_up(tmp_pa
         assert found.status()["pending"] == 0 and found.worker.is_alive()
     finally:
         semantic.forget_shared(path)
+
+
+def test_a_query_is_never_compared_with_vectors_of_another_dimension(chat, tmp_path, fake,
+                                                                       monkeypatch):
+    """The endpoint answers with another dimension now (its model changed behind the
+    same name): the operator's grep guessed the newest space of the name (it cannot
+    call the endpoint to learn the dimension), and the query was multiplied with that
+    space's vectors (a ValueError as the tool's answer). Now: full text and a note."""
+    import types
+    import fake_openai
+    from hermes_trove.operators.search import open_semantic
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    semantic.backfill(db, embeddings.open_provider(config).provider, config, apply=True)
+    old = fake_openai.fake_embedding
+    monkeypatch.setattr(fake_openai, "fake_embedding", lambda text: old(text) + old(text))
+    found = open_semantic(types.SimpleNamespace(database=db, config=config))
+    assert found.status()["indexed"] == len(CHAT)      # a status read never calls the endpoint
+    out = json.loads(tools.dispatch("trove_grep", {"query": "ceramics workshop",
+                                                   "mode": "semantic"},
+                                    ctx_for(store, dag, tmp_path, config, found)))
+    assert "error" not in out and out["mode"] == "full_text"
+    assert out["results"][0]["store_id"] == ids[0] and "no vectors" in out["notes"][0]
