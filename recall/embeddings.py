@@ -49,8 +49,19 @@ EXTRAS_HINT = (f"install every optional package at once with pip install -r "
 MAX_INPUT_CHARS = 2000        # one text sent to a model is cut here (the chunker keeps under it)
 
 
+REFUSED_STATUS = (400, 413, 422)   # an endpoint that answers these refuses the request itself
+
+
 class EmbeddingError(RuntimeError):
-    """A provider could not embed (timeout, bad answer, missing package)."""
+    """A provider could not embed (timeout, bad answer, missing package).
+
+    ``refused``: the endpoint answered and refused these inputs (too many in one
+    request, one too long, one it will not take); the same request fails again
+    whenever it is sent, while fewer inputs may pass (``semantic.Indexer``)."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
 
 
 class Provider(Protocol):
@@ -250,6 +261,9 @@ class OpenAIProvider:
                 answer = json.loads(response.read())
             rows = sorted(answer["data"], key=lambda d: d.get("index", 0))
             matrix = _unit(self.np, [row["embedding"] for row in rows])
+        except urllib.error.HTTPError as exc:
+            raise EmbeddingError(f"{self.url}: {type(exc).__name__}: {exc}"[:300],
+                                 refused=exc.code in REFUSED_STATUS) from exc
         except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"{self.url}: {type(exc).__name__}: {exc}"[:300]) from exc
         if matrix.ndim != 2 or len(matrix) != len(texts):

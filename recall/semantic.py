@@ -36,7 +36,7 @@ from ..storage.database import Database, open_private
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import callmemo, ranking, vectorscan
 from .meter import RateMeter
-from .embeddings import Provider, ProviderState, open_provider
+from .embeddings import EmbeddingError, Provider, ProviderState, open_provider
 from .search import Hit
 
 CHUNK_CHARS = 1500            # a long message is embedded in pieces of about this size
@@ -102,6 +102,7 @@ class BatchOutcome:
     rows: int = 0
     embedded: int = 0
     reused: int = 0
+    refused: int = 0       # rows left pending: the provider refused one of their texts
 
 
 class Indexer:
@@ -113,6 +114,8 @@ class Indexer:
         self.batch = config.embedding_batch_size
         self.timeout = config.embedding_batch_timeout_ms / 1000.0
         self.clean = outgoing(config)
+        self.fits: int | None = None       # most texts per call since the provider refused more
+        self._refusal: EmbeddingError | None = None
         self._space: int | None = None
         self.cursor = {"m": 0, "n": 0}     # every row at or below has a row in the space
 
@@ -150,13 +153,47 @@ class Indexer:
             rows += [(ref, i, text_hash(p), p) for i, p in enumerate(pieces)]
         known = self.vectors.known_vectors(space, (h for _, _, h, _ in rows))
         todo = list({h: t for _, _, h, t in rows if h not in known}.items())
+        made: dict[str, bytes] = {}
         if todo:
-            matrix = self.provider.passages([t for _, t in todo], self.timeout)
-            for (h, _), vector in zip(todo, matrix):
-                known[h] = vector.astype("float32").tobytes()
+            made = self._passages(todo)
+            if not made:
+                raise self._refusal          # nothing passed: the provider is the problem
+            known.update(made)
+        # a row is written whole or not at all (no row in the space = pending)
+        refused = {ref for ref, _, h, _ in rows if h not in known}
         self.vectors.write(space, empty + [VectorRow(kind, ref, i, h, known[h])
-                                           for ref, i, h, _ in rows])
-        return BatchOutcome(len(items), len(todo), len(rows) - len(todo))
+                                           for ref, i, h, _ in rows if ref not in refused])
+        return BatchOutcome(len(items), len(made), len(rows) - len(todo), len(refused))
+
+    def _passages(self, todo: list[tuple[str, str]]) -> dict[str, bytes]:
+        """Vectors of ``(hash, text)`` pairs; what the provider refuses is left out.
+
+        Why: an endpoint that refuses a request (more inputs than it takes at once,
+        one input it will not embed) refuses it again on every retry, and the worker
+        retried that one batch forever: no row after it was ever embedded. A refused
+        call is split in halves until the parts pass; a text refused alone stays
+        pending (retried by the next process or backfill). Other errors (the endpoint
+        down, a timeout) end the batch as before."""
+        step = self.fits or len(todo)
+        made: dict[str, bytes] = {}
+        for start in range(0, len(todo), step):
+            part = todo[start:start + step]
+            try:
+                matrix = self.provider.passages([t for _, t in part], self.timeout)
+            except EmbeddingError as exc:
+                if not exc.refused:
+                    raise
+                self._refusal = exc
+                if len(part) > 1:
+                    half = (len(part) + 1) // 2
+                    split = {**self._passages(part[:half]), **self._passages(part[half:])}
+                    if len(split) == len(part):     # only the size was refused: remember it
+                        self.fits = min(self.fits or half, half)
+                    made.update(split)
+                continue
+            made.update((h, vector.astype("float32").tobytes())
+                        for (h, _), vector in zip(part, matrix))
+        return made
 
 
 def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bool,
@@ -177,11 +214,13 @@ def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bo
         total.rows += outcome.rows
         total.embedded += outcome.embedded
         total.reused += outcome.reused
+        total.refused += outcome.refused
         if progress is not None:
             progress(total.rows, before["pending"])
     after = indexer.vectors.counts(indexer.space())
     return {**report, **after, "status": "done" if not after["pending"] else "partial",
             "rows": total.rows, "texts_embedded": total.embedded, "texts_reused": total.reused,
+            "rows_refused": total.refused,
             "seconds": round(time.monotonic() - started, 2)}
 
 

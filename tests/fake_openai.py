@@ -187,6 +187,11 @@ class FakeOpenAIServer:
         self.context_length = context_length
         self.prompt_tokens_fn = prompt_tokens_fn
         self.chunk_size = max(1, int(chunk_size))
+        # ``POST /v1/embeddings`` refusals as self-hosted servers answer them: more inputs
+        # than ``embedding_max_inputs`` in one request, or an input containing one of
+        # ``embedding_rejects``, get a 413 / 400 error body
+        self.embedding_max_inputs: Optional[int] = None
+        self.embedding_rejects: tuple = ()
         self._lock = threading.Lock()
         self._requests: List[dict] = []
         self._ids = itertools.count(1)
@@ -369,6 +374,13 @@ class _Handler(BaseHTTPRequestHandler):
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list):
             self._send_json(400, {"error": {"message": "input must be a string or a list"}})
+            return
+        limit = self.fake.embedding_max_inputs
+        if limit is not None and len(texts) > limit:
+            self._send_json(413, {"error": {"message": f"batch size {len(texts)} > {limit}"}})
+            return
+        if any(bad in str(t) for t in texts for bad in self.fake.embedding_rejects):
+            self._send_json(400, {"error": {"message": "input rejected"}})
             return
         data = [{"object": "embedding", "index": i, "embedding": fake_embedding(str(t))}
                 for i, t in enumerate(texts)]

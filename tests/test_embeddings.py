@@ -505,3 +505,26 @@ def test_a_query_is_never_compared_with_vectors_of_another_dimension(chat, tmp_p
                                     ctx_for(store, dag, tmp_path, config, found)))
     assert "error" not in out and out["mode"] == "full_text"
     assert out["results"][0]["store_id"] == ids[0] and "no vectors" in out["notes"][0]
+
+
+def test_what_the_endpoint_refuses_never_stalls_the_index(chat, tmp_path, fake):
+    """A self-hosted endpoint takes at most 16 inputs a request and refuses one text:
+    the same refused batch was retried forever (the worker every minute), and no row
+    after it was ever embedded. Now the batch is split until the parts pass, the
+    size that passed is kept, and only the refused text's row stays pending."""
+    db, store, dag, ids = chat
+    store.ingest("s", CHAT + [{"role": "user", "content": f"line {i} " + "word " * (
+        400 if i % 3 == 0 else 3)} for i in range(40)])
+    config = openai_config(tmp_path, fake, TROVE_EMBEDDING_BATCH_SIZE="16")
+    fake.embedding_max_inputs = 16
+    fake.embedding_rejects = ("line 7 ",)
+    provider = embeddings.open_provider(config).provider
+    first = semantic.backfill(db, provider, config, apply=True)
+    assert first["status"] == "partial" and first["pending"] == 1
+    assert first["rows_refused"] == 1 and first["indexed"] == len(CHAT) + 39
+    sizes = [len(r["body"]["input"]) for r in fake.requests if r["path"].endswith("embeddings")]
+    assert sizes[-1] <= 16                       # the size that passed is kept
+    with pytest.raises(embeddings.EmbeddingError):
+        semantic.backfill(db, provider, config, apply=True)   # only the refused row: said
+    fake.embedding_rejects = ()
+    assert semantic.backfill(db, provider, config, apply=True)["status"] == "done"
