@@ -108,12 +108,20 @@ class VectorStore:
         return found
 
     def write(self, space_id: int, rows: Sequence[VectorRow]) -> None:
-        """Store one batch of vectors in one transaction (a row already there is kept)."""
+        """Store one batch of vectors in one transaction (a row already there is kept).
+
+        Only vectors of rows that still exist are written: a ``doctor clean`` that
+        removes a session while its rows are being embedded left their vectors behind
+        (never searched, but counted by ``count_vectors``, so the prescreen found its
+        count wrong and reloaded every vector of the space each recheck, for good)."""
         with self.db.transaction() as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO embedding_vectors(space_id, kind, ref_id, chunk, "
-                "text_hash, vector) VALUES (?, ?, ?, ?, ?, ?)",
-                [(space_id, r.kind, r.ref_id, r.chunk, r.text_hash, r.vector) for r in rows])
+            for kind, (table, key) in _OWNERS.items():
+                conn.executemany(
+                    "INSERT OR IGNORE INTO embedding_vectors(space_id, kind, ref_id, chunk, "
+                    f"text_hash, vector) SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
+                    f"{table} WHERE {key} = ?)",
+                    [(space_id, r.kind, r.ref_id, r.chunk, r.text_hash, r.vector, r.ref_id)
+                     for r in rows if r.kind == kind])
 
     def counts(self, space_id: int | None) -> dict:
         """How many messages and nodes are indexed in a space and how many wait."""

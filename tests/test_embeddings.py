@@ -528,3 +528,25 @@ def test_what_the_endpoint_refuses_never_stalls_the_index(chat, tmp_path, fake):
         semantic.backfill(db, provider, config, apply=True)   # only the refused row: said
     fake.embedding_rejects = ()
     assert semantic.backfill(db, provider, config, apply=True)["status"] == "done"
+
+
+def test_a_session_cleaned_while_its_rows_are_embedded_leaves_no_vector(chat, tmp_path, fake):
+    """``doctor clean`` removes a session (vectors first, then rows) while the worker
+    embeds its rows: the batch's vectors were written after, for rows that were gone;
+    ``count_vectors`` counted them, so the prescreen reloaded the whole space at every
+    recheck, for good."""
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    provider = embeddings.open_provider(config).provider
+    indexer = semantic.Indexer(db, provider, config)
+    embed = provider.passages
+
+    def cleaned_meanwhile(texts, timeout):
+        with db.transaction() as conn:
+            VectorStore.delete_sessions_in(conn, ["s"])
+            store.delete_sessions_in(conn, ["s"])
+        return embed(texts, timeout)
+    provider.passages = cleaned_meanwhile
+    assert indexer.step().rows == len(CHAT)
+    assert VectorStore(db).count_vectors(indexer.space(), "m") == 0
+    assert db.conn.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0] == 0
