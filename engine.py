@@ -438,7 +438,9 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         if not self.config.embeddings_enabled or not self._usable_database():
             return None
         try:
-            return semantic.shared(self.store.db, self.config)
+            redactor = self.policy.redactor       # with redaction on, no secret is embedded
+            return semantic.shared(self.store.db, self.config,
+                                   redactor.redact if redactor is not None else None)
         except Exception as exc:  # semantic search is optional: full text still answers
             self.errors.append(f"embeddings: {exc}")
             return None

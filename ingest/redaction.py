@@ -388,3 +388,12 @@ class Redactor:
                 "known": list(KNOWN_NAMES),
                 "catalog": {f: [e for fam, e, _ in CATALOG if fam == f] for f in KNOWN_NAMES}, "placeholder": PLACEHOLDER_FORMAT,
                 "password_placeholder": PASSWORD_PLACEHOLDER}
+
+
+def redact_for(config):
+    """``Redactor.redact`` of the configured patterns when TROVE_SENSITIVE_PATTERNS_ENABLED
+    is on, else None: what the embedding side is handed (``recall.semantic.outgoing``),
+    which sits beside ingest and may not import it."""
+    if not config.sensitive_patterns_enabled:
+        return None
+    return Redactor(config.sensitive_patterns).redact

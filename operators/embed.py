@@ -9,6 +9,7 @@ resume; rows already embedded are never redone (see ``recall.semantic``).
 
 from __future__ import annotations
 
+from ..ingest.redaction import redact_for
 from ..recall import embeddings, semantic
 from ..storage.database import get_database
 from .actions import OperatorError, Target
@@ -38,7 +39,8 @@ def backfill(target: Target, apply: bool = False,
     ``progress(done, total)`` hears of every batch (``operators.progress``)."""
     provider = _provider(target)
     return semantic.backfill(get_database(target.config.database_target), provider,
-                             target.config, apply=apply, max_seconds=max_seconds, progress=progress)
+                             target.config, apply=apply, max_seconds=max_seconds,
+                             progress=progress, redact=redact_for(target.config))
 
 
 def format_report(report: dict) -> str:

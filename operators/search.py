@@ -34,7 +34,8 @@ def open_semantic(target: Target) -> Any:
     found by provider, model and revision: a read never calls the endpoint to learn it."""
     from ..recall import semantic
     from ..storage.vectors import VectorStore
-    found = semantic.Semantic.open(target.database, target.config)
+    from ..ingest.redaction import redact_for
+    found = semantic.Semantic.open(target.database, target.config, redact_for(target.config))
     identity = found.provider.identity if found.provider is not None else None
     if identity is not None and not identity.dim:
         found._space = VectorStore(target.database).latest_space(

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..config import TroveConfig
-from ..ingest.redaction import Redactor
 from ..storage.database import Database, open_private
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import callmemo, ranking, vectorscan
@@ -75,19 +74,26 @@ def chunks(text: str) -> list[str]:
     return pieces
 
 
-def outgoing(config: TroveConfig):
+def outgoing(config: TroveConfig, redact=None):
     """The function every text passes through before it reaches a provider: with
-    ``TROVE_SENSITIVE_PATTERNS_ENABLED`` the ingest redactor, else the identity.
+    ``TROVE_SENSITIVE_PATTERNS_ENABLED`` the ingest redactor (``redact``, handed in by
+    the engine or the operator: ``ingest.redaction.redact_for``), else the identity.
 
     Why: redaction protects what is stored, but rows stored before it was turned on
     (or imported without it) still hold their secrets, and a query is the model's
     own text; an embeddings endpoint is another party, so with redaction on nothing
     is sent to it unredacted (passages, summaries and queries alike, so both sides
-    of a comparison see the same placeholders)."""
+    of a comparison see the same placeholders). Redaction on and no redactor given
+    sends nothing (an ``EmbeddingError``: the worker reports it, a search runs full
+    text)."""
     if not config.sensitive_patterns_enabled:
         return lambda text: text
-    redactor = Redactor(config.sensitive_patterns)
-    return lambda text: redactor.redact(text)[0]
+    if redact is None:
+        def refuse(text: str) -> str:
+            raise EmbeddingError("TROVE_SENSITIVE_PATTERNS_ENABLED is on and no redactor "
+                                 "was given: nothing is sent to the embedding provider")
+        return refuse
+    return lambda text: redact(text)[0]
 
 
 def text_hash(text: str) -> str:
@@ -108,12 +114,12 @@ class BatchOutcome:
 class Indexer:
     """Embeds pending rows of one database into the provider's space, a batch at a time."""
 
-    def __init__(self, db: Database, provider: Provider, config: TroveConfig):
+    def __init__(self, db: Database, provider: Provider, config: TroveConfig, redact=None):
         self.vectors = VectorStore(db)
         self.provider = provider
         self.batch = config.embedding_batch_size
         self.timeout = config.embedding_batch_timeout_ms / 1000.0
-        self.clean = outgoing(config)
+        self.clean = outgoing(config, redact)
         self.fits: int | None = None       # most texts per call since the provider refused more
         self._refusal: EmbeddingError | None = None
         self._space: int | None = None
@@ -197,11 +203,11 @@ class Indexer:
 
 
 def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bool,
-             max_seconds: float = 300.0, progress=None) -> dict:
+             max_seconds: float = 300.0, progress=None, redact=None) -> dict:
     """Catch the index up: a dry run counts what is pending; ``apply`` embeds until done
     or ``max_seconds`` pass (run it again to resume). ``progress(done, total)`` is
     called after each batch so long work can show how far it is."""
-    indexer = Indexer(db, provider, config)
+    indexer = Indexer(db, provider, config, redact)
     before = indexer.vectors.counts(indexer.space())
     report = {"identity": vars(provider.identity), **before}
     if not apply:
@@ -266,7 +272,7 @@ class EmbeddingWorker(threading.Thread):
         if db.dialect == "sqlite":
             db.conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            indexer = Indexer(db, semantic.provider, semantic.config)
+            indexer = Indexer(db, semantic.provider, semantic.config, semantic.redact)
             while not self.stopping.is_set():
                 try:   # everything the worker does, warming included, is retried, never raised
                     began = time.monotonic()
@@ -315,6 +321,7 @@ class Semantic:
     config: TroveConfig
     state: ProviderState
     worker: EmbeddingWorker | None = None
+    redact: object = None          # ``Redactor.redact`` when redaction is on (``outgoing``)
     _space: int | None = field(default=None, repr=False)
     _bits: vectorscan.BitIndex | None = field(default=None, repr=False)
     _queries: dict = field(default_factory=dict, repr=False)   # (identity, text) -> vector
@@ -331,9 +338,9 @@ class Semantic:
         return self._bits
 
     @classmethod
-    def open(cls, db: Database, config: TroveConfig) -> "Semantic":
+    def open(cls, db: Database, config: TroveConfig, redact=None) -> "Semantic":
         """Load the configured provider now (operators, benches; never in a turn)."""
-        return cls(db, config, open_provider(config))
+        return cls(db, config, open_provider(config), redact=redact)
 
     @property
     def provider(self) -> Provider | None:
@@ -391,7 +398,7 @@ class Semantic:
             if key in self._queries:
                 return self._queries[key]
         if self._clean is None:
-            self._clean = outgoing(self.config)
+            self._clean = outgoing(self.config, self.redact)
         try:
             vector = provider.query(self._clean(text),
                                     self.config.embedding_query_timeout_ms / 1000.0)
@@ -566,7 +573,7 @@ _shared: dict[tuple, Semantic] = {}
 _shared_lock = threading.Lock()
 
 
-def shared(db: Database, config: TroveConfig) -> Semantic:
+def shared(db: Database, config: TroveConfig, redact=None) -> Semantic:
     """The process's one ``Semantic`` (and worker) for a database and provider setting.
 
     The host copies the engine per agent; the model and its worker are loaded
@@ -577,7 +584,8 @@ def shared(db: Database, config: TroveConfig) -> Semantic:
     with _shared_lock:
         found = _shared.get(key)
         if found is None:
-            found = Semantic(db, config, ProviderState(None, "the embedding model is loading"))
+            found = Semantic(db, config, ProviderState(None, "the embedding model is loading"),
+                             redact=redact)
             found.worker = EmbeddingWorker(found)
             found.worker.start()
             _shared[key] = found

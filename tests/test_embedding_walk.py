@@ -13,6 +13,7 @@ import random
 import numpy as np
 import pytest
 import fake_openai
+from hermes_trove.ingest.redaction import redact_for
 from hermes_trove.recall import embeddings, semantic
 from hermes_trove.storage.vectors import VectorStore
 from hermes_trove.store import Store
@@ -34,7 +35,8 @@ def test_the_index_is_what_the_rows_say(chat, tmp_path, fake, seed):
     config = openai_config(tmp_path, fake, TROVE_EMBEDDING_BATCH_SIZE=str(rnd.choice([1, 3, 16])),
                            TROVE_SENSITIVE_PATTERNS_ENABLED=rnd.choice(["true", "false"]))
     provider = embeddings.open_provider(config).provider
-    indexers = [semantic.Indexer(db, provider, config) for _ in range(2)]
+    redact = redact_for(config)
+    indexers = [semantic.Indexer(db, provider, config, redact) for _ in range(2)]
     sessions = [f"g{i}" for i in range(3)]
     lists = {s: [] for s in sessions}
     for step in range(60):
@@ -57,7 +59,7 @@ def test_the_index_is_what_the_rows_say(chat, tmp_path, fake, seed):
                 store.delete_sessions_in(conn, [s])
             lists[s] = []
         elif action < 0.6:
-            indexers[rnd.randrange(2)] = semantic.Indexer(db, provider, config)   # restart
+            indexers[rnd.randrange(2)] = semantic.Indexer(db, provider, config, redact)  # restart
         else:
             fake.embedding_max_inputs = rnd.choice([None, None, 4])
             fake.embedding_rejects = rnd.choice([(), (), ("zeta zeta",)])
@@ -66,8 +68,8 @@ def test_the_index_is_what_the_rows_say(chat, tmp_path, fake, seed):
             except embeddings.EmbeddingError:
                 pass
     fake.embedding_max_inputs, fake.embedding_rejects = None, ()
-    semantic.backfill(db, provider, config, apply=True)
-    clean = semantic.outgoing(config)
+    semantic.backfill(db, provider, config, apply=True, redact=redact)
+    clean = semantic.outgoing(config, redact)
     space = indexers[0].space()
     got = {}
     for ref, chunk, h, vec, kind in db.conn.execute("SELECT ref_id, chunk, text_hash, vector, kind FROM embedding_vectors WHERE space_id = ?", (space,)).fetchall():

@@ -11,6 +11,7 @@ from hermes_trove import tools
 from hermes_trove.compaction import tokens
 from hermes_trove.config import load_config
 from hermes_trove.dag import Dag, NewNode
+from hermes_trove.ingest.redaction import redact_for
 from hermes_trove.recall import callmemo, embeddings, search, semantic
 from hermes_trove.storage import database
 from hermes_trove.storage.database import Database
@@ -439,8 +440,11 @@ def test_with_redaction_on_no_secret_reaches_the_embeddings_endpoint(tmp_path, f
     store.ensure_session("s")
     store.ingest("s", [{"role": "user", "content": f"[Ann] my key is api_key={secret} ok"}])
     config = openai_config(tmp_path, fake, TROVE_SENSITIVE_PATTERNS_ENABLED="true")
-    found = semantic.Semantic.open(db, config)
-    done = semantic.backfill(db, found.provider, config, apply=True)
+    redact = redact_for(config)
+    found = semantic.Semantic.open(db, config, redact)
+    with pytest.raises(embeddings.EmbeddingError, match="no redactor"):
+        semantic.backfill(db, found.provider, config, apply=True)   # none given: none sent
+    done = semantic.backfill(db, found.provider, config, apply=True, redact=redact)
     assert done["status"] == "done" and done["indexed"] == 1
     out = json.loads(tools.dispatch("trove_grep", {"query": f"api_key={secret}",
                                                    "mode": "semantic"},
@@ -550,3 +554,30 @@ def test_a_session_cleaned_while_its_rows_are_embedded_leaves_no_vector(chat, tm
     assert indexer.step().rows == len(CHAT)
     assert VectorStore(db).count_vectors(indexer.space(), "m") == 0
     assert db.conn.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0] == 0
+
+
+def test_the_engine_hands_its_redactor_to_the_embedding_side(tmp_path, fake):
+    """The engine's worker and searches send redacted text only (recall may not import
+    ingest, so the engine hands the redactor over; without it nothing would be sent)."""
+    from enginekit import make_engine
+    secret = "sk-proj-AbCdEf0123456789GhIjKlMnOpQrStUvWx"
+    engine = make_engine(tmp_path, embeddings_enabled="true", embedding_provider="openai",
+                         embedding_model="fake-embed", embedding_base_url=fake.base_url,
+                         sensitive_patterns_enabled="true")
+    messages = [{"role": "user", "content": "the deploy key lives in the vault"},
+                {"role": "assistant", "content": "noted, the vault"}]
+    engine.compress(messages, current_tokens=100)
+    found = engine._semantic()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (found.status().get("available")
+                                                   and found.status()["pending"] == 0):
+            time.sleep(0.05)
+        out = json.loads(engine.handle_tool_call("trove_grep", {
+            "query": f"vault api_key={secret}", "mode": "semantic"}, messages=messages))
+        assert out["mode"] == "semantic" and "worker_error" not in found.status()
+        sent = [t for r in fake.requests if r["path"].endswith("embeddings")
+                for t in r["body"]["input"]]
+        assert any("[REDACTED:" in t for t in sent) and secret not in json.dumps(sent)
+    finally:
+        semantic.forget_shared()
