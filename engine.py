@@ -282,7 +282,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             if not faults.is_database_error(exc):
                 raise
             if not isinstance(exc, faults.Unavailable):
-                self._note_fault(exc)
+                self._note_fault(exc, "on_session_start")
             self._bind(session_id, session_id, "host")  # tools still know the session
         if not boundary:
             startup.announce(self.config, self.platform, self.database_fault, created=created)
@@ -365,7 +365,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             except Exception as exc:
                 if not faults.is_database_error(exc):
                     raise
-                self._note_fault(exc)
+                self._note_fault(exc, "on_session_end")
         self._start_rollups()
 
     @faults.host_entry()
@@ -480,7 +480,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             return result
         except Exception as exc:  # never break the agent
             if faults.is_database_error(exc):
-                self._note_fault(exc)
+                self._note_fault(exc, "compress")
                 return self._compress_without_database(messages, current_tokens, focus_topic)
             log.exception("hermes-trove: compaction failed")
             self._last_compress_aborted = True

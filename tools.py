@@ -92,7 +92,7 @@ def dispatch(name: str, args: Any, ctx: ToolContext) -> str:
         return error_json(name, str(exc), ctx.count_tokens, cap)
     except Exception as exc:  # any failure is an answer, never a traceback
         if isinstance(exc, sqlite3.Error):  # say what is wrong with the file and the fix
-            fault = faults.describe(ctx.config.database_display, exc)
+            fault = faults.describe(ctx.config.database_display, exc, str(name)[:60])
             return error_json(name, f"{fault['problem']}; repair: {fault['repair']}",
                               ctx.count_tokens, cap)
         return error_json(name, f"{type(exc).__name__}: {exc}", ctx.count_tokens, cap)

@@ -19,13 +19,18 @@ def tool_answer(name: str, fault: Mapping, status: Mapping) -> dict:
     database)."""
     database = {"ok": False, "path": fault.get("path"), "problem": fault.get("problem"),
                 "repair": fault.get("repair")}
+    statement = fault.get("kind") == "statement"   # one call failed; the store is in use
     if name == "trove_status":
         return {"database": database, "engine": dict(status),
-                "note": "the engine runs with a bounded prompt and stores nothing until the "
-                        "database works again"}
+                "note": "this call failed; the store stays in use and later turns are stored"
+                if statement else "the engine runs with a bounded prompt and stores nothing "
+                                  "until the database works again"}
     if name == "trove_doctor":
         return {"overall": "fail", "checks": [check(
             "database_open", "fail", str(fault.get("problem")), repair=fault.get("repair"),
             path=fault.get("path"))]}
+    if statement:
+        return {"error": f"{name}: {fault.get('problem')}", "repair": fault.get("repair"),
+                "database": database}
     return {"error": f"{name}: the trove database cannot be used: {fault.get('problem')}",
             "repair": fault.get("repair"), "database": database}

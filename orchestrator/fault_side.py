@@ -12,6 +12,7 @@ import logging
 import time
 
 from ..compaction import fallback
+from ..storage import faults
 
 log = logging.getLogger(__name__.rsplit(".", 2)[0] + ".engine")  # the engine's own log
 
@@ -24,11 +25,20 @@ class FaultSide:
         """What is wrong with the database (problem, repair), or None."""
         return self._faults.fault
 
-    def _note_fault(self, exc: BaseException) -> None:
-        """Remember what is wrong with the database: until it works again the engine
-        keeps the prompt bounded without it and every tool says why."""
-        fault = self._faults.note(self.config.database_display, exc)
-        self.errors.append(f"database: {fault['problem']}")
+    def _note_fault(self, exc: BaseException, where: str = "") -> dict:
+        """Note a database error met in ``where`` (a hook or tool) and return what is
+        wrong. An outage is remembered: until the database works again the engine
+        keeps the prompt bounded without it and every tool says why. A statement
+        error (``faults.is_outage``) fails only the call that ran into it: it is
+        reported (logged a bounded number of times, kept for status) and the next
+        hook uses the store again, so later turns are still stored."""
+        fault = self._faults.note(self.config.database_display, exc, where)
+        if fault.get("kind") == "statement":
+            faults.report(self, f"database ({where or 'engine'})",
+                          f"{fault['problem']}; {fault['repair']}")
+        else:
+            self.errors.append(f"database: {fault['problem']}")
+        return fault
 
     def _usable_database(self) -> bool:
         """Whether to use the database now (see ``faults.Tracker.usable``)."""

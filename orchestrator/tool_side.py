@@ -43,18 +43,20 @@ class ToolSide:
                 self.ingest(live)
         except Exception as exc:  # the tool still answers from what is stored
             if faults.is_database_error(exc):
-                self._note_fault(exc)
-            self.errors.append(f"ingest before tool: {exc}")
+                self._note_fault(exc, f"ingest before {str(name)[:60]}")
+            else:
+                self.errors.append(f"ingest before tool: {exc}")
+        fault = None
         try:
             context = self.tool_context() if self._usable_database() else None
         except Exception as exc:
             if not faults.is_database_error(exc):
                 raise
-            self._note_fault(exc)
+            fault = self._note_fault(exc, str(name)[:60])
             context = None
         if context is None:
-            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or {},
-                                                      self.get_status()), default=str)
+            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or fault
+                                                      or {}, self.get_status()), default=str)
         return tools.dispatch(name, args, context)
 
     def _hidden_tool_answer(self, name: str) -> str:

@@ -39,6 +39,7 @@ READ_ONLY = ("readonly", "read-only", "permission denied", "access permission",
              "unable to open", "disk i/o error")
 FULL = ("database or disk is full", "no space left")
 LOCKED = ("database is locked", "database table is locked")
+CLOSED = ("closed database", "connection is closed")
 
 
 # How many times one hook's failures are logged per process (then only counted), and
@@ -96,9 +97,92 @@ def is_database_error(exc: BaseException) -> bool:
     return isinstance(exc, (sqlite3.Error, DatabaseError, SchemaTooNewError, Unavailable))
 
 
-def describe(path: str | os.PathLike, exc: BaseException) -> dict:
-    """``{"path", "problem", "repair"}`` for a database that failed with ``exc``."""
+# SQLite primary result codes that say the file or its disk cannot be used now, for
+# every statement alike: PERM, BUSY, LOCKED, NOMEM, READONLY, IOERR, CORRUPT, FULL,
+# CANTOPEN, PROTOCOL, NOLFS, AUTH, NOTADB. The rest (ERROR: a syntax error or an unknown
+# table; CONSTRAINT, TOOBIG, MISMATCH, RANGE...) are one statement's own failure.
+SQLITE_OUTAGE_CODES = frozenset({3, 5, 6, 7, 8, 10, 11, 13, 14, 15, 22, 23, 26})
+# SQLSTATE classes (and single codes) that mean the server cannot serve this store:
+# connection (08), credentials (28), no such database (3D) or schema (3F), resources
+# such as a full disk (53), a shutdown (57), the system (58), the server's own
+# configuration (F0), corruption (XX), a lock held past lock_timeout (55P03), a
+# read-only standby (25006), a missing grant (42501). A cancelled statement (57014,
+# statement_timeout) is that statement's alone.
+PG_OUTAGE_CLASSES = ("08", "28", "3D", "3F", "53", "57", "58", "F0", "XX")
+PG_OUTAGE_CODES = frozenset({"55P03", "25006", "42501"})
+PG_STATEMENT_CODES = frozenset({"57014"})
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether a database error means the store cannot be used now (the server is down
+    or refuses this user, the file is damaged, read-only, full or locked) rather than
+    that one statement failed (a bug, a schema this version does not expect, a
+    constraint, one oversized value).
+
+    Why the difference matters: an outage switches the engine to running without its
+    store until a retry works (``Tracker``); a statement error must not, or one bad
+    query in one path (an identity read, a search) left every later turn of the
+    process unstored and sent the operator to check a server that was fine. The
+    rule reads the driver's own code first (PostgreSQL's SQLSTATE as
+    ``storage.postgres.connection`` keeps it, SQLite's result code), then the
+    error's words; a database that cannot be opened is always an outage."""
+    if isinstance(exc, (DatabaseError, SchemaTooNewError, Unavailable)):
+        return True
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    if hasattr(exc, "sqlstate"):   # from the PostgreSQL adapter (None: no statement ran)
+        code = exc.sqlstate
+        if code is None:
+            return True
+        if code in PG_STATEMENT_CODES:
+            return False
+        return code in PG_OUTAGE_CODES or code.startswith(PG_OUTAGE_CLASSES)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):   # raised by SQLite itself: its code decides, not words
+        return (code & 0xFF) in SQLITE_OUTAGE_CODES
+    lowered = str(exc).lower()  # raised by Python's module or by hand: the words
+    return any(word in lowered for word in DAMAGED + READ_ONLY + FULL + LOCKED + CLOSED)
+
+
+def failing_operation(exc: BaseException) -> str:
+    """The trove function that ran the failing statement (``store.ingest``,
+    ``storage.identity.read_view``...), from the traceback's innermost frame in
+    this package outside the connection adapters; "" when none is known. Why: the
+    repair of a statement error names the operation, so a report points at code."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith(_PACKAGE) and not module.endswith(_ADAPTERS):
+            found = f"{module[len(_PACKAGE):].lstrip('.')}.{frame.f_code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
+_PACKAGE = __name__.rsplit(".", 2)[0]
+_ADAPTERS = ("storage.postgres.connection", "storage.database", "storage.faults")
+
+
+def describe(path: str | os.PathLike, exc: BaseException, where: str = "") -> dict:
+    """``{"path", "problem", "repair"}`` for a database that failed with ``exc`` in
+    ``where`` (the hook or tool that ran into it).
+
+    A statement error (``is_outage`` false) is described as what it is: one
+    operation failed, the store stays in use, and the repair is a bug report or a
+    schema check, never a server, a password or a backup to restore."""
     text = f"{type(exc).__name__}: {exc}"
+    if is_database_error(exc) and not is_outage(exc):
+        operation = failing_operation(exc)
+        named = " in ".join(p for p in (operation, where) if p) or "an operation"
+        return {"path": str(path), "kind": "statement",
+                "problem": f"{named} failed: the database refused one statement "
+                           f"({text})"[:500],
+                "repair": "not an outage: the database stays in use and later turns are "
+                          "stored (what this one missed is stored from the host's next "
+                          "list). A refused statement is a hermes-trove bug or a schema this "
+                          "version does not expect: run /trove doctor to check the schema, "
+                          "and report the operation and the error to hermes-trove"}
     if is_url(str(path)):  # a server (``path`` is its name without the password)
         return {"path": str(path), "problem": f"{path} cannot be used ({text})"[:500],
                 "repair": "check that the PostgreSQL server is up and reachable, the "
@@ -163,9 +247,15 @@ class Tracker:
         self.fault: dict | None = None
         self.at = 0.0
 
-    def note(self, path: str | os.PathLike, exc: BaseException) -> dict:
-        """Remember what is wrong (from ``exc``) and when; log it once per failure."""
-        self.fault, self.at = describe(path, exc), time.monotonic()
+    def note(self, path: str | os.PathLike, exc: BaseException, where: str = "") -> dict:
+        """What is wrong (from ``exc``, met in ``where``). An outage (``is_outage``) is
+        remembered with its time, so the engine runs without the store until the
+        retry, and logged once per failure; a statement error is only described (the
+        caller reports it a bounded number of times): the store stays in use."""
+        fault = describe(path, exc, where)
+        if fault.get("kind") == "statement":
+            return fault
+        self.fault, self.at = fault, time.monotonic()
         log.warning("hermes-trove: %s; %s", self.fault["problem"], self.fault["repair"])
         return self.fault
 

@@ -145,7 +145,7 @@ class Connection:
             self.raw = psycopg.connect(url, autocommit=True, row_factory=_row_factory,
                                        connect_timeout=10)
         except psycopg.Error as exc:
-            raise sqlite3.OperationalError(_clean(exc, url)) from None
+            raise _driver_error(exc, url) from None
         self.url = url
         self._lock = threading.RLock()
         self.raw.adapters.register_loader("numeric", _number_loader(psycopg))
@@ -171,10 +171,8 @@ class Connection:
                 bound = ({k: escape_text(v) for k, v in params.items()}
                          if isinstance(params, dict) else tuple(map(escape_text, params or ())))
                 cur = self.raw.execute(translate(sql), bound)
-            except psycopg.IntegrityError as exc:
-                raise sqlite3.IntegrityError(_clean(exc, self.url)) from None
             except psycopg.Error as exc:
-                raise sqlite3.OperationalError(_clean(exc, self.url)) from None
+                raise _driver_error(exc, self.url) from None
             return Cursor(self, cur)
 
     def executemany(self, sql: str, rows: Sequence[Sequence]) -> Cursor:
@@ -188,10 +186,8 @@ class Connection:
             cur = self.raw.cursor()
             try:
                 cur.executemany(translate(sql), rows)
-            except psycopg.IntegrityError as exc:
-                raise sqlite3.IntegrityError(_clean(exc, self.url)) from None
             except psycopg.Error as exc:
-                raise sqlite3.OperationalError(_clean(exc, self.url)) from None
+                raise _driver_error(exc, self.url) from None
             return Cursor(self, cur)
 
     @contextmanager
@@ -308,6 +304,23 @@ def _number_loader(psycopg):
             return int(value) if value == value.to_integral_value() else float(value)
 
     return NumberLoader
+
+
+def _driver_error(exc: Exception, url: str) -> sqlite3.Error:
+    """A psycopg error as the ``sqlite3`` class the callers handle (``IntegrityError``
+    for a constraint, ``OperationalError`` otherwise), its text without the password
+    and its SQLSTATE kept as ``sqlstate`` (None for a connection-level failure).
+
+    Why keep the code: a statement the server refused (a syntax error, an unknown
+    column) and a server that cannot be reached both arrive as psycopg errors, and
+    ``storage.faults.is_outage`` must tell them apart: one failed operation must not
+    take the whole store away from the process."""
+    import psycopg
+    cls = sqlite3.IntegrityError if isinstance(exc, psycopg.IntegrityError) else (
+        sqlite3.OperationalError)
+    error = cls(_clean(exc, url))
+    error.sqlstate = getattr(exc, "sqlstate", None)
+    return error
 
 
 def _clean(exc: Exception, url: str) -> str:

@@ -1,0 +1,183 @@
+"""One refused statement fails one call, not the store (docs/architecture.md, "Faults").
+
+A statement the database refuses (a bug, a schema this version does not expect, a
+constraint) is not an outage: the engine must not switch to running without its
+store for it, its message must name the failing operation and send nobody to check
+a server, and every message must still end up stored exactly once. Each fault here
+is a real driver error: the matched statement is replaced by one the engine refuses
+(PostgreSQL 15: a subquery without an alias; SQLite: an unknown table).
+"""
+
+import json
+import re
+import sqlite3
+from collections import Counter
+
+import pytest
+
+from hermes_trove import on_post_llm_call
+from hermes_trove.storage import database, faults
+
+from enginekit import coding_turn, make_engine
+
+BAD_SQL = {"sqlite": "SELECT * FROM no_such_table", "postgresql": "SELECT * FROM (SELECT 1)"}
+
+
+class RefusingConnection:
+    """The shared connection, except that statements matching ``pattern`` are replaced
+    by one the engine refuses: the first ``times`` of them (None: all while armed)."""
+
+    def __init__(self, conn, pattern: str, bad_sql: str, times: int | None = 1):
+        self._conn, self._pattern, self._bad = conn, re.compile(pattern), bad_sql
+        self.times, self.refused, self.armed = times, 0, True
+
+    def execute(self, sql, *args):
+        if (self.armed and self._pattern.search(sql)
+                and (self.times is None or self.refused < self.times)):
+            self.refused += 1
+            sql, args = self._bad, ()
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def refuse(monkeypatch, engine, pattern, times=1, bad_sql=None):
+    """Replace the engine's shared connection by a ``RefusingConnection``."""
+    db = engine.store.db
+    dialect = getattr(db, "dialect", "sqlite")
+    proxy = RefusingConnection(db.conn, pattern, bad_sql or BAD_SQL[dialect], times)
+    monkeypatch.setattr(db, "conn", proxy)
+    return proxy
+
+
+def assert_stored_once(engine, messages):
+    rows = engine.store.session_messages("sess", limit=100_000)
+    seen = Counter((r["role"], r["content"]) for r in rows)
+    want = Counter((m["role"], m["content"]) for m in messages)
+    assert seen == want, (seen - want, want - seen)
+
+
+@pytest.mark.usefixtures("engines_on_backend")
+@pytest.mark.parametrize("where", ["identity_read_once", "search_always"])
+def test_a_refused_statement_fails_one_call_and_later_turns_are_stored(
+        tmp_path, monkeypatch, where):
+    """The finding (PostgreSQL host walk): one refused statement marked the database
+    unusable for the process and told the operator to check the server."""
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [m for t in range(6) for m in coding_turn(t, filler=200)]
+    engine.on_session_end("sess", messages)
+    if where == "identity_read_once":   # the next ingest's read of the session's views
+        proxy = refuse(monkeypatch, engine, r"FROM session_views", times=1)
+        messages = messages + coding_turn(6, filler=200)
+        engine.compress(messages, current_tokens=engine.threshold_tokens + 1)
+        assert proxy.refused == 1
+    else:                               # every full-text search, for the whole test
+        pattern = r"messages_fts|tsquery"
+        proxy = refuse(monkeypatch, engine, pattern, times=None)
+    answer = json.loads(engine.handle_tool_call("trove_grep", {"query": "handler_4"},
+                                                messages=messages))
+    text = json.dumps(answer)
+    if where == "search_always":
+        assert proxy.refused >= 1 and "refused one statement" in text, text
+        assert "trove_grep" in answer["error"] and "not an outage" in answer["error"]
+    assert "server is up" not in text and "restore" not in text
+    assert engine.database_fault is None, engine.database_fault
+    for t in range(7, 10):              # later turns, through the hooks a host calls
+        messages = messages + coding_turn(t, filler=200)
+        engine.on_session_end("sess", messages)
+        assert engine.store.count_messages("sess") == len(messages)
+    on_post_llm_call("sess", list(messages))
+    assert_stored_once(engine, messages)
+    if where == "identity_read_once":
+        error = next(e for e in engine.errors if "refused one statement" in e)
+        assert "database (compress)" in error and "not an outage" in error
+
+
+@pytest.mark.usefixtures("engines_on_backend")
+def test_a_statement_that_always_fails_in_compress_keeps_the_prompt_bounded(
+        tmp_path, monkeypatch):
+    """Each compaction falls back to the trim for its own call; the store stays in use
+    (turns stored once, the trim's notice never) and nothing reaches the host."""
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [m for t in range(30) for m in coding_turn(t, filler=200)]
+    engine.on_session_end("sess", messages)
+    proxy = refuse(monkeypatch, engine, r"INSERT INTO nodes\b", times=None)
+    messages = messages + coding_turn(30, filler=200)
+    out = engine.compress(messages, current_tokens=engine.threshold_tokens + 1)
+    assert proxy.refused >= 1
+    assert len(out) < len(messages) and out[-1] == messages[-1]
+    assert engine.database_fault is None
+    messages = out + coding_turn(31, filler=200)
+    engine.on_session_end("sess", messages)
+    proxy.armed = False
+    stored = [m for t in range(32) for m in coding_turn(t, filler=200)]
+    assert_stored_once(engine, stored)
+
+
+@pytest.mark.usefixtures("engines_on_backend")
+def test_an_outage_still_takes_the_store_away_until_the_retry(tmp_path, monkeypatch,
+                                                               engines_on_backend):
+    """A lost server connection (PostgreSQL: no SQLSTATE) or a full disk (SQLite) is an
+    outage: the engine runs without the store, as before."""
+    engine = make_engine(tmp_path, window=64_000)
+    messages = [m for t in range(6) for m in coding_turn(t, filler=200)]
+    engine.on_session_end("sess", messages)
+    error = sqlite3.OperationalError("database or disk is full")
+    if engines_on_backend == "postgresql":
+        error = sqlite3.OperationalError("server closed the connection unexpectedly")
+        error.sqlstate = None
+
+    def broken(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(type(engine.store), "ingest", broken)
+    engine.on_session_end("sess", messages + coding_turn(6, filler=200))
+    assert engine.database_fault is not None
+    assert "refused one statement" not in engine.database_fault["problem"]
+
+
+def _sqlite_error(sql):
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    try:
+        conn.execute(sql)
+    except sqlite3.Error as exc:
+        return exc
+    finally:
+        conn.close()
+
+
+def test_the_drivers_code_decides_what_is_an_outage():
+    closed = sqlite3.connect(":memory:")
+    closed.close()
+    with pytest.raises(sqlite3.ProgrammingError) as closed_error:
+        closed.execute("SELECT 1")
+    statement = [_sqlite_error("SELECT * FROM nope"), _sqlite_error("SELEC 1"),
+                 _sqlite_error("INSERT INTO t VALUES (1), (1)"),
+                 sqlite3.ProgrammingError("Incorrect number of bindings supplied")]
+    outage = [sqlite3.OperationalError("database or disk is full"),
+              sqlite3.OperationalError("database is locked"),
+              sqlite3.DatabaseError("database disk image is malformed"), closed_error.value,
+              database.DatabaseError("cannot open trove database x"),
+              faults.Unavailable({})]
+    for code, is_outage in (("42P01", False), ("42601", False), ("23505", False),
+                            ("22001", False), ("57014", False), ("40P01", False),
+                            (None, True), ("08006", True), ("53100", True), ("57P01", True),
+                            ("28P01", True), ("55P03", True), ("XX001", True)):
+        error = sqlite3.OperationalError(f"sqlstate {code}")
+        error.sqlstate = code
+        (outage if is_outage else statement).append(error)
+    assert [e for e in statement if faults.is_outage(e)] == []
+    assert [e for e in outage if not faults.is_outage(e)] == []
+    assert not faults.is_outage(ValueError("a bug"))
+
+
+def test_a_statement_error_is_described_as_one_and_names_no_password():
+    error = sqlite3.OperationalError("subquery in FROM must have an alias")
+    error.sqlstate = "42601"
+    fault = faults.describe("postgresql://trove@db:5432/trove", error, "compress")
+    assert fault["kind"] == "statement" and "compress failed" in fault["problem"]
+    assert "server" not in fault["repair"] and "credentials" not in fault["repair"]
+    outage = sqlite3.OperationalError("connection refused")
+    outage.sqlstate = None
+    assert "server is up" in faults.describe("postgresql://trove@db/trove", outage)["repair"]
