@@ -19,6 +19,7 @@ from hermes_trove import on_post_llm_call
 from hermes_trove.storage import database, faults
 
 from enginekit import coding_turn, make_engine
+from hostkit import fake_llm  # noqa: F401 (fixture)
 
 BAD_SQL = {"sqlite": "SELECT * FROM no_such_table", "postgresql": "SELECT * FROM (SELECT 1)"}
 
@@ -181,3 +182,79 @@ def test_a_statement_error_is_described_as_one_and_names_no_password():
     outage = sqlite3.OperationalError("connection refused")
     outage.sqlstate = None
     assert "server is up" in faults.describe("postgresql://trove@db/trove", outage)["repair"]
+
+
+# ---------------------------------------------------------------- through the real host
+@pytest.mark.parametrize("engine_name", ["sqlite", "postgresql"])
+def test_a_statement_refused_in_a_tool_call_leaves_the_real_host_storing(
+        tmp_path, fake_llm, engine_name):
+    """Real Hermes: the first statement of a trove_grep call is refused. The model is
+    told what failed (no server, no backup), the store stays in use, and every user
+    text and answer of the session is stored exactly once."""
+    import hostkit as hk
+    from pgkit import require_pg, store_env
+    if engine_name == "postgresql":
+        require_pg()
+
+    def responder(body):
+        last = body.get("messages", [])[-1]
+        if not hk.is_main_request(body):
+            return hk.Reply(text="- summary")
+        if last.get("role") == "tool":
+            return hk.Reply(text="Checked the archive.")
+        if "search the archive" in json.dumps(last):
+            return hk.ToolCall("trove_grep", {"query": "module_1"})
+        return hk.Reply(text="Answer: " + str(last.get("content"))[:40])
+
+    fake_llm.responder = responder
+    home = hk.make_hermes_home(tmp_path, fake_llm.port)
+    with store_env(engine_name == "postgresql") as env, hk.host_env(home, extra_env=env):
+        agent = hk.make_agent()
+        engine = hk.live_engine(agent)
+        texts = [f"Task {i}: look at module_{i}." for i in range(4)]
+        results = hk.run_turns(agent, texts)
+        proxies = []
+        tool_call = engine.handle_tool_call
+
+        def refusing_tool_call(name, args, **kwargs):
+            if not proxies:   # the first statement of the first trove tool call
+                db = engine.store.db
+                proxies.append(RefusingConnection(
+                    db.conn, r".", BAD_SQL[getattr(db, "dialect", "sqlite")], times=1))
+                db.conn = proxies[0]
+            return tool_call(name, args, **kwargs)
+        engine.handle_tool_call = refusing_tool_call
+        more = ["Please search the archive for module_1."] + [
+            f"Task {i}: look at module_{i}." for i in range(4, 7)]
+        results += hk.run_turns(agent, more, history=results[-1]["messages"])
+        hk.end_session(agent, results[-1]["messages"])
+        assert proxies and proxies[0].refused == 1
+        assert engine.database_fault is None, engine.database_fault
+        answer = next(m for m in results[4]["messages"] if m.get("role") == "tool")["content"]
+        assert "server is up" not in answer and "restore" not in answer, answer
+        rows = engine.store.session_messages(engine.canonical_id, limit=10_000)
+    seen = Counter((r["role"], r["content"]) for r in rows if r["role"] in ("user",
+                                                                             "assistant"))
+    for text in texts + more:
+        assert seen[("user", text)] == 1, (text, seen)
+    answers = [c for (role, c) in seen if role == "assistant" and c.startswith("Answer: ")]
+    assert len(answers) == len(texts + more) - 1
+    assert [key for key, count in seen.items() if count != 1] == []
+
+
+@pytest.mark.usefixtures("engines_on_backend")
+def test_a_statement_refused_when_the_session_starts_still_stores_its_turns(
+        tmp_path, monkeypatch):
+    """The session's own row could not be written at ``on_session_start``: the engine
+    stays bound, the store in use, and the first ingest records the session."""
+    engine = make_engine(tmp_path, window=64_000, session="warmup")
+    proxy = refuse(monkeypatch, engine, r"INTO sessions", times=1)
+    engine.on_session_start("sess", platform="cli")
+    assert proxy.refused == 1 and engine.database_fault is None
+    assert engine.session_id == "sess"
+    messages = []
+    for t in range(4):
+        messages = messages + coding_turn(t)
+        on_post_llm_call("sess", list(messages))
+        engine.on_session_end("sess", messages)
+    assert_stored_once(engine, messages)
