@@ -185,9 +185,7 @@ def describe(path: str | os.PathLike, exc: BaseException, where: str = "") -> di
                           "and report the operation and the error to hermes-trove"}
     if is_url(str(path)):  # a server (``path`` is its name without the password)
         return {"path": str(path), "problem": f"{path} cannot be used ({text})"[:500],
-                "repair": "check that the PostgreSQL server is up and reachable, the "
-                          "credentials (in TROVE_DATABASE_URL or the PG* variables) and that "
-                          "psycopg is installed (requirements-extras.txt); /trove doctor says more"}
+                "repair": _server_repair(getattr(exc, "sqlstate", None))}
     path = Path(path)
     lowered = text.lower()
     try:
@@ -230,6 +228,33 @@ def describe(path: str | os.PathLike, exc: BaseException, where: str = "") -> di
         repair = ("run /trove doctor (or scripts/trove.py doctor) for details; restore a backup "
                   f"from {backups} if the file is damaged")
     return {"path": str(path), "problem": problem[:500], "repair": repair}
+
+
+# What to do about a server outage, by SQLSTATE (code, else class); the rest (no code:
+# no connection) is the connection's repair. Why: a full disk or a held lock on the
+# server is not fixed by checking that it is up or the credentials.
+_SERVER_REPAIRS = {
+    "53100": "free space on the disk of the PostgreSQL server (its data directory)",
+    "53": "the PostgreSQL server is out of a resource (memory, connections: "
+          "max_connections); free it or raise the limit",
+    "55P03": "another session held a lock on trove's tables past lock_timeout (30 s): find "
+             "it in pg_stat_activity and let it finish",
+    "42501": "grant the trove user USAGE and CREATE on its schema and rights on its tables",
+    "25006": "the server is a read-only standby: point TROVE_DATABASE_URL at the primary",
+    "XX": "the server reports damaged data or an internal error: read its log, and "
+          "restore from a backup (pg_dump) if data is damaged",
+}
+
+
+def _server_repair(sqlstate: str | None) -> str:
+    """The repair of a PostgreSQL outage with ``sqlstate`` (see ``_SERVER_REPAIRS``)."""
+    found = _SERVER_REPAIRS.get(sqlstate or "") or _SERVER_REPAIRS.get((sqlstate or "")[:2])
+    retry = f"; the engine tries the server again every {RETRY_SECONDS:.0f} s"
+    if found:
+        return found + retry + "; /trove doctor says more"
+    return ("check that the PostgreSQL server is up and reachable, the credentials (in "
+            "TROVE_DATABASE_URL or the PG* variables) and that psycopg is installed "
+            "(requirements-extras.txt)" + retry + "; /trove doctor says more")
 
 
 def _writable(path: Path) -> bool:

@@ -258,3 +258,15 @@ def test_a_statement_refused_when_the_session_starts_still_stores_its_turns(
         on_post_llm_call("sess", list(messages))
         engine.on_session_end("sess", messages)
     assert_stored_once(engine, messages)
+
+
+def test_a_server_outage_names_its_own_repair():
+    """A full disk or a held lock on the server is not repaired by checking that the
+    server is up or the credentials (the one repair every server fault had)."""
+    for code, words in (("53100", "free space"), ("55P03", "pg_stat_activity"),
+                        ("25006", "primary"), ("42501", "grant"), (None, "server is up")):
+        error = sqlite3.OperationalError(f"sqlstate {code}")
+        error.sqlstate = code
+        fault = faults.describe("postgresql://trove@db/trove", error)
+        assert words in fault["repair"], (code, fault)
+        assert "kind" not in fault
