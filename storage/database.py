@@ -302,6 +302,13 @@ def get_database(path: str | os.PathLike) -> Database:
                         "the file now at that path", key)
             del _registry[key]
             db = None
+        if db is not None and db.dialect == "postgresql" and db.connection_lost():
+            # the server dropped the connection: a new one (or a fault the engine reports
+            # and retries), never the dead one for the rest of the process
+            log.warning("hermes-trove: the server closed the connection to %s; "
+                        "connecting again", db.display)
+            del _registry[key]
+            db = None
         if db is None:
             db = _open(key)
             _registry[key] = db

@@ -270,3 +270,32 @@ def test_a_server_outage_names_its_own_repair():
         fault = faults.describe("postgresql://trove@db/trove", error)
         assert words in fault["repair"], (code, fault)
         assert "kind" not in fault
+
+
+def test_a_connection_the_server_closed_is_opened_again(tmp_path, monkeypatch):
+    """The server ends the shared connection (a restart, a failover, an idle timeout):
+    an outage while it lasts, and after the retry a new connection, not the dead one
+    for the rest of the process (every later turn was unstored until exit)."""
+    from pgkit import PG_URL, PgSchema, require_pg
+    require_pg()
+    import psycopg
+    import enginekit
+    schema = PgSchema()
+    try:
+        monkeypatch.setattr(enginekit, "DATABASE_URL", schema.url)
+        engine = make_engine(tmp_path, window=64_000)
+        messages = coding_turn(0)
+        engine.on_session_end("sess", messages)
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)",
+                          (engine.store.db.conn.raw.info.backend_pid,))
+        messages = messages + coding_turn(1)
+        engine.on_session_end("sess", messages)
+        assert engine.database_fault is not None          # an outage, as before
+        engine._faults.at -= 3600                          # the retry is due
+        messages = messages + coding_turn(2)
+        engine.on_session_end("sess", messages)
+        assert engine.database_fault is None
+        assert_stored_once(engine, messages)
+    finally:
+        schema.drop()

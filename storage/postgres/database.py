@@ -49,6 +49,14 @@ class PgDatabase(Connected):
             raise error(f"cannot open trove database {self.display}: {exc}") from None
         self.open_seconds = time.perf_counter() - started
 
+    def connection_lost(self) -> bool:
+        """Whether the server closed this connection (a restart, a failover, an idle
+        timeout, ``pg_terminate_backend``). Why: psycopg never reconnects by itself,
+        so without a new connection every later statement failed ("the connection is
+        closed") and the store stayed away until the process exited."""
+        raw = getattr(self.conn, "raw", None)
+        return bool(raw is not None and (raw.closed or raw.broken))
+
     def schema_version(self) -> int:
         """The applied PostgreSQL schema version."""
         with self.lock:
