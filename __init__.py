@@ -128,12 +128,17 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
         return None
     try:
         history = list(conversation_history)
-        engine.ingest(history)
+        # the fault rule of every hook (storage/faults.is_outage): during an outage the
+        # turn is stored from the host's list after the retry, not tried on every turn
+        if engine._usable_database():
+            engine.ingest(history)
         engine.learn_overhead(history)
         engine.note_owner(_kwargs.get("sender_id"))
     except Exception as exc:  # a hook must never break the turn (logged a bounded number of times)
-        from .storage import faults
-        faults.report(engine, "post_llm_call", f"could not persist the turn: {exc}"[:300])
+        if faults.is_database_error(exc):   # an outage is noted; a refused statement reported
+            engine._note_fault(exc, "post_llm_call")
+        else:
+            faults.report(engine, "post_llm_call", f"could not persist the turn: {exc}"[:300])
     finally:
         engine.turn_done()
     return None

@@ -299,3 +299,30 @@ def test_a_connection_the_server_closed_is_opened_again(tmp_path, monkeypatch):
         assert_stored_once(engine, messages)
     finally:
         schema.drop()
+
+
+@pytest.mark.usefixtures("engines_on_backend")
+def test_the_turn_hook_follows_the_outage_rule_too(tmp_path, monkeypatch):
+    """``post_llm_call`` stores each turn; an outage it meets is an outage for the
+    engine (noted, retried every 30 s, no attempt per turn: on a server each was a
+    connection attempt of up to 10 s), a refused statement fails that turn alone."""
+    from hermes_trove.store import Store
+    engine = make_engine(tmp_path, window=64_000)
+    messages = coding_turn(0)
+    on_post_llm_call("sess", list(messages))
+    real_ingest, calls = Store.ingest, []
+
+    def full(self, *args, **kwargs):
+        calls.append(1)
+        raise sqlite3.OperationalError("database or disk is full")
+    monkeypatch.setattr(Store, "ingest", full)
+    for t in (1, 2, 3):
+        messages = messages + coding_turn(t)
+        on_post_llm_call("sess", list(messages))
+    assert len(calls) == 1 and engine.database_fault is not None
+    monkeypatch.setattr(Store, "ingest", real_ingest)
+    engine._faults.at -= 3600                              # the retry is due
+    messages = messages + coding_turn(4)
+    on_post_llm_call("sess", list(messages))
+    assert engine.database_fault is None
+    assert_stored_once(engine, messages)
