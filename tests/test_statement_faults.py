@@ -326,3 +326,33 @@ def test_the_turn_hook_follows_the_outage_rule_too(tmp_path, monkeypatch):
     on_post_llm_call("sess", list(messages))
     assert engine.database_fault is None
     assert_stored_once(engine, messages)
+
+
+@pytest.mark.parametrize("error", [
+    sqlite3.IntegrityError("UNIQUE constraint failed: messages.store_id"),
+    sqlite3.ProgrammingError("Incorrect number of bindings supplied"),
+    sqlite3.InterfaceError("Error binding parameter 1: type 'dict' is not supported"),
+    sqlite3.DataError("string or blob too big")])
+def test_a_driver_error_of_one_path_never_takes_the_store(tmp_path, monkeypatch, error):
+    """SQLite's own statement errors raised by the store's write, three turns in a row:
+    nothing reaches the host, the store stays in use, and once the write works the
+    host's next list stores every message once."""
+    from hermes_trove.store import Store
+    engine = make_engine(tmp_path, window=64_000)
+    messages = coding_turn(0)
+    engine.on_session_end("sess", messages)
+    real_ingest = Store.ingest
+
+    def refused(self, *args, **kwargs):
+        raise error
+    monkeypatch.setattr(Store, "ingest", refused)
+    for t in (1, 2, 3):
+        messages = messages + coding_turn(t)
+        on_post_llm_call("sess", list(messages))
+        engine.compress(messages, current_tokens=engine.threshold_tokens + 1)
+        engine.on_session_end("sess", messages)
+        assert engine.database_fault is None
+    monkeypatch.setattr(Store, "ingest", real_ingest)
+    messages = messages + coding_turn(4)
+    on_post_llm_call("sess", list(messages))
+    assert_stored_once(engine, messages)
