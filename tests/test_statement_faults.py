@@ -124,13 +124,12 @@ def test_an_outage_still_takes_the_store_away_until_the_retry(tmp_path, monkeypa
     engine = make_engine(tmp_path, window=64_000)
     messages = [m for t in range(6) for m in coding_turn(t, filler=200)]
     engine.on_session_end("sess", messages)
-    error = sqlite3.OperationalError("database or disk is full")
-    if engines_on_backend == "postgresql":
-        error = sqlite3.OperationalError("server closed the connection unexpectedly")
-        error.sqlstate = None
-
-    def broken(*args, **kwargs):
-        raise error
+    def broken(*args, **kwargs):   # a new error each call (see the next test file's note)
+        if engines_on_backend == "postgresql":
+            error = sqlite3.OperationalError("server closed the connection unexpectedly")
+            error.sqlstate = None
+            raise error
+        raise sqlite3.OperationalError("database or disk is full")
     monkeypatch.setattr(type(engine.store), "ingest", broken)
     engine.on_session_end("sess", messages + coding_turn(6, filler=200))
     assert engine.database_fault is not None
@@ -229,6 +228,7 @@ def test_a_statement_refused_in_a_tool_call_leaves_the_real_host_storing(
         results += hk.run_turns(agent, more, history=results[-1]["messages"])
         hk.end_session(agent, results[-1]["messages"])
         assert proxies and proxies[0].refused == 1
+        engine.store.db.conn = proxies[0]._conn
         assert engine.database_fault is None, engine.database_fault
         answer = next(m for m in results[4]["messages"] if m.get("role") == "tool")["content"]
         assert "server is up" not in answer and "restore" not in answer, answer
@@ -328,12 +328,13 @@ def test_the_turn_hook_follows_the_outage_rule_too(tmp_path, monkeypatch):
     assert_stored_once(engine, messages)
 
 
-@pytest.mark.parametrize("error", [
-    sqlite3.IntegrityError("UNIQUE constraint failed: messages.store_id"),
-    sqlite3.ProgrammingError("Incorrect number of bindings supplied"),
-    sqlite3.InterfaceError("Error binding parameter 1: type 'dict' is not supported"),
-    sqlite3.DataError("string or blob too big")])
-def test_a_driver_error_of_one_path_never_takes_the_store(tmp_path, monkeypatch, error):
+@pytest.mark.parametrize("error_class, text", [
+    (sqlite3.IntegrityError, "UNIQUE constraint failed: messages.store_id"),
+    (sqlite3.ProgrammingError, "Incorrect number of bindings supplied"),
+    (sqlite3.InterfaceError, "Error binding parameter 1: type 'dict' is not supported"),
+    (sqlite3.DataError, "string or blob too big")])
+def test_a_driver_error_of_one_path_never_takes_the_store(tmp_path, monkeypatch, error_class,
+                                                          text):
     """SQLite's own statement errors raised by the store's write, three turns in a row:
     nothing reaches the host, the store stays in use, and once the write works the
     host's next list stores every message once."""
@@ -344,7 +345,9 @@ def test_a_driver_error_of_one_path_never_takes_the_store(tmp_path, monkeypatch,
     real_ingest = Store.ingest
 
     def refused(self, *args, **kwargs):
-        raise error
+        # a new error each time: a shared instance's traceback kept this test's engine
+        # alive after it, and the next test file's /trove status found it
+        raise error_class(text)
     monkeypatch.setattr(Store, "ingest", refused)
     for t in (1, 2, 3):
         messages = messages + coding_turn(t)
