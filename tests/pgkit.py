@@ -90,15 +90,22 @@ def store_env(postgres: bool) -> Iterator[Dict[str, str]]:
 @pytest.fixture(params=BACKENDS)
 def backend(request, tmp_path):
     """``(name, target)``: where a test's database lives, once per engine (a SQLite
-    file under ``tmp_path``, or a PostgreSQL URL of a throw-away schema)."""
+    file under ``tmp_path``, or a PostgreSQL URL of a throw-away schema); its shared
+    connection is closed and forgotten after the test."""
+    from hermes_trove.storage import database
     if request.param == "sqlite":
-        yield "sqlite", str(tmp_path / "trove.db")
+        target = str(tmp_path / "trove.db")
+        try:
+            yield "sqlite", target
+        finally:
+            database.forget_database(target)
         return
     require_pg()
     schema = PgSchema()
     try:
         yield "postgresql", schema.url
     finally:
+        database.forget_database(schema.url)
         schema.drop()
 
 

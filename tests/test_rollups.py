@@ -130,9 +130,7 @@ def words_in(answer: dict) -> set[str]:
 @pytest.fixture
 def world(tmp_path, backend):
     """The five sessions, once on SQLite and once on PostgreSQL (tests/pgkit.py)."""
-    w = World(tmp_path, backend[1])
-    yield w
-    database.forget_database(backend[1])
+    return World(tmp_path, backend[1])     # forgotten with the backend (tests/pgkit.py)
 
 
 # ---------------------------------------------------------------- periods, no rollups yet

@@ -67,9 +67,7 @@ def test_externalized_payload_pages_back_exactly_at_small_caps(tmp_path, max_tok
 
 @pytest.fixture
 def carried_env(tmp_path, backend):
-    env = Env(tmp_path, backend[1])
-    yield env
-    database.forget_database(backend[1])
+    return Env(tmp_path, backend[1])       # forgotten with the backend (tests/pgkit.py)
 
 
 def test_a_carried_message_of_an_ownerless_session_pages_to_its_end(carried_env):
