@@ -365,14 +365,22 @@ class Alignment:
         turn sent four times read against a view holding two of them stored one
         again (host walk 180004). The run moves (one to ``SLIDE_RUN`` elements, the
         shortest that works) only when the rows before the next match can hold what
-        it leaves."""
+        it leaves. The same holds for a gap between the list's block and its first
+        match: a second CLI's transcript kept a /retry's dropped attempt (ok, T32, ok,
+        T32, ...) that the view after the block lists without it (ok, T32, ...), and the
+        view's "ok" was read as the later one (host walk 280003: the attempt stored
+        again)."""
         moved = False
         for start, end, before, after in gaps:
-            if not ((before or 0) > 0 and (after or 0) > 0 and end < len(ids)
+            # a gap right after the list's block has no row before it: the rows it may
+            # be are summarized ones, so none count and the run may always move
+            leading = before is None and start > 0 and all(
+                fps[k] is None or (ids[k] is not None and ids[k] < 0) for k in range(start))
+            if not (((before or 0) > 0 or leading) and (after or 0) > 0 and end < len(ids)
                     and ids[end] == after):
                 continue
             elements = sum(1 for k in range(start, end) if fps[k] is not None)
-            between = _rows_between(conn, session_id, before, after, elements)
+            between = 0 if leading else _rows_between(conn, session_id, before, after, elements)
             if between >= elements:
                 continue  # the rows between may be the whole gap: read it as it is
             # the rows between are the gap's first elements; the view's run is later
