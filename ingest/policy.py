@@ -26,6 +26,7 @@ from .noise import MessageFilter, SessionFilter
 from ..storage.payloads import (PayloadError, PayloadStore, guard_message, refs_in,
                                 restore_text)
 from ..storage.payloads import store_for as payload_store_for
+from . import redaction
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def policy_for(cfg: TroveConfig) -> IngestPolicy:
 
 
 def _build(cfg: TroveConfig) -> IngestPolicy:
-    redactor = Redactor(cfg.sensitive_patterns) if cfg.sensitive_patterns_enabled else None
+    redactor = redaction.configured(cfg)
     policy = IngestPolicy(
         sessions=SessionFilter(cfg.ignore_session_patterns, cfg.stateless_session_patterns),
         messages=MessageFilter(cfg.ignore_message_patterns),

@@ -390,10 +390,16 @@ class Redactor:
                 "password_placeholder": PASSWORD_PLACEHOLDER}
 
 
+def configured(config) -> "Redactor | None":
+    """The redactor the settings ask for (TROVE_SENSITIVE_PATTERNS_ENABLED with
+    TROVE_SENSITIVE_PATTERNS), else None: one rule for ingest, imports and the embedding
+    side, so each redacts exactly what the others do."""
+    return Redactor(config.sensitive_patterns) if config.sensitive_patterns_enabled else None
+
+
 def redact_for(config):
-    """``Redactor.redact`` of the configured patterns when TROVE_SENSITIVE_PATTERNS_ENABLED
-    is on, else None: what the embedding side is handed (``recall.semantic.outgoing``),
-    which sits beside ingest and may not import it."""
-    if not config.sensitive_patterns_enabled:
-        return None
-    return Redactor(config.sensitive_patterns).redact
+    """``Redactor.redact`` of the configured redactor, else None: what the embedding side
+    is handed (``recall.semantic.outgoing``), which sits beside ingest and may not
+    import it."""
+    redactor = configured(config)
+    return None if redactor is None else redactor.redact

@@ -43,6 +43,7 @@ from .sources import (
 from ..storage.owners import LOCAL_OWNER, Owners
 from ..store import Store, decode_row
 from ..config import load_config
+from ..ingest import redaction
 from ..ingest.redaction import Redactor
 
 SQLITE_NAMESPACE = "openclaw-trove"
@@ -287,8 +288,7 @@ def redactor_for(options: ImportOptions) -> Redactor | None:
     as the engine reads them. Imported history holds the same pasted keys as live turns:
     without this an import stored in clear (rows, full-text index, summaries made of
     them) what the engine redacts."""
-    cfg = load_config(os.environ)
-    return Redactor(cfg.sensitive_patterns) if cfg.sensitive_patterns_enabled else None
+    return redaction.configured(load_config(os.environ))
 
 
 def _import_sessions(run: _Run, progress: Callable[[int, int], None] | None) -> None:
