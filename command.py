@@ -24,7 +24,7 @@ from .operators import embed, families
 from .operators import search, textview
 from .operators.progress import LogProgress
 from .config import load_config
-from .binding import forks
+from .binding import forks, owners
 from .engine import find_engine
 from .diagnostics import compaction_text
 from .diagnostics.host import describe_identity
@@ -49,6 +49,9 @@ class Action:
     summary: str
     run: Callable[[ops.Target], dict]
     render: Callable[[dict], str]
+    # Lists or changes every owner's sessions: the profile's operator only (a
+    # messaging gateway's user is refused, ``owners.local_operator``).
+    every_owner: bool = False
 
 
 def register_command(ctx) -> None:
@@ -78,12 +81,14 @@ def cli_session() -> str | None:
 
 def resolve_target(writable: bool = False) -> ops.Target:
     """The calling session's live engine, else the configured database (opened
-    read-only unless the subcommand writes)."""
+    read-only unless the subcommand writes); who asks decides what it may read
+    (``owners.local_operator``: in a messaging gateway, the caller's owner only)."""
     session = calling_session()
     engine = find_engine(session) if session else None
+    who = {"operator": owners.local_operator(), "caller": session}
     if engine is not None:
-        return ops.open_target(engine.config, engine)
-    return ops.open_target(load_config(), writable=writable)
+        return ops.open_target(engine.config, engine, **who)
+    return ops.open_target(load_config(), writable=writable, **who)
 
 
 def database_exists() -> bool:
@@ -107,6 +112,10 @@ def handle(raw_args: str = "") -> str:
         return f"/trove: unknown subcommand {typed!r}\n\n{help_text()}"
     if words == ("help",):
         return help_text()
+    if action.every_owner and not owners.local_operator():
+        return (f"/trove {' '.join(words)}: refused: it reads or changes every user's "
+                "sessions, so only the profile's operator runs it (the CLI, or "
+                "scripts/trove.py on the host), not a messaging gateway's chat")
     try:
         if words == ("status",):
             engine = find_engine(calling_session()) if calling_session() else None
@@ -137,7 +146,8 @@ GREP_USAGE = ("usage: /trove grep [--session ID] [--mode full_text|semantic|hybr
 
 def grep_command(text: str) -> str:
     """``/trove grep QUERY``: the operator's read-only search, every session unless
-    ``--session`` names one; the same report and table as ``trove.py grep``."""
+    ``--session`` names one; the same report and table as ``trove.py grep``. Typed in a
+    messaging gateway it searches the caller's owner's sessions only (``resolve_target``)."""
     options = {name: value for name, value in GREP_OPTION.findall(text)}
     query = GREP_OPTION.sub(" ", text).strip()
     if not query:
@@ -163,7 +173,8 @@ def help_text() -> str:
     lines = ["/trove commands (apply paths write a backup first, then say what changed):"]
     lines += [f"  /trove {' '.join(a.words):<24} {a.summary}" for a in ACTIONS.values()]
     lines.append(f"  /trove {'grep QUERY':<24} search every session (read-only; --session ID, "
-                 "--mode full_text|semantic|hybrid, --limit N, --offset N)")
+                 "--mode full_text|semantic|hybrid, --limit N, --offset N; in a messaging "
+                 "gateway: your own sessions)")
     lines.append("doctor clean apply also needs TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true. "
                  "Operator CLI without Hermes: scripts/trove.py --help")
     return "\n".join(lines)
@@ -481,9 +492,9 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("doctor", "full"), "health checks including quick_check on a big file",
            lambda t: ops.doctor(t, full=True), format_doctor),
     Action(("doctor", "clean"), "read-only scan for junk/noise sessions", ops.clean_scan,
-           format_clean),
+           format_clean, every_owner=True),
     Action(("doctor", "clean", "apply"), "backup, then remove the safe junk sessions",
-           ops.clean_apply, format_clean),
+           ops.clean_apply, format_clean, every_owner=True),
     Action(("doctor", "repair"), "SQLite and FTS diagnosis", ops.repair, format_repair),
     Action(("doctor", "repair", "apply"), "backup, then rebuild FTS indexes and REINDEX",
            lambda t: ops.repair(t, apply=True), format_repair),
@@ -491,7 +502,7 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("doctor", "source", "apply"), "backup, then set blank sources to 'unknown'",
            lambda t: ops.source_fix(t, apply=True), format_source),
     Action(("doctor", "retention"), "read-only age and size analysis", ops.retention,
-           format_retention),
+           format_retention, every_owner=True),
     Action(("backup",), "timestamped online backup of the database", ops.backup, format_backup),
     Action(("rotate",), "preview compacting this session in place", ops.rotate, format_rotate),
     Action(("rotate", "apply"), "backup, then rotate this session",
@@ -500,9 +511,9 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
            rollup_actions.status, format_rollups),
     Action(("rollups", "status"), "the same", rollup_actions.status, format_rollups),
     Action(("rollups", "build"), "preview which rollups a pass would build",
-           rollup_actions.build, format_rollups),
+           rollup_actions.build, format_rollups, every_owner=True),
     Action(("rollups", "build", "apply"), "backup, then build the pending and stale rollups",
-           lambda t: rollup_actions.build(t, apply=True), format_rollups),
+           lambda t: rollup_actions.build(t, apply=True), format_rollups, every_owner=True),
     Action(("embed", "warmup"), "load the embedding model (downloads only here)",
            embed.warmup, embed.format_report),
     Action(("embed", "backfill"), "count what the embedding index lacks",

@@ -115,6 +115,30 @@ def cron_job_owner(session_id: str) -> str | None:
     return f"cron:job:{job_id}"
 
 
+def local_operator() -> bool:
+    """Whether the person typing an operator command (``/trove``) is the profile's own
+    operator, who may read every owner's sessions.
+
+    A messaging gateway serves other people: whoever types ``/trove`` there is one of
+    its users, so the command runs as them (their session and its owner, the rule
+    ``toolkit.scope.Access`` applies to the tools) and never reads another owner's
+    sessions. The process is a gateway when its runner is alive (``gateway/run.py``
+    keeps ``_gateway_runner_ref``; 0.19 dispatches a plugin command before it binds
+    the message's session, so nothing else names the caller there) or when the task
+    names a gateway platform. Everywhere else (the CLI, the TUI, ``scripts/trove.py``)
+    the caller is the profile's operator."""
+    platform = gateway_identity().get("platform")
+    if platform and platform not in LOCAL_PLATFORMS:
+        return False
+    run = sys.modules.get("gateway.run")   # loaded only inside the host
+    if run is None:
+        return True
+    try:
+        return run._gateway_runner_ref() is None
+    except Exception:  # a different host: a loaded gateway module is a gateway (fail closed)
+        return False
+
+
 def gateway_identity() -> dict:
     """The gateway's platform, session key, user and chat id for the current task
     ({} outside a gateway task: the CLI and cron set none)."""

@@ -83,11 +83,15 @@ class OperatorError(Exception):
 @dataclass
 class Target:
     """What an action works on: the settings, the live engine when there is one, and
-    whether the action may write (reads use a read-only connection)."""
+    whether the action may write (reads use a read-only connection). Who asks: the
+    ``operator`` reads every owner; else (``binding.owners.local_operator``) reads run
+    as ``caller``, the session the command was typed in, under ``Access``."""
 
     config: TroveConfig
     engine: Any = None
     writable: bool = True
+    operator: bool = True
+    caller: str | None = None
 
     @property
     def db_path(self) -> Path:
@@ -144,11 +148,13 @@ def writes(words: tuple[str, ...]) -> bool:
     return "apply" in words or words[:1] == ("backup",)
 
 
-def open_target(config: TroveConfig, engine: Any = None, writable: bool = False) -> Target:
+def open_target(config: TroveConfig, engine: Any = None, writable: bool = False,
+                operator: bool = True, caller: str | None = None) -> Target:
     """A target on an existing trove database; a missing file, or one that is not a
     trove database, is an ``OperatorError`` with nothing written (operators never
     create or convert a database by typo). Reads open read-only."""
-    target = Target(engine.config if engine is not None else config, engine, writable)
+    target = Target(engine.config if engine is not None else config, engine, writable,
+                    operator, caller)
     if engine is None and not config.database_url:
         problem = trove_file_problem(target.db_path, allow_older=writable)
         if problem is not None:
@@ -580,7 +586,7 @@ def tool_context(target: Target, session_id: str, semantic: Any = None) -> tools
         count_tokens=counter.count_text, session_id=session_id, conversation_id=None,
         current_turn_store_id=None, status=lambda: {}, llm_call=None,
         data_dir=target.db_path.parent, payloads=policy_for(target.config).payloads,
-        operator=True, semantic=semantic)
+        operator=target.operator, semantic=semantic)
 
 
 def call_tool(target: Target, name: str, args: dict, session_id: str,
@@ -613,11 +619,25 @@ def require_session(target: Target, session_id: str) -> str:
     return found
 
 
+def caller_session(target: Target) -> str | None:
+    """The canonical session of a caller who is not the operator (``Target``), or None."""
+    return target.store.canonical_session(target.caller) if target.caller else None
+
+
 def _scope(target: Target, session_id: str | None) -> tuple[str, dict]:
-    """(calling session, extra args): a named session, or every session."""
-    if session_id:
-        return require_session(target, session_id), {}
-    return OPERATOR_SESSION, {"session_scope": "all"}
+    """(calling session, extra args): a named session, or every session. Any other
+    caller (``Target``) calls from their session and names another by its id as typed
+    (a title is looked up across owners), so ``Access`` decides: their owner's only."""
+    if target.operator:
+        if session_id:
+            return require_session(target, session_id), {}
+        return OPERATOR_SESSION, {"session_scope": "all"}
+    caller = caller_session(target)
+    if caller is None:
+        raise OperatorError("the session this command was typed in is not known (a gateway "
+                            "names none to plugin commands), so it may read nothing; ask "
+                            "the agent, or run scripts/trove.py on the host")
+    return caller, ({"session_id": session_id} if session_id else {"session_scope": "all"})
 
 
 def parse_ref(text: str) -> tuple[str, Any]:

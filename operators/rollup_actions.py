@@ -17,7 +17,9 @@ from ..compaction import rollups, tokens
 from ..compaction.summarize import CircuitBreaker, Summarizer
 from ..ingest.policy import policy_for
 from ..storage.timeline import Timeline
-from .actions import OperatorError, Target, backup
+from .. import tools
+from .actions import (OPERATOR_SESSION, OperatorError, Target, backup, caller_session,
+                      tool_context)
 
 
 def _context(target: Target):
@@ -25,14 +27,28 @@ def _context(target: Target):
     return Timeline(target.store.db), settings, policy_for(target.config).feeds_rollups
 
 
+def caller_access(target: Target) -> tools.Access | None:
+    """What a caller who is not the operator may read (``tools.Access`` from their
+    session: the one owner rule), None for the operator; with no caller known, the
+    access of a session that does not exist: nobody's, so no owner's rollups."""
+    if target.operator:
+        return None
+    caller = caller_session(target) or f"{OPERATOR_SESSION}-unknown-caller"
+    return tools.Access(tool_context(target, caller), {}, caller)
+
+
 def status(target: Target, now: float | None = None) -> dict:
-    """Every period with material in the lookback window and its rollup state."""
+    """Every period with material in the lookback window and its rollup state (a caller
+    who is not the operator sees their own owner's periods: ``caller_access``)."""
     timeline, settings, eligible = _context(target)
     rows = rollups.status(timeline, settings, eligible, time.time() if now is None else now)
+    access = caller_access(target)   # a gateway user: their owner's periods only
+    if access is not None:
+        rows = [r for r in rows if access.owns_rollup(r)]
     return {"enabled": target.config.rollups_enabled, "time_zone": settings.time_zone,
             "lookback_days": settings.lookback_days,
             "counts": dict(Counter(r["state"] for r in rows)), "periods": rows,
-            "lineage_problems": timeline.lineage_problems(limit=20)}
+            "lineage_problems": timeline.lineage_problems(limit=20) if access is None else []}
 
 
 def build(target: Target, apply: bool = False, now: float | None = None) -> dict:

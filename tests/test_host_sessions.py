@@ -433,6 +433,48 @@ def test_trove_typed_in_a_gateway_chat_never_names_another_chats_session(trove_h
     assert hk.live_engine(agents["222"]).session_id == "tg-222"
 
 
+def test_trove_grep_typed_in_a_gateway_chat_never_reads_another_users_messages(
+        trove_host, monkeypatch):
+    """``/trove grep`` ran as the operator (every owner's sessions), so in a gateway any
+    user read everyone's chats. With the gateway's runner alive (gateway/run.py
+    ``_gateway_runner_ref``) the command runs as its caller, whom 0.19's dispatch does
+    not name (the message's variables are reset first): it reads nothing."""
+    import contextvars
+
+    import gateway.run as gateway_run
+    from gateway.session_context import reset_session_vars, set_session_vars
+
+    trove_host.server.responder = lambda body: SAME_REPLY
+    agents = {}
+
+    def message(chat, text):
+        def run():
+            reset_session_vars()
+            set_session_vars(platform="telegram", chat_id=chat, user_id=chat,
+                             session_key=f"agent:main:telegram:dm:{chat}")
+            agents[chat] = hk.make_agent(platform="telegram", session_id=f"tg-{chat}",
+                                         gateway_session_key=f"agent:main:telegram:dm:{chat}",
+                                         user_id=chat, chat_id=chat, session_db=False)
+            return agents[chat].run_conversation(text)["messages"]
+        return contextvars.copy_context().run(run)
+
+    def slash(args):
+        def run():
+            reset_session_vars()   # what the gateway does at the top of every message
+            return hk.run_slash_command("trove", args)
+        return contextvars.copy_context().run(run)
+
+    message("111", "alice pin is quokka-7731")
+    message("222", "bob pin is wombat-5511")
+    runner = object()
+    monkeypatch.setattr(gateway_run, "_gateway_runner_ref", lambda: runner)
+    for words in ("grep quokka", "grep --session tg-111 quokka", "doctor retention"):
+        answer = slash(words)
+        assert "quokka-7731" not in answer and "tg-111" not in answer.replace(words, ""), answer
+    monkeypatch.setattr(gateway_run, "_gateway_runner_ref", lambda: None)   # no gateway
+    assert "quokka-7731" in slash("grep quokka")   # the local operator reads every owner
+
+
 def test_a_cron_job_from_one_gateway_user_never_reads_anothers(trove_host, monkeypatch):
     """cron/scheduler.py ``run_job`` runs each job as ``platform="cron"`` under
     ``cron_<job id>_<stamp>`` with the gateway's user variables cleared: every run was

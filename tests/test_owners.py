@@ -299,3 +299,63 @@ def test_cron_runs_of_a_gateway_users_job_are_that_jobs_not_the_local_owners(mon
     assert owner("cron_cli999_20261205_041815") == LOCAL_OWNER
     assert owner("cron_gone00_20261205_041815") == "cron:job:gone00"   # unknown: closed
     assert owner("my-cron-notes") == LOCAL_OWNER
+
+
+def slash(words, *, bound=None, user="111", runner=True, monkeypatch=None):
+    """``/trove <words>`` as a messaging gateway dispatches it: the runner is alive in
+    the process; ``bound`` a session the task named (0.19 names none: the command runs
+    before the message's session is bound)."""
+    import sys
+    import types
+
+    from hermes_trove import command
+    if runner:
+        alive = object()
+        monkeypatch.setitem(sys.modules, "gateway.run",
+                            types.SimpleNamespace(_gateway_runner_ref=lambda: alive))
+    if bound is None:
+        return command.handle(words)
+    from gateway import session_context
+
+    def run():
+        session_context.set_session_vars(platform="telegram", user_id=user, chat_id=user,
+                                         session_key=f"agent:main:telegram:dm:{user}",
+                                         session_id=bound)
+        return command.handle(words)
+    return in_gateway_task(run, user=user)
+
+
+def test_trove_grep_typed_in_a_gateway_chat_reads_only_the_callers_owner(two_users,
+                                                                        monkeypatch):
+    """``/trove grep`` ran as the operator: every owner's sessions, so a Telegram user
+    read another user's secret. In a gateway it now runs as the caller (their session,
+    their owner, ``Access``); with no caller known (0.19's dispatch) it reads nothing."""
+    a, b = two_users
+    mine = slash(f"grep {SECRET['111']}", bound=a.session_id, monkeypatch=monkeypatch)
+    assert f"remember {SECRET['111']}" in mine
+    for words in (f"grep {SECRET['222']}", f"grep --session {b.session_id} {SECRET['222']}",
+                  f"grep --session {b.session_id} remember"):
+        answer = slash(words, bound=a.session_id, monkeypatch=monkeypatch)
+        assert SECRET["222"] not in answer.replace(words, "")
+    monkeypatch.setenv("TROVE_DATABASE_PATH", str(a.config.resolved_database_path))
+    unknown = slash(f"grep {SECRET['222']}", monkeypatch=monkeypatch)
+    assert "not known" in unknown and f"remember {SECRET['222']}" not in unknown
+
+
+def test_trove_commands_over_every_owner_are_the_local_operators(two_users, monkeypatch):
+    """``doctor clean`` / ``doctor retention`` list (and clean apply deletes) every
+    owner's sessions: refused in a gateway chat; the local operator still sees all."""
+    from hermes_trove import command
+    a, b = two_users
+    for words in ("doctor clean", "doctor clean apply", "doctor retention",
+                  "rollups build", "rollups build apply"):
+        answer = slash(words, bound=a.session_id, monkeypatch=monkeypatch)
+        assert "refused" in answer and b.session_id not in answer
+    theirs = "telegram:conversation:agent:main:telegram:dm:222"
+    periods = slash("rollups status", bound=a.session_id, monkeypatch=monkeypatch)
+    assert "dm:111" in periods and theirs not in periods
+    monkeypatch.delitem(__import__("sys").modules, "gateway.run")
+    monkeypatch.setenv("HERMES_SESSION_ID", a.session_id)   # the CLI: the operator
+    assert f"remember {SECRET['222']}" in command.handle(f"grep {SECRET['222']}")
+    assert b.session_id in command.handle("doctor retention")
+    assert theirs in command.handle("rollups status")
