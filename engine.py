@@ -297,8 +297,9 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
                                              source=self.platform, parent_session_id=old,
                                              canonical_id=canonical)
         else:
-            canonical = store.ensure_session(session_id, conversation_id=self.conversation_id,
-                                             source=self.platform, parent_session_id=old)
+            canonical = self._run_session(session_id, store.ensure_session(
+                session_id, conversation_id=self.conversation_id, source=self.platform,
+                parent_session_id=old))
             if old and old != session_id:
                 switches.carry_into(self.dag, switches.Switch(switches.NEW, old, session_id),
                                     old_canonical=store.canonical_session(old),

@@ -32,10 +32,10 @@ host then says "cli"), yet it serves that chat. Ids are text: blank ones
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from ..storage.owners import LOCAL_OWNER, PROVISIONAL_PREFIX
+from . import cron
 
 # Platforms of the profile's own user. An unknown platform is not one of them: the
 # host may bind a session before saying where it comes from (agent init calls
@@ -87,23 +87,20 @@ def session_owner(*, session_id: str, platform: str | None, conversation_id: str
                      user_id=user), facts
 
 
-_CRON_SESSION = re.compile(r"cron_(.+)_\d{8}_\d{6}")
-
-
 def cron_job_owner(session_id: str) -> str | None:
     """The owner of a cron run's session when it is not the profile's own user's:
     ``cron:job:<job id>`` for a job scheduled from a gateway chat (its ``origin``
     names a platform), and for a job the scheduler of this process does not know.
 
     cron/scheduler.py runs every job as ``platform="cron"`` under
-    ``cron_<job id>_<YYYYmmdd_HHMMSS>`` with no user in the task context, so every
-    run was the local owner's: one gateway user's job read another's (its prompt,
-    its results) and the CLI user's sessions. A job made in the CLI has no origin
-    and stays the local owner's; each run of a job stays its own session."""
-    match = _CRON_SESSION.fullmatch(session_id or "")
-    if match is None:
+    ``cron_<job id>_<YYYYmmdd_HHMMSS>`` (``binding.cron``) with no user in the task
+    context, so every run was the local owner's: one gateway user's job read
+    another's (its prompt, its results) and the CLI user's sessions. A job made in
+    the CLI has no origin and stays the local owner's; each run of a job stays its
+    own session."""
+    job_id = cron.job_of(session_id)
+    if job_id is None:
         return None
-    job_id = match.group(1)
     jobs = sys.modules.get("cron.jobs")   # loaded by the scheduler that runs the job
     try:
         job = jobs.get_job(job_id) if jobs is not None else None

@@ -29,7 +29,7 @@ import weakref
 
 from ..storage import faults, locks
 from ..storage.owners import Owners
-from . import forks, host_input, owners, switches
+from . import cron, forks, host_input, owners, switches
 
 # Session id -> the engines bound to it, oldest first (weak: a dropped agent's copy
 # goes). Usually one; a second copy on the same session (two CLIs in one process, a
@@ -194,9 +194,9 @@ class SessionBinding:
         store = self.store
         switch = switches.classify(store, old_session_id=old, new_session_id=session_id,
                                    host_row=host_row)
-        canonical = store.ensure_session(
+        canonical = self._run_session(session_id, store.ensure_session(
             session_id, conversation_id=self.conversation_id, source=self.platform,
-            parent_session_id=old if switch.kind != switches.RESUME else None)
+            parent_session_id=old if switch.kind != switches.RESUME else None))
         carried = switches.carry_into(self.dag, switch, old_canonical=old_canonical,
                                       new_canonical=canonical,
                                       retain_depth=self.config.new_session_retain_depth)
@@ -205,6 +205,22 @@ class SessionBinding:
             self._copy_from = old_canonical  # the branch stores its own copy of that history
         self.last_switch = {"kind": switch.kind, "from": old, "to": session_id,
                             "carried_nodes": len(carried), "at": time.time()}
+
+    def _run_session(self, session_id: str, canonical: str) -> str:
+        """Where this copy stores ``session_id``: ``canonical``, except for a cron run
+        whose host id an earlier run of the same second used (``cron.run_session``)."""
+        return cron.run_session(self.store, self.dag, session_id, canonical,
+                                self._bound_elsewhere, (self.session_id, self.canonical_id))
+
+    def _bound_elsewhere(self, canonical: str) -> bool:
+        """Whether another live engine copy of this process stores into ``canonical``
+        in this database."""
+        path = str(self.store.db.path)
+        with _live_lock:
+            engines = _all_engines()
+        return any(e is not self and getattr(e, "canonical_id", None) == canonical
+                   and getattr(e, "_config", None) is not None
+                   and str(e.store.db.path) == path for e in engines)
 
     def _forget_session_memory(self) -> None:
         """What one session's compactions taught this copy; wrong for any other."""

@@ -334,3 +334,53 @@ def test_a_branchs_copy_keeps_its_parents_times(tmp_path):
              for r in engine.store.session_messages("b", limit=100)]
     assert [t for _, t in times[:-1]] == [old + k * 60 for k in range(6)]
     assert times[-1][0] == "on the branch" and times[-1][1] > time.time() - 60
+
+
+CRON_RUN = "cron_a1b2c3_20261205_041815"
+
+
+def cron_run(tmp_path):
+    """One cron run's engine copy as AIAgent init binds it: platform-less
+    ``bind_session_state`` first, then ``on_session_start(platform="cron")``."""
+    engine = make_engine(tmp_path, session=None)
+    engine.bind_session_state(None, CRON_RUN)
+    engine.on_session_start(CRON_RUN, platform="cron")
+    return engine
+
+
+def stored_texts(engine, session):
+    return [r["content"] for r in engine.store.session_messages(session, 0, 1000)]
+
+
+def test_two_cron_runs_started_in_one_second_store_into_two_sessions(tmp_path):
+    """The host's run id has whole seconds: two runs of one job in the same second
+    shared it, and both runs' messages landed in one session. Concurrent (neither
+    has stored anything yet) and one after the other, each run is its own session."""
+    first, second = cron_run(tmp_path), cron_run(tmp_path)
+    first.ingest([{"role": "user", "content": "run one"}, {"role": "assistant", "content": "a"}])
+    second.ingest([{"role": "user", "content": "run two"}, {"role": "assistant", "content": "b"}])
+    assert first.canonical_id == CRON_RUN and second.canonical_id == f"{CRON_RUN}-2"
+    assert stored_texts(first, CRON_RUN) == ["run one", "a"]
+    assert stored_texts(first, f"{CRON_RUN}-2") == ["run two", "b"]
+    third = cron_run(tmp_path)              # later, the same second again: a third session
+    assert third.canonical_id == f"{CRON_RUN}-3"
+    assert first.owner == second.owner == third.owner
+
+
+def test_one_cron_run_stays_one_session_across_rebinds_and_compactions(tmp_path):
+    """A run's own copy keeps its session: the host's second bind at agent init, an
+    in-place compaction boundary and a repeated start never move it to a new one."""
+    first, second = cron_run(tmp_path), cron_run(tmp_path)
+    first.ingest([{"role": "user", "content": "run one"}])
+    second.ingest([{"role": "user", "content": "run two"}])
+    for engine in (first, second):
+        own = engine.canonical_id
+        engine.on_session_start(CRON_RUN, platform="cron", boundary_reason="compression",
+                                old_session_id=CRON_RUN)
+        engine.on_session_start(CRON_RUN, platform="cron")
+        engine.bind_session_state(None, CRON_RUN)
+        assert engine.canonical_id == own
+    second.ingest([{"role": "user", "content": "run two"}, {"role": "user", "content": "more"}])
+    assert stored_texts(second, f"{CRON_RUN}-2") == ["run two", "more"]
+    assert stored_texts(first, CRON_RUN) == ["run one"]
+    assert make_engine(tmp_path, session="cron-notes").canonical_id == "cron-notes"

@@ -524,6 +524,38 @@ def test_a_cron_job_from_one_gateway_user_never_reads_anothers(trove_host, monke
     assert "4417-heron" in results[3]          # Alice's next run finds her first run
 
 
+def test_two_runs_of_a_cron_job_in_one_second_are_two_sessions(trove_host, monkeypatch):
+    """cron/scheduler.py names a run ``cron_<job>_<YYYYmmdd_HHMMSS>``: two runs started in
+    the same second (a tick and a manual run) shared one id, and trove stored both runs'
+    messages in one session. The second run is stored under ``<id>-2``; each run's
+    messages stay together in its own session, each under the job's owner."""
+    from cron import jobs, scheduler
+
+    prompts = iter(["first run: the pump pressure is 41 psi", "second run: the pump is off"])
+    trove_host.server.responder = lambda body: "Noted."
+    job = jobs.create_job("check the pump", "every 1h", deliver="local",
+                          origin={"platform": "telegram", "chat_id": "9", "user_id": "9"})
+    frozen = scheduler._hermes_now()
+    monkeypatch.setattr(scheduler, "_hermes_now", lambda: frozen)
+    for _ in range(2):
+        run = dict(jobs.get_job(job["id"]), prompt=next(prompts))
+        assert scheduler.run_job(run)[0]
+    db = sqlite3.connect(trove_host.hermes_home / "trove.db")
+    try:
+        texts = {}
+        for session, content in db.execute(
+                "SELECT session_id, content FROM messages WHERE role = 'user' ORDER BY store_id"):
+            texts.setdefault(session, []).append(content)
+        owners = dict(db.execute("SELECT session_id, owner FROM session_owners"))
+    finally:
+        db.close()
+    run_id = f"cron_{job['id']}_{frozen.strftime('%Y%m%d_%H%M%S')}"
+    assert sorted(texts) == [run_id, f"{run_id}-2"], texts
+    assert ["first run" in t for t in texts[run_id]] == [True] * len(texts[run_id])
+    assert ["second run" in t for t in texts[f"{run_id}-2"]] == [True] * len(texts[f"{run_id}-2"])
+    assert owners[run_id] == owners[f"{run_id}-2"] == f"cron:job:{job['id']}"
+
+
 # ---------------------------------------------------------------- switches after compactions
 def long_answer(body):
     """Long main answers (so the 64K window compacts), short summaries."""
