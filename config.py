@@ -14,6 +14,7 @@ for its type, default, accepted range and one-line description; the loader,
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -559,10 +560,11 @@ def _check_combinations(values: dict[str, Any], warnings: list[str]) -> None:
         warnings.append(f"TROVE_DATABASE_URL={redact_url(url)[:200]!r} is not a "
                         "postgresql:// URL; using SQLite at TROVE_DATABASE_PATH")
         values["database_url"] = ""
-    if not _known_zone(values["timezone"]):
+    zone = canonical_zone(values["timezone"])
+    if zone is None:
         warnings.append(f"TROVE_TIMEZONE={values['timezone']!r} is not a known IANA time "
                         "zone; using 'UTC'")
-        values["timezone"] = "UTC"
+    values["timezone"] = zone or "UTC"
     if values["embedding_provider"] not in EMBEDDING_PROVIDERS:
         warnings.append(
             f"TROVE_EMBEDDING_PROVIDER={values['embedding_provider']!r} is not one of "
@@ -613,16 +615,40 @@ def did_you_mean(word: str, known, prefix: str = "") -> str:
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
-def _known_zone(name: str) -> bool:
-    """Whether ``zoneinfo`` knows a zone name (UTC always works)."""
-    if name.upper() in ("UTC", "Z", "GMT"):
-        return True
-    try:
+# Names of UTC itself (zoneinfo links to it, and what people type): one zone, one key.
+UTC_NAMES = frozenset({"utc", "z", "gmt", "uct", "zulu", "universal", "greenwich", "gmt0",
+                       "gmt+0", "gmt-0", "etc/utc", "etc/uct", "etc/zulu", "etc/universal",
+                       "etc/greenwich", "etc/gmt", "etc/gmt0", "etc/gmt+0", "etc/gmt-0"})
+
+
+def canonical_zone(name: str) -> str | None:
+    """The one spelling of a time zone setting, or None when ``zoneinfo`` knows no such
+    zone. The zone names the rollups' key (``time_zone`` of each row) and the periods
+    of every time filter, so ``utc`` and ``UTC`` (or ``Etc/UTC``, ``europe/paris`` and
+    ``Europe/Paris``) must not be two zones: every name of UTC is ``UTC``, any other
+    name takes the case of the IANA database."""
+    text = str(name or "").strip()
+    if text.lower() in UTC_NAMES:
+        return "UTC"
+    found = _zone_names().get(text.lower())
+    if found is not None:
+        return found
+    try:   # a zone the listing lacks (an older tzdata listing): valid as typed
         from zoneinfo import ZoneInfo
-        ZoneInfo(name)
-        return True
+        ZoneInfo(text)
+        return text
     except Exception:
-        return False
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_names() -> dict[str, str]:
+    """Every IANA zone name ``zoneinfo`` lists, by its lower-case form (read once)."""
+    try:
+        from zoneinfo import available_timezones
+        return {n.lower(): n for n in sorted(available_timezones())}
+    except Exception:
+        return {}
 
 
 def load_config(environ: Mapping[str, str] | None = None,

@@ -523,3 +523,15 @@ def test_database_url_selects_postgresql_and_is_redacted_wherever_shown(home):
     assert load_config({}, home).database_target == str(home / "trove.db")  # the default
     bad = load_config({"TROVE_DATABASE_URL": "mysql://x:pw@h/db"}, home)
     assert bad.database_url == "" and "pw" not in " ".join(bad.warnings)
+
+
+@pytest.mark.parametrize("typed, canonical", [
+    ("utc", "UTC"), ("UTC", "UTC"), ("Etc/UTC", "UTC"), (" zulu ", "UTC"), ("GMT", "UTC"),
+    ("europe/paris", "Europe/Paris"), ("Europe/Paris", "Europe/Paris")])
+def test_one_time_zone_is_one_setting_whatever_its_spelling(home, typed, canonical):
+    """The zone is the rollups' key: ``utc`` and ``UTC`` were stored as typed, so each
+    spelling built and listed its own set of day/week/month rollups."""
+    cfg = load_config({"TROVE_TIMEZONE": typed}, home)
+    assert cfg.timezone == canonical and not cfg.warnings
+    from hermes_trove.compaction import rollups
+    assert rollups.settings_of(cfg).time_zone == canonical
