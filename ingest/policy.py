@@ -18,9 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import tzinfo
 
-from ..storage import codec, timekeys
+from ..storage import codec
 from ..config import TroveConfig
 from .noise import MessageFilter, SessionFilter
 from ..storage.payloads import (PayloadError, PayloadStore, guard_message, refs_in,
@@ -47,7 +46,6 @@ class IngestPolicy:
     redactor: Redactor | None
     payloads: PayloadStore
     large_threshold: int | None
-    time_zone: tzinfo | None = None          # TROVE_TIMEZONE: how a naive ISO timestamp reads
     ignored_messages: int = 0
     redactions: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -73,7 +71,7 @@ class IngestPolicy:
             self._warn(warning)
         # Identity is the message as sent, stubs restored, secrets already replaced:
         # a redacted or stubbed replay of a stored message is that same message.
-        return codec.encode_message(guarded.message, identity_of=base, time_zone=self.time_zone)
+        return codec.encode_message(guarded.message, identity_of=base)
 
     def redacting(self, llm_call):
         """``llm_call`` whose answers have their secrets replaced when redaction is on
@@ -149,7 +147,7 @@ def policy_for(cfg: TroveConfig) -> IngestPolicy:
            cfg.stateless_session_patterns, cfg.ignore_message_patterns,
            cfg.sensitive_patterns_enabled, cfg.sensitive_patterns,
            cfg.large_output_externalization_enabled,
-           cfg.large_output_externalization_threshold_chars, cfg.timezone)
+           cfg.large_output_externalization_threshold_chars)
     with _policies_lock:
         policy = _policies.get(key)
         if policy is None:
@@ -166,8 +164,7 @@ def _build(cfg: TroveConfig) -> IngestPolicy:
         redactor=redactor,
         payloads=payload_store_for(cfg.database_target, cfg.resolved_database_path),
         large_threshold=(cfg.large_output_externalization_threshold_chars
-                         if cfg.large_output_externalization_enabled else None),
-        time_zone=timekeys.zone_or_utc(cfg.timezone))
+                         if cfg.large_output_externalization_enabled else None))
     for pattern, error in policy.messages.invalid.items():
         policy._warn(f"TROVE_IGNORE_MESSAGE_PATTERNS: dropped invalid pattern {pattern!r}: {error}")
     if policy.messages.warning:

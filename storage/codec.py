@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import tzinfo
 from typing import Any
 
 from . import timekeys
@@ -163,14 +162,13 @@ def identity_hash(message: dict) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:32]
 
 
-def encode_message(message: dict, identity_of: dict | None = None,
-                   time_zone: tzinfo | None = None) -> EncodedMessage:
+def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMessage:
     """Encode a cleaned message into row fields (see ``decode_message`` for the inverse).
 
     ``identity_of`` is the message as the host sent it, when ``message`` is a
     transformed copy (secrets redacted, payloads externalized): the identity
-    stays that of the original. ``time_zone`` (TROVE_TIMEZONE) reads a naive ISO
-    ``timestamp`` (``timekeys.message_time``)."""
+    stays that of the original. A ``timestamp`` is read by ``timekeys.message_time``
+    (a naive ISO time in its writer's zone)."""
     role = message.get("role")
     usable_role = isinstance(role, str) and bool(role) and _utf8_safe(role)
     role_text = role if usable_role else "unknown"
@@ -204,7 +202,7 @@ def encode_message(message: dict, identity_of: dict | None = None,
         extra=dump_json(extra_keys) if extra_keys else None,
         search_text=search_text,
         content_hash=identity_hash(message if identity_of is None else identity_of),
-        message_at=timekeys.message_time(message.get("timestamp"), time_zone),
+        message_at=timekeys.message_time(message.get("timestamp")),
     )
 
 

@@ -153,14 +153,20 @@ def children_of(kind: str, key: str) -> list[tuple[str, str]]:
 EPOCH_MS_FLOOR = 1e11      # larger epoch numbers are milliseconds (1e11 s is the year 5138)
 
 
-def message_time(value: object, tz: tzinfo | None = None) -> float | None:
+def message_time(value: object, writer_zone: tzinfo | None = None) -> float | None:
     """When a message says it was written, as Unix seconds, or None when it does not
     say (or says something impossible: a bool, NaN, a year outside 1970..9998).
 
     Accepted: epoch seconds or milliseconds (a number, or a string of one), and
-    ISO-8601 strings: with an offset or ``Z``, or naive, which the host writes
-    with ``datetime.now().isoformat()`` (the gateway mirror, slash-command notes):
-    a naive time is local time of ``tz`` (``TROVE_TIMEZONE``; UTC when None)."""
+    ISO-8601 strings with an offset or ``Z``, or naive. The one rule for a naive
+    time: it is wall-clock time of the zone its writer was in. The host writes them
+    with ``datetime.now().isoformat()`` (the gateway mirror, slash-command notes,
+    run_agent): the local zone of the host's process (``TZ``, else the machine's),
+    which is this process (trove runs inside the host), so a naive time reads in
+    this process's local zone; ``writer_zone`` when a caller knows another writer's.
+    Never ``TROVE_TIMEZONE``: that zone names the days, weeks and months trove
+    shows, not the clock of whoever wrote the message (read in it, a time written
+    in Paris by a host whose trove shows Tokyo days moved by eight hours)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -175,8 +181,9 @@ def message_time(value: object, tz: tzinfo | None = None) -> float | None:
                                                 else text)
             except ValueError:
                 return None
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=tz or timezone.utc)
+            if moment.tzinfo is None:   # the writer's zone (see above)
+                moment = (moment.replace(tzinfo=writer_zone) if writer_zone is not None
+                          else moment.astimezone())
             return _plausible(moment.timestamp())  # a date: never read as milliseconds
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return None

@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # ``python -m pytest`` puts the working directory on sys.path; from the repo root
 # that would make our ``tools.py`` shadow the host's top-level ``tools`` package.
@@ -30,3 +32,17 @@ _isolate_environment()
 load_package()
 
 from pgkit import backend, engines_on_backend  # noqa: E402,F401  (the two-engine fixtures)
+
+
+@pytest.fixture
+def process_zone(monkeypatch):
+    """Set this process's local zone (``TZ``), as a host machine's; ``time.tzset`` is
+    run again after the test so later tests read the zone they started with."""
+    import time
+
+    def set_zone(name):
+        monkeypatch.setenv("TZ", name)
+        time.tzset()
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()

@@ -205,13 +205,16 @@ def test_stored_token_counts_are_tiktoken_counts_whichever_counter_runs(trove_ho
     assert shown and all(stored[m["content"]] == plain.count_message(m) for m in shown)
 
 
-def test_iso_timestamps_of_a_handed_history_are_message_times(tmp_path, fake_llm):
+def test_iso_timestamps_of_a_handed_history_are_message_times(tmp_path, fake_llm,
+                                                               process_zone):
     """Issue 25: the gateway mirror and slash-command notes stamp messages with
     ``datetime.now().isoformat()``; a history carrying them, handed to the real host,
-    is stored with those times (naive = TROVE_TIMEZONE), not the ingest time."""
+    is stored with those times, not the ingest time. A naive one is the host process's
+    local time (its writer's zone), whatever ``TROVE_TIMEZONE`` says."""
     from datetime import datetime, timezone
+    process_zone("Asia/Tokyo")   # the host machine's zone
     home = hk.make_hermes_home(tmp_path, fake_llm.port,
-                               extra_config={"trove": {"timezone": "Asia/Tokyo"}})
+                               extra_config={"trove": {"timezone": "Europe/Paris"}})
     with hk.host_env(home) as env:
         fake_llm.responder = lambda body: hk.Reply(text="Noted.")
         history = [

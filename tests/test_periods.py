@@ -244,16 +244,33 @@ NINE_UTC = datetime(2026, 12, 1, 9, tzinfo=timezone.utc).timestamp()
     ("2026-12-01T09:00:00Z", None, NINE_UTC),
     ("2026-12-01T09:00:00+00:00", TOKYO, NINE_UTC),
     ("2026-12-01T10:00:00+01:00", None, NINE_UTC),
-    ("2026-12-01T09:00:00", None, NINE_UTC),                 # naive: TROVE_TIMEZONE (UTC)
-    ("2026-12-01T18:00:00.250", TOKYO, NINE_UTC + 0.25),     # naive: Tokyo time
+    ("2026-12-01T09:00:00", None, NINE_UTC),                 # naive: this process's zone (UTC)
+    ("2026-12-01T18:00:00.250", TOKYO, NINE_UTC + 0.25),     # naive: the writer's, Tokyo
     ("2026-12-01 18:00:00", TOKYO, NINE_UTC),
     (NINE_UTC, TOKYO, NINE_UTC), (int(NINE_UTC * 1000), None, NINE_UTC),
     (str(int(NINE_UTC)), None, NINE_UTC), (f"{NINE_UTC * 1000:.0f}", None, NINE_UTC),
     # an ISO date past 5138 is that date, never epoch milliseconds (it read as 1974)
     ("6000-01-01T00:00:00Z", None, datetime(6000, 1, 1, tzinfo=timezone.utc).timestamp()),
 ])
-def test_message_times_in_every_form_the_host_writes(value, tz, expected):
+def test_message_times_in_every_form_the_host_writes(value, tz, expected, process_zone):
+    process_zone("UTC")
     assert timekeys.message_time(value, tz) == pytest.approx(expected)
+
+
+def test_a_naive_time_is_read_in_its_writers_zone_not_trove_timezone(tmp_path, process_zone):
+    """The host writes naive times with ``datetime.now().isoformat()``: its process's
+    local zone. They were read in ``TROVE_TIMEZONE`` (the zone trove names days in) on
+    the engine's path and in UTC on the import/replay path, so one message had two
+    times and neither was the writer's: 18:00 written in Tokyo was 17:00Z or 18:00Z."""
+    from enginekit import make_engine
+    process_zone("Asia/Tokyo")
+    engine = make_engine(tmp_path, timezone="Europe/Paris")
+    engine.ingest([{"role": "user", "content": "mirror note", "timestamp": "2026-12-01T18:00:00"}])
+    engine.store.ingest("imported", [{"role": "user", "content": "replayed note",
+                                      "timestamp": "2026-12-01T18:00:00"}])
+    times = {r["content"]: r["message_at"] for s in (engine.canonical_id, "imported")
+             for r in engine.store.session_messages(s, 0, 10)}
+    assert times == {"mirror note": NINE_UTC, "replayed note": NINE_UTC}
 
 
 @pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00", 0, "0",
