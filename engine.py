@@ -778,7 +778,8 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             if len(body) > len(tail) + 1:
                 entries.append((identity.ACK_FP, identity.ACK_ID))
         for message, (_, sid) in zip(body[len(body) - len(tail):], tail):
-            fp = self._memo.fingerprint(message, self.policy.prepare)
+            facts = self._memo.facts(message, self.policy.prepare)
+            fp = identity.held_fp(facts.fp, facts.block_fp)  # as the ingest's views hold it
             if sid is not None and fp is not None:
                 entries.append((fp, int(sid)))
         try:

@@ -25,6 +25,12 @@ from ..store import KnownTail
 log = logging.getLogger(__name__.rsplit(".", 2)[0] + ".engine")  # the engine's own log
 
 
+def _user_sent(message: dict) -> bool:
+    """A user message with text that is not the engine's: a real user turn, or a copy
+    of a block that identity read as the user's (the caller checks that)."""
+    return assemble.is_real_user(message) or assemble.is_block_candidate(message)
+
+
 @dataclass(frozen=True)
 class _LastIngest:
     """This copy's last ingest of its own session: what it read (the messages'
@@ -150,15 +156,19 @@ class IngestSide:
             messages, {i: f.tail_key for i, f in enumerate(facts) if f.tail_key is not None})
         if not own:
             known = None  # the known tails are this copy's own session's
+        block_fps = {i: f.block_fp for i, f in enumerate(facts) if f.block_fp is not None}
+        turn_index = self._turn_index(messages, facts, canonical)
+        last = len(facts) - 1 if facts and facts[-1].encoded is not None else None
+        for i in identity.user_sent(block_fps, turn_index, last):
+            legacy[i] = False  # a block's text the user sent is a message, whatever was known
         encoded = [None if legacy[i] or (system_prompt and i == 0) else f.encoded
                    for i, f in enumerate(facts)]
         fps = [None if e is None else f.fp for e, f in zip(encoded, facts)]
-        block_fps = {i: f.block_fp for i, f in enumerate(facts) if f.block_fp is not None}
         shown = identity.Shown(
             fps=fps, block_fps=block_fps,
             ack_at=frozenset(i for i, f in enumerate(facts) if f.ack),
             preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
-            origin=self._view_origin(), turn_index=self._turn_index(messages, facts, canonical),
+            origin=self._view_origin(), turn_index=turn_index,
             copy_from=self._copy_from if own else None,
             roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
             copies=identity.timed_copies(
@@ -216,8 +226,8 @@ class IngestSide:
                      "transcript; nothing of it was stored again", canonical,
                      result.foreign_of)
         engine_own = result.engine or [False] * len(messages)
-        newest = next((i for i in range(len(messages) - 1, -1, -1)
-                       if assemble.is_real_user(messages[i]) and not engine_own[i]), None)
+        sent = [not own_ and _user_sent(m) for m, own_ in zip(messages, engine_own)]
+        newest = next((i for i in range(len(messages) - 1, -1, -1) if sent[i]), None)
         if shown.turn_index is not None:
             self._pending_turn = None  # the turn's user message has its row now
         elif newest is not None and newest == len(messages) - 1 \
@@ -227,8 +237,8 @@ class IngestSide:
             # was answered (a /compress, a /branch between turns) stored an old one.
             self._turn_inserted = (canonical, fps[newest])
         if own:
-            for sid, message in zip(reversed(result.store_ids), reversed(messages)):
-                if sid is not None and assemble.is_real_user(message):
+            for sid, user in zip(reversed(result.store_ids), reversed(sent)):
+                if sid is not None and user:
                     self.current_turn_store_id = sid
                     break
 
@@ -241,12 +251,13 @@ class IngestSide:
     def _turn_index(self, messages: list, facts: list, canonical: str) -> int | None:
         """Where the turn's user message (``note_user_turn``) stands in this list,
         while it has no row yet: the very object, else the newest user message with
-        its fingerprint."""
+        its fingerprint. A message whose text is one of the engine's blocks counts: the
+        user sent it (pasted from a log, an earlier prompt), so it is the user's."""
         pending = self._pending_turn
         if pending is None or pending[2] != canonical:
             return None
         obj, fp = pending[0], pending[1]
-        users = [i for i, f in enumerate(facts) if f.real_user]
+        users = [i for i, f in enumerate(facts) if f.real_user or f.block_fp is not None]
         for i in reversed(users):
             if messages[i] is obj:
                 return i

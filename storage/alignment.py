@@ -42,7 +42,7 @@ def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
     """A list's view: each element's fingerprint with its row, or with
     ``BLOCK_ID``/``ACK_ID`` for the engine's own; elements with neither are left out
     (from ``start`` on: the view of the list's elements from there)."""
-    fps = shown.reading_fps(flags)
+    fps = shown.view_fps(flags)
     entries = []
     for i in range(start, len(fps)):
         fp = fps[i]
@@ -195,7 +195,7 @@ class Alignment:
         others = list(views.load_others(conn, session_id))
         blocks = known_blocks | {fp for v in others for fp, sid in v.entries
                                  if sid == identity.BLOCK_ID}
-        fps = shown.reading_fps(shown.engine_flags(blocks))
+        fps = shown.view_fps(shown.engine_flags(blocks))
         body = [i for i, fp in enumerate(fps) if fp is not None
                 and (shown.turn_index is None or i < shown.turn_index)]
         owner = identity.foreign_owner([fps[i] for i in body], own_matched, others)
@@ -229,18 +229,21 @@ class Alignment:
             known_blocks = {fp for v in candidates for fp, sid in v.entries
                             if sid == identity.BLOCK_ID}
         flags = shown.engine_flags(known_blocks)
-        fps = shown.reading_fps(flags)
-        blocks = {fps[i] for i, flag in enumerate(flags) if flag and i not in shown.ack_at}
+        held = shown.view_fps(flags)
+        blocks = {held[i] for i, flag in enumerate(flags) if flag and i not in shown.ack_at}
         if blocks:  # a list carrying one of the engine's blocks is read against its views
             candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
         if not gaps:
             # the fast path serves only a list that goes on from the view (the next turn)
-            candidates = [v for v in candidates if identity.continues(fps, v)]
-        reading = identity.read(fps, candidates, turn_index=shown.turn_index,
+            candidates = [v for v in candidates if identity.continues(held, v)]
+        reading = identity.read(held, candidates, turn_index=shown.turn_index,
                                 roles=shown.roles, engine=flags)
         if reading.view is None:
             return None
         ids = reading.store_ids
+        # a block the view reads as a row is the user's copy of it (a message)
+        flags = identity.own_flags(flags, ids)
+        fps = shown.reading_fps(flags)
         if not gaps:  # the fast path: the one view explains every element before the turn
             if reading.gaps and not self._only_new_after(
                     conn, session_id, reading.gaps,

@@ -24,7 +24,10 @@ reply it matched after an element it could not is no evidence). Then:
 2. **The turn's user message is new.** Each ``pre_llm_call`` is one message the
    user just sent; the first list that shows it stores it as a new row, even when
    its text equals an undone or retried one, and so is everything after it in
-   that list (the turn's replies and tool results).
+   that list (the turn's replies and tool results). Even a text that is one of
+   the engine's blocks (pasted from a log) is the user's there, and at a list's
+   end (``user_sent``); views hold it by the block's fingerprint with its row, so
+   later lists tell it from the engine's block by place (``own_flags``).
 3. **Gaps are looked up, in order.** An unmatched run between two matched
    elements (a restored list that interleaves what another process stored) is
    aligned against the session's rows between those two rows; a run after the
@@ -70,7 +73,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Container, Sequence
 
 # How far ahead in the stored window a shown message may match (the legacy rule).
 LOOKAHEAD = 64
@@ -192,25 +195,73 @@ class Shown:
     settled: tuple | None = None
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
-        """Which elements are the engine's own: ``preinserted`` ones, a block whose
+        """Which elements may be the engine's own: ``preinserted`` ones, a block whose
         fingerprint a view of the session holds, and every acknowledgement (the
         engine's exact text in the assistant's role, which nobody else writes; the
         host may restore one away from its block: host walk 120017). A pasted block
-        header is conversation."""
+        header is conversation, and so is a copy of a block the user sent
+        (``user_sent``). A flagged block that a view reads as a row is the user's
+        too (``own_flags``)."""
         flags = [i in self.preinserted for i in range(len(self.fps))]
         for pos, fp in self.block_fps.items():
             if fp in known_blocks:
                 flags[pos] = True
         for pos in self.ack_at:
             flags[pos] = True
+        for pos in self.user_sent():
+            flags[pos] = False
         return flags
 
+    def user_sent(self) -> list[int]:
+        """``user_sent`` of this list's elements."""
+        return user_sent(self.block_fps, self.turn_index,
+                         len(self.fps) - 1 if self.fps and self.fps[-1] is not None else None)
+
     def reading_fps(self, flags: Sequence[bool]) -> list[str | None]:
-        """The fingerprints a view is read with: the engine's elements by their
-        block fingerprint, conversation by its own."""
+        """The fingerprints a list is aligned with against stored rows: the engine's
+        elements by their block fingerprint, conversation by its own."""
         return [ACK_FP if flags[i] and i in self.ack_at else
                 self.block_fps.get(i) if flags[i] else fp
                 for i, fp in enumerate(self.fps)]
+
+    def view_fps(self, flags: Sequence[bool]) -> list[str | None]:
+        """The fingerprints a list is read against views with and a view holds:
+        ``reading_fps``, but a conversational element that opens like a block (a
+        user's copy of one) by its block fingerprint (``held_fp``). Its text equals
+        the engine's block, so only its place tells them apart: read by one
+        fingerprint, the view's entry at that place says whose it is (a row or
+        ``BLOCK_ID``)."""
+        return [ACK_FP if flags[i] and i in self.ack_at else
+                self.block_fps.get(i) if flags[i] else held_fp(fp, self.block_fps.get(i))
+                for i, fp in enumerate(self.fps)]
+
+
+def user_sent(blocks: Container[int], turn_index: int | None,
+              last: int | None) -> list[int]:
+    """Which of a list's elements that open like a block (``blocks``: positions) the
+    user sent, whatever their text: the turn's user message (rule 2), and a block
+    copy that ends the list (``last``: its last element, None when it is not
+    stored). The engine returns its block with the newest message after it, so a
+    list ending with a block's text ends with a message the user just sent (the
+    host's compaction before ``pre_llm_call`` shows it so)."""
+    return [i for i in dict.fromkeys((turn_index, last)) if i is not None and i in blocks]
+
+
+def held_fp(fp: str | None, block_fp: str | None) -> str | None:
+    """The fingerprint a view holds for a conversational element (``fp``; None: not
+    stored): its block fingerprint when it opens like one of the engine's blocks
+    (``block_fp``), so a list read later lines it up by place, not by which of the
+    two fingerprints it was read with."""
+    return None if fp is None else block_fp or fp
+
+
+def own_flags(flags: Sequence[bool], store_ids: Sequence[int | None]) -> list[bool]:
+    """The engine's own elements of a list read against a view: those ``flags`` marks
+    that the view does not read as a row. A view holds the engine's block as
+    ``BLOCK_ID`` and a user's message with the same text as its row, each at its
+    place: the user's copy of a block is a message, stored once and kept."""
+    return [bool(flag) and not (sid is not None and sid > 0)
+            for flag, sid in zip(flags, store_ids)]
 
 
 # ---------------------------------------------------------------------- views
@@ -411,7 +462,7 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
         # block counts: it is the strongest evidence of which list this is); between
         # two that explain as much, the newer, or one the list simply goes on from.
         credited = ids if roles is None else replies_follow(
-            ids, shown, roles, engine or [False] * len(shown))
+            ids, shown, roles, own_flags(engine or [False] * len(shown), ids))
         score: float = sum(1 for sid in credited[:limit] if sid is not None)
         if continues(shown, view):
             score += 0.25

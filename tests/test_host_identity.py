@@ -422,3 +422,46 @@ def test_resume_after_compress_and_branch_stores_nothing_again(tmp_path, server)
         assert blocks, "the restored history carries no summary block: the test proves nothing"
         assert_stored_once(talk)
 
+
+
+def test_a_sent_copy_of_the_current_or_an_older_block_is_stored_once(tmp_path, server):
+    """Audit: a user who sends text that is exactly one of the engine's blocks (a
+    paste from a log, an operator re-sending an earlier prompt) sent a message; it
+    was taken for the engine's block and never stored. Through the CLI: a copy of
+    the current block and one of an older block are each one row, in place, also
+    after a /resume in a second CLI restores them beside the engine's block."""
+    model = wk.ScriptedModel(seed=11, ok_share=0.0)
+    with ck.CliHost(tmp_path, server=server, responder=model) as host:
+        talk = Talk(host)
+        rng = random.Random(11)
+
+        def block_of(history):
+            return next(ck.text_of(m.get("content")) for m in history
+                        if ck.text_of(m.get("content")).startswith(wk.BLOCK_PREFIX))
+
+        for n in range(1, 7):
+            talk.say(f"[T{n}] " + wk.prose(rng, 4000))
+        talk.cli.compress()
+        older = block_of(talk.cli.history)
+        for n in range(7, 11):
+            talk.say(f"[T{n}] " + wk.prose(rng, 4000))
+        talk.cli.compress()
+        current = block_of(talk.cli.history)
+        assert current != older
+        talk.say(current)
+        talk.say(older)
+        talk.say("[T11] what were those?")
+        session = talk.cli.session_id
+        talk.cli.exit()
+        users = [text for role, text in rows(host) if role == "user"]
+        assert users.count(current) == 1 and users.count(older) == 1, users[-4:]
+        assert users[-3:] == [current, older, "[T11] what were those?"]
+        second = Talk(host)
+        second.oracle = talk.oracle
+        second.cli.resume(session)
+        assert [m for m in second.cli.history if ck.text_of(m.get("content")) == older]
+        second.say("[T12] from the second CLI")
+        second.cli.exit()
+        users = [text for role, text in rows(host) if role == "user"]
+        assert users[-4:] == [current, older, "[T11] what were those?", "[T12] from the second CLI"]
+        assert_stored_once(talk)

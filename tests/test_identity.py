@@ -6,6 +6,7 @@ edits, an identical re-send after /undo, a stale pre-compaction list, the
 previous session's transcript at exit, two engine copies on one session."""
 
 import copy
+import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -561,3 +562,73 @@ def test_a_second_copys_list_from_before_a_retry_keeps_the_retried_attempt(tmp_p
     texts = [content for _, content in stored(a)]
     assert texts.count("reply 21") == 1 and texts.count("T12 the same question") == 4
     assert len(stored(a)) == rows + 1 and texts[-1] == "T30 from the second CLI"
+
+
+def test_a_user_message_that_copies_a_block_is_stored_once_in_its_place(tmp_path):
+    # Audit: a user message whose text is exactly one of the engine's blocks (pasted
+    # from a log, an earlier prompt) was taken for the engine's own block and never
+    # stored. The turn's message is the user's (rule 2); a view holds it as its row
+    # by the block's fingerprint, so later lists tell it from the block by its place.
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    older = compact(engine, long_history(20))
+    engine.turn_done()
+    shown = compact(engine, older + long_history(10)[4:])
+    engine.turn_done()
+    old_block, block = older[0]["content"], shown[0]["content"]
+    assert old_block != block and assemble.is_trove_message(shown[0])
+    rows = len(stored(engine))
+    for text, reply in ((block, "that is the current block"), (old_block, "an older one")):
+        pasted = {"role": "user", "content": text}
+        engine.note_user_turn(pasted)                        # pre_llm_call
+        shown = shown + [pasted, {"role": "assistant", "content": reply}]
+        engine.ingest(shown)                                 # post_llm_call
+        engine.turn_done()
+    assert stored(engine)[rows:] == [("user", block), ("assistant", "that is the current block"),
+                                     ("user", old_block), ("assistant", "an older one")]
+    ids = engine.ingest(shown)
+    engine.on_session_end("sess", copy.deepcopy(shown))     # the same list again: nothing new
+    assert len(stored(engine)) == rows + 4
+    assert ids[:2] == [None, None] and len(set(ids[2:])) == len(ids) - 2
+    # A further turn and a compaction keep each copy on its one row; the new block is
+    # the engine's and the lists after it store only the new turn.
+    ask = {"role": "user", "content": "and now?"}
+    engine.note_user_turn(ask)
+    shown = compact(engine, shown + [ask, {"role": "assistant", "content": "fine"}])
+    engine.turn_done()
+    ask = {"role": "user", "content": "and then?"}
+    engine.note_user_turn(ask)
+    engine.ingest(shown + [ask, {"role": "assistant", "content": "done"}])
+    contents = [c for _, c in stored(engine)]
+    assert len(contents) == rows + 8
+    assert contents.count(block) == 1 and contents.count(old_block) == 1
+    assert not any(c == shown[0]["content"] for c in contents)
+    # The copies are messages: the agent finds and reads them.
+    found = json.loads(engine.handle_tool_call(
+        "trove_grep", {"query": '"Earlier parts of this conversation"', "role": "user"},
+        messages=shown))
+    hits = [h["store_id"] for h in found["results"] if h["kind"] == "message"]
+    copies = [r["store_id"] for r in engine.store.session_messages("sess", limit=5000)
+              if r["content"] in (block, old_block)]
+    assert sorted(hits) == sorted(copies) and len(copies) == 2
+    for sid, text in zip(copies, (block, old_block)):
+        read = json.loads(engine.handle_tool_call("trove_expand", {"store_id": sid},
+                                                  messages=shown))
+        assert read["message"]["content"] == text
+
+
+def test_a_block_copy_sent_into_a_compaction_before_pre_llm_call_is_stored_once(tmp_path):
+    # The host compacts before ``pre_llm_call`` when the turn's message pushes the list
+    # over the trigger (a pasted block is long): the list ends with the copy. It stays
+    # in the prompt and is stored once, by that compaction, not again by the turn.
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    shown = compact(engine, long_history(20))
+    engine.turn_done()
+    rows = len(stored(engine))
+    pasted = {"role": "user", "content": shown[0]["content"]}
+    out = compact(engine, shown + [pasted])
+    assert out[-1] is pasted
+    engine.note_user_turn(out[-1])                  # pre_llm_call
+    engine.ingest(out + [{"role": "assistant", "content": "a copy of the block"}])
+    engine.turn_done()
+    assert stored(engine)[rows:] == [("user", pasted["content"]),
+                                     ("assistant", "a copy of the block")]
