@@ -238,6 +238,8 @@ class Alignment:
             candidates = [v for v in candidates if identity.continues(held, v)]
         reading = identity.read(held, candidates, turn_index=shown.turn_index,
                                 roles=shown.roles, engine=flags)
+        if reading.view is None and gaps and blocks:
+            reading = self._after_returned(conn, session_id, shown, fps, flags) or reading
         if reading.view is None:
             return None
         ids = reading.store_ids
@@ -297,6 +299,42 @@ class Alignment:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)
         return _Identified(alignment, flags, same_as=reading.same_as)
+
+    @staticmethod
+    def _after_returned(conn, session_id: str, shown: identity.Shown, fps: list,
+                        flags: list) -> identity.Reading | None:
+        """A list whose block is one the engine returned but none of whose messages a
+        view holds, read as that returned list going on: the block (and its
+        acknowledgement) are the engine's, and the run after them is a gap after the
+        newest row that list was shown (rule 3 looks it up among the rows after it,
+        with the rows summarized since the block was rendered still candidates).
+        None when no returned view holds the list's first block or nothing follows it.
+
+        Why: the views of the lists that went on from a returned list leave the rings
+        as the session goes on; a second CLI that restored the session long before shows
+        its old block and the turns after it, which the first CLI has summarized since.
+        Only the returned view still held the block, it matched none of those turns, and
+        all of them were stored again (host walk 280002: 16 rows)."""
+        at = next((k for k, flag in enumerate(flags)
+                   if flag and k not in shown.ack_at and fps[k] is not None), None)
+        if at is None:
+            return None
+        limit = len(fps) if shown.turn_index is None else shown.turn_index
+        start = next((k for k in range(at + 1, limit) if fps[k] is not None and not flags[k]),
+                     None)
+        if start is None:
+            return None
+        view = next((v for v in views.each(conn, session_id)
+                     if int((v.meta or {}).get("seen") or 0) > 0
+                     and (fps[at], identity.BLOCK_ID) in v.entries), None)
+        if view is None:
+            return None
+        ids: list[int | None] = [None] * len(fps)
+        for k in range(len(fps)):
+            if flags[k] and fps[k] is not None:
+                ids[k] = identity.ACK_ID if k in shown.ack_at else identity.BLOCK_ID
+        return identity.Reading(store_ids=ids, view=view, matched=0,
+                                gaps=[(start, limit, int(view.meta["seen"]), None)])
 
     def _read_settled(self, conn, session_id: str,
                       shown: identity.Shown) -> "_Identified | None":

@@ -34,7 +34,10 @@ reply it matched after an element it could not is no evidence). Then:
    last matched element against the rows after it, stopping at the first
    element that does not line up: from there on everything is new. After a
    block, rows a summary written before that block covers are none of them, but
-   one a later compaction summarized still is.
+   one a later compaction summarized still is. A list whose block the engine
+   returned but none of whose other elements a view holds (the views of the lists
+   that went on from it have left the rings) goes on from that returned list: what
+   follows the block is a run after the newest row that list was shown.
 4. **A list of another session stores nothing.** A list handed over at a
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's

@@ -632,3 +632,43 @@ def test_a_block_copy_sent_into_a_compaction_before_pre_llm_call_is_stored_once(
     engine.turn_done()
     assert stored(engine)[rows:] == [("user", pasted["content"]),
                                      ("assistant", "a copy of the block")]
+
+
+def test_a_second_copys_old_list_after_a_returned_block_keeps_rows_summarized_since(tmp_path):
+    """A compaction returned its block and the turn it ran in; the user /undid that
+    turn and went on. A second CLI restored the session then (the block and the turns
+    after it). The first CLI summarized those turns in a later compaction and went on
+    for many turns, so of the views only the returned one still holds the old block,
+    and it holds none of those turns. The second CLI's next list shows them: they are
+    the rows stored then, not new ones (host walk 280002: 16 rows stored again)."""
+    a = make_engine(tmp_path, window=64_000, fresh_tail_count=1)
+    history = long_history(30) + [{"role": "user", "content": "pending " + "p " * 30}]
+    a.note_user_turn(history[-1])
+    out = compact(a, history)                    # [block, ack, pending]
+    assert out[-1] == history[-1] and len(out) == 3
+    a.ingest(out + [{"role": "assistant", "content": "pending reply"}])
+    a.turn_done()
+    listed = out[:-1]                            # /undo of the pending turn
+    for t in range(6):
+        listed = listed + turn(f"topic {t} " + f"w{t} " * 30, "ok")
+        a.note_user_turn(listed[-2])
+        a.ingest(listed)
+        a.turn_done()
+    restored = copy.deepcopy(listed)             # the second CLI's transcript
+    later = compact(a, listed + turn("one more " + "m " * 30, "ok"))
+    for t in range(40):
+        later = later + turn(f"later {t} " + "text " * 10, f"noted {t}")
+        a.note_user_turn(later[-2])
+        a.ingest(later)
+        a.turn_done()
+    rows = len(stored(a))
+    topic = [r["store_id"] for r in a.store.session_messages("sess", limit=5000)
+             if r["content"].startswith("topic ")]
+    assert len(topic) == 6 and a.dag.covered_store_ids(topic)
+    b = make_engine(tmp_path, window=64_000, fresh_tail_count=1)   # its own process
+    restored += [{"role": "user", "content": "from the second CLI"}]
+    b.note_user_turn(restored[-1])
+    b.ingest(restored)
+    texts = [content for _, content in stored(a)]
+    assert len(stored(a)) == rows + 1 and texts[-1] == "from the second CLI"
+    assert sum(1 for text in texts if text.startswith("topic ")) == 6
