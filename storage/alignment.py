@@ -239,7 +239,7 @@ class Alignment:
         reading = identity.read(held, candidates, turn_index=shown.turn_index,
                                 roles=shown.roles, engine=flags)
         if reading.view is None and gaps and blocks:
-            reading = self._after_returned(conn, session_id, shown, fps, flags) or reading
+            reading = self._after_returned(conn, session_id, shown, held, flags) or reading
         if reading.view is None:
             return None
         ids = reading.store_ids
