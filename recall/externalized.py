@@ -2,8 +2,9 @@
 
 A ref (``trove-payload:<sha256>``) is an id resolved inside the plugin's payload
 folder only (``payloads.parse_ref``), never a path. Like a row, a payload is
-readable only from a scope that can read a row referring to it: the refs's
-hash is an FTS token of every placeholder, so visibility is one scoped match.
+readable only from a scope that can read a row referring to it: the ref's
+hash is a search token of every row holding its placeholder (an image part's too),
+so the referring rows are found by one exact match, whatever their age.
 Searching payloads is bounded: the newest referring rows, a capped number of
 payloads, a capped size each.
 """
@@ -42,9 +43,10 @@ def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None
     a row under a node carried into the session lies outside its session tags, and its
     payload is as readable as the row itself.
 
-    The ref's hash is an FTS token of a placeholder in text, but not of an image part
-    (a row's search text shows it as ``[image]``): such rows are found by that word among
-    the newest ``MAX_REFERRING_ROWS`` of the scope and checked for the ref itself."""
+    The ref's hash is a search token of every row holding its placeholder, in text and
+    in an image part alike (``codec.flatten_content``), so the referring rows are found
+    exactly, however old: one scoped match, then, for ``row_ok``, every row of any
+    session holding the hash, page by page, each checked for the ref and by ``row_ok``."""
     sha = _sha(ref)
     if store_payloads is None or not store_payloads.exists(ref):
         return False
@@ -54,17 +56,18 @@ def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None
         return True
     if dag.match_node_ids(match, limit=1, ranked=False):
         return True
-    images = store.match_message_ids(query_plan.scoped(query_plan.quote("image"), scope),
-                                     limit=MAX_REFERRING_ROWS, ranked=False)
-    if any(_refers(row, sha) for row in store.get_messages(i for i, _ in images).values()):
-        return True
     if row_ok is None or sessions is None:
         return False
-    referring = store.match_message_ids(
-        query_plan.scoped(query_plan.any_of([sha, "image"]), None),
-        limit=MAX_REFERRING_ROWS, ranked=False)
-    return any(_refers(row, sha) and row_ok(row)
-               for row in store.get_messages(i for i, _ in referring).values())
+    anywhere, below = query_plan.scoped(query_plan.quote(sha), None), None
+    while True:
+        page = store.match_message_ids(anywhere, limit=MAX_REFERRING_ROWS, ranked=False,
+                                       below_store_id=below)
+        rows = store.get_messages(i for i, _ in page)
+        if any(_refers(row, sha) and row_ok(row) for row in rows.values()):
+            return True
+        if len(page) < MAX_REFERRING_ROWS:
+            return False
+        below = min(i for i, _ in page)
 
 
 def _refers(row: dict, sha: str) -> bool:

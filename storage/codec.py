@@ -90,8 +90,16 @@ def safe_text(text: str) -> str:
     return text if _utf8_safe(text) else text.encode("utf-8", "replace").decode("utf-8")
 
 
-def flatten_content(content: Any) -> str:
-    """Plain text of a content value: the string itself, or the text parts of a list."""
+IMAGE_PART_TYPES = ("image_url", "input_image", "image")
+
+
+def flatten_content(content: Any, *, payload_refs: bool = False) -> str:
+    """Plain text of a content value: the string itself, or the text parts of a list.
+
+    An image part reads ``[image]``; with ``payload_refs`` (a row's search text) it is
+    followed by the ref of each payload it was externalized to, so the ref's hash is a
+    search token of that row as it is of a placeholder in text: the rows referring to a
+    payload are one exact match, however many images came after (``recall/externalized``)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -102,14 +110,20 @@ def flatten_content(content: Any) -> str:
             if isinstance(part, dict):
                 if isinstance(part.get("text"), str):
                     pieces.append(part["text"])
-                elif part.get("type") in ("image_url", "input_image", "image"):
-                    pieces.append("[image]")
+                elif part.get("type") in IMAGE_PART_TYPES:
+                    pieces.append(_image_text(part) if payload_refs else "[image]")
                 else:
                     pieces.append(dump_json(part))
             elif isinstance(part, str):
                 pieces.append(part)
         return "\n".join(pieces)
     return dump_json(content)
+
+
+def _image_text(part: dict) -> str:
+    """``[image]`` and the refs of the payload placeholders inside an image part."""
+    from .payloads import refs_in   # payloads builds on this module: imported when used
+    return " ".join(["[image]", *refs_in(dump_json(part))])
 
 
 def tool_call_text(tool_calls: Any) -> str:
@@ -128,9 +142,10 @@ def tool_call_text(tool_calls: Any) -> str:
     return "\n".join(lines)
 
 
-def message_text(message: dict) -> str:
-    """Everything a reader (or a search) should see of a message, as plain text."""
-    text = flatten_content(message.get("content"))
+def message_text(message: dict, *, payload_refs: bool = False) -> str:
+    """Everything a reader (or a search) should see of a message, as plain text
+    (``payload_refs``: as the search text has it, see ``flatten_content``)."""
+    text = flatten_content(message.get("content"), payload_refs=payload_refs)
     calls = tool_call_text(message.get("tool_calls")) if message.get("tool_calls") else ""
     return f"{text}\n{calls}" if text and calls else (text or calls)
 
@@ -190,7 +205,7 @@ def encode_message(message: dict, identity_of: dict | None = None) -> EncodedMes
     call_id_column = call_id if isinstance(call_id, str) and _utf8_safe(call_id) else None
     if "tool_call_id" in message and call_id_column is None:
         extra_keys["tool_call_id"] = call_id  # odd values stay exact in ``extra``
-    searchable = message_text(message)
+    searchable = message_text(message, payload_refs=True)
     search_text = None if (fmt == CONTENT_TEXT and searchable == content) else safe_text(searchable)
     return EncodedMessage(
         role=role_text,

@@ -13,6 +13,9 @@ import sqlite3
 import time
 from typing import Callable
 
+from . import codec
+from .payloads import REF_PREFIX
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = []
 
 
@@ -649,3 +652,39 @@ def m011_rollups_per_owner(conn: sqlite3.Connection) -> None:
     CREATE INDEX rollup_sources_message ON rollup_sources(child_store_id)
         WHERE child_store_id IS NOT NULL;
     """)
+
+
+def reindex_image_payload_refs(conn, page: int = 500) -> int:
+    """Give each stored row holding an externalized image part the search text it is
+    written with today (``codec.encode_message``: the image's payload ref follows
+    ``[image]``), so the rows referring to a payload are found by its hash whatever their
+    age. Only JSON rows holding a ref can differ; the index follows the column (a trigger
+    on SQLite, the generated tsvector on PostgreSQL). Both engines' migrations run this
+    one function; returns how many rows changed."""
+    changed, cursor = 0, 0
+    while True:
+        rows = conn.execute(
+            "SELECT store_id, role, content, content_format, tool_calls, tool_call_id, extra,"
+            " search_text FROM messages WHERE store_id > ? AND content_format = 'json'"
+            " AND instr(content, ?) > 0 ORDER BY store_id LIMIT ?",
+            (cursor, REF_PREFIX, page)).fetchall()
+        for row in rows:
+            fields = dict(zip(("store_id", "role", "content", "content_format", "tool_calls",
+                               "tool_call_id", "extra"), row[:7]))
+            text = codec.encode_message(codec.decode_message(fields)).search_text
+            if text != row[7]:
+                conn.execute("UPDATE messages SET search_text = ? WHERE store_id = ?",
+                             (text, row[0]))
+                changed += 1
+        if len(rows) < page:
+            return changed
+        cursor = rows[-1][0]
+
+
+@migration(12)
+def m012_image_payload_refs_searchable(conn: sqlite3.Connection) -> None:
+    """An image part's payload ref becomes a search token of its row, as a placeholder in
+    text always was (``reindex_image_payload_refs``): a payload's referring rows were
+    found only among the newest 200 rows showing ``[image]``, so older screenshots could
+    no longer be expanded from the session that holds them."""
+    reindex_image_payload_refs(conn)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..migrations import apply_pending, registrar
+from ..migrations import apply_pending, registrar, reindex_image_payload_refs
 from .connection import Connection
 
 FTS_CHARS = 262_144
@@ -395,6 +395,14 @@ def pg005_nul_is_a_separator(conn: Connection) -> None:
     conn.execute(f"UPDATE messages SET content = content"
                  f" WHERE strpos({MESSAGE_BODY}, U&'\\E000') > 0")
     conn.execute("UPDATE nodes SET text = text WHERE strpos(text, U&'\\E000') > 0")
+
+
+@migration(6)
+def pg006_image_payload_refs_searchable(conn: Connection) -> None:
+    """SQLite's migration 12 on the server: an image part's payload ref becomes a search
+    token of its row (``migrations.reindex_image_payload_refs``; the UPDATE recomputes
+    each changed row's generated ``fts``)."""
+    reindex_image_payload_refs(conn)
 
 
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
