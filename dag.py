@@ -355,6 +355,24 @@ class Dag:
                 SELECT node_id FROM down
                 """, (session_id,))}
 
+    def rows_under_containing(self, node_ids: Iterable[int], needle: str, *,
+                              limit: int) -> list[int]:
+        """The newest ``limit`` raw messages directly under these nodes whose content holds
+        ``needle`` (newest first). With a session's carried closure: the rows a session
+        may read although another session owns them, that hold, say, a payload placeholder."""
+        ids = sorted({int(i) for i in node_ids})
+        found: set[int] = set()
+        with self.db.reading() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                found.update(r[0] for r in conn.execute(
+                    "SELECT e.child_store_id FROM node_edges e JOIN messages m"
+                    " ON m.store_id = e.child_store_id"
+                    f" WHERE e.parent_id IN ({','.join('?' * len(chunk))})"
+                    " AND instr(m.content, ?) > 0 ORDER BY e.child_store_id DESC LIMIT ?",
+                    chunk + [needle, row_limit(limit)]))
+        return sorted(found, reverse=True)[:max(limit, 0)]
+
     def nodes_with_source(self, node_ids: Iterable[int], source: str) -> set[int]:
         """Which of these nodes have at least one raw descendant from ``source``."""
         keep: set[int] = set()

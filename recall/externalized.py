@@ -12,13 +12,14 @@ payloads, a capped size each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..storage import codec
 from ..storage import payloads as payload_files
 from . import query_plan, search
 
 MAX_REFERRING_ROWS = 200     # newest rows with placeholders looked at per search
+PLACEHOLDER_WORDS = ("trove", "externalized")   # how every placeholder header begins
 MAX_PAYLOADS_SCANNED = 50    # payload files read per search
 MAX_SCAN_BYTES = 2_000_000   # larger payloads are described, not scanned
 PREVIEW_CHARS = 600
@@ -136,16 +137,22 @@ class PayloadHit:
 
 
 def search_payloads(store, store_payloads, plan: query_plan.QueryPlan,
-                    sessions: Sequence[str] | None, limit: int) -> list[PayloadHit]:
-    """Textual payloads referred to by rows of ``sessions`` that contain query terms.
+                    sessions: Sequence[str] | None, limit: int, *, dag=None,
+                    carried: Collection[int] = ()) -> list[PayloadHit]:
+    """Textual payloads referred to by rows of ``sessions``, or by rows under the
+    ``carried`` nodes (a session's carried closure: rows it may read, and expand the
+    payloads of, although they lie outside its session tags), that contain query terms.
 
     Score = share of the query's concepts (and needles) found in the payload."""
     if store_payloads is None or plan.empty:
         return []
-    match = query_plan.scoped(query_plan.quote(("trove", "externalized")),
+    match = query_plan.scoped(query_plan.quote(PLACEHOLDER_WORDS),
                               query_plan.tag_scope(sessions))
-    rows = store.get_messages(i for i, _ in store.match_message_ids(
-        match, limit=MAX_REFERRING_ROWS, ranked=False))
+    ids = {i for i, _ in store.match_message_ids(match, limit=MAX_REFERRING_ROWS, ranked=False)}
+    if carried and dag is not None:
+        ids.update(dag.rows_under_containing(carried, " ".join(PLACEHOLDER_WORDS),
+                                             limit=MAX_REFERRING_ROWS))
+    rows = store.get_messages(sorted(ids, reverse=True)[:MAX_REFERRING_ROWS])
     hits: list[PayloadHit] = []
     seen: set[str] = set()
     for store_id in sorted(rows, reverse=True):

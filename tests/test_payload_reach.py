@@ -38,6 +38,13 @@ def _ingest(env, policy, session, messages, at=NOW):
                             now=at).store_ids
 
 
+def _tool_turn(n: int, log: str) -> list[dict]:
+    return [{"role": "assistant", "content": "", "tool_calls": [{
+                "id": f"c{n}", "type": "function",
+                "function": {"name": "terminal", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": "terminal", "content": log}]
+
+
 @pytest.fixture
 def penv(tmp_path, backend):
     env = Env(tmp_path, backend[1], large_output_externalization_enabled="true",
@@ -92,6 +99,43 @@ def test_an_old_carried_image_opens_however_many_rows_of_other_sessions_name_it(
     for scope in ({}, {"session_scope": "all"}):
         assert "not found" in _dispatch(ctx, "trove_expand",
                                         {"externalized_ref": other, **scope}, cap)["error"]
+
+
+def test_grep_finds_the_payloads_of_carried_rows_and_no_others(penv):
+    """A /branch's tool output lies under a node carried from its parent: trove_expand
+    opens its payload from the branch, but trove_grep's payload search looked only at
+    rows tagged with the branch's session and found nothing. The parent's rows that are
+    not carried stay out of both."""
+    env, policy = penv, penv.policy
+    env.store.ensure_session("P", source="cli")          # the parent, no owner
+    logs = ["".join(f"{word} kestrel checksum {i}\n" for i in range(200))
+            for word in ("carried", "parental")]
+    rows = [_ingest(env, policy, "P", _tool_turn(n, log)) for n, log in enumerate(logs)]
+    env.dag.carry_nodes("A", [env.node("P", "ran the job", store_ids=rows[0])])
+    ctx = env.ctx("A", payloads=policy.payloads)
+    cap = env.config.tool_response_max_tokens
+    carried_ref = payloads.refs_in(env.store.get_message(rows[0][1])["content"])[0]
+    for content_scope, key in (("externalized", "results"), ("both", "externalized_results")):
+        found = _dispatch(ctx, "trove_grep", {"query": "kestrel checksum",
+                                              "content_scope": content_scope}, cap)[key]
+        assert [h["externalized_ref"] for h in found] == [carried_ref]
+        assert found[0]["referred_by_store_id"] == rows[0][1]
+        assert _page_all(ctx, found[0]["expand"]["args"], cap) == logs[0]
+
+
+def test_search_payloads_looks_under_the_carried_nodes_only(penv):
+    """The payload search itself: the carried closure's rows join the scope's, nothing of
+    the parent outside the closure does."""
+    env, policy = penv, penv.policy
+    env.store.ensure_session("P", source="cli")
+    logs = ["".join(f"{word} heron ledger {i}\n" for i in range(200)) for word in ("in", "out")]
+    rows = [_ingest(env, policy, "P", _tool_turn(n, log)) for n, log in enumerate(logs)]
+    leaf = env.node("P", "ran the job", store_ids=rows[0])
+    plan = query_plan.parse_query("heron ledger")
+    args = (env.store, policy.payloads, plan, ("A",), 10)
+    assert externalized.search_payloads(*args) == []
+    hits = externalized.search_payloads(*args, dag=env.dag, carried={leaf})
+    assert [(h.store_id, h.session_id) for h in hits] == [(rows[0][1], "P")]
 
 
 def test_an_image_rows_search_text_holds_its_payload_ref_and_reads_the_same(tmp_path):

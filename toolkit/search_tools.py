@@ -222,9 +222,13 @@ def _payload_hits(ctx: Any, access: "Access", plan: query_plan.QueryPlan,
                   limit: int) -> list[dict]:
     """Externalized payloads of the searched sessions whose text matches (bounded), each
     with a complete expand call: the scope its referring row needs, as message hits have
-    (a bare ref from another session's row answered 'not found in this scope')."""
-    found = externalized.search_payloads(ctx.store, ctx.payloads, plan,
-                                         access.search_sessions(), limit)
+    (a bare ref from another session's row answered 'not found in this scope').
+    A search of this session covers the rows under nodes carried into it too: their
+    payloads open from here (``Access.message_ok``), so search finds them."""
+    sessions = access.search_sessions()
+    carried = access.carried() if sessions is not None and access.current in sessions else ()
+    found = externalized.search_payloads(ctx.store, ctx.payloads, plan, sessions, limit,
+                                         dag=ctx.dag, carried=carried)
     return [{"kind": "externalized", "externalized_ref": h.ref, "score": round(h.score, 3),
              "snippet": h.snippet, "referred_by_store_id": h.store_id,
              "expand": access.handle("externalized_ref", h.ref, h.session_id)}
