@@ -183,9 +183,29 @@ def best_sentence_ref(row: dict, plan: QueryPlan) -> dict | None:
         return None
     start, end = best
     if end - start > SENTENCE_MAX_CHARS:
-        folded = fold(text[start:end])
+        folded, origin = folded_with_origins(text[start:end])
         hits = [folded.find(v) for group in variants for v in group if v in folded]
-        centre = start + (min(hits) if hits else 0)
+        centre = start + (origin[min(hits)] if hits else 0)
         start = max(start, centre - SENTENCE_MAX_CHARS // 4)
         end = min(end, start + SENTENCE_MAX_CHARS)
     return make_ref(row, start, end)
+
+
+def folded_with_origins(text: str) -> tuple[str, list[int]]:
+    """``fold(text)`` and, for each of its characters, the offset in ``text`` of the
+    character it came from.
+
+    Why: folding changes lengths ("…" is "...", a Hangul syllable is two or three jamo,
+    "ﬁ" is "fi", a combining accent is dropped), so an offset found in the folded text
+    is not an offset of the original; read as one, it cut a long sentence's ref away
+    from the word that matched, or past the sentence's end (an empty quote). Folding
+    works character by character (its one context rule, a final sigma, keeps the
+    length), so each folded character has one original character.
+    """
+    folded = fold(text)
+    if text.isascii():
+        return folded, list(range(len(text)))
+    origin = [at for at, ch in enumerate(text) for _ in fold(ch)]
+    if len(origin) != len(folded):     # never seen; a cut at the start is still exact
+        return folded, [0] * len(folded)
+    return folded, origin

@@ -3,9 +3,10 @@ import json
 from datetime import date, datetime, timezone
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from hermes_trove.evidence import compute, refs, values
+from hermes_trove.recall import query_plan
 from hermes_trove.storage import database
 from hermes_trove.storage.owners import LOCAL_OWNER, Owners
 from test_tools import Env, call
@@ -110,6 +111,40 @@ def test_any_span_verifies_and_a_shifted_unique_quote_is_repaired(text, data):
     else:
         with pytest.raises(refs.RefError):
             refs.verify(moved, lambda i: row)
+
+
+_NO_BREAK = st.characters(blacklist_categories=("Cs",), blacklist_characters=".!?\n")
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                  HealthCheck.too_slow])
+@given(before=st.text(_NO_BREAK, min_size=0, max_size=700),
+       after=st.text(_NO_BREAK, min_size=0, max_size=300),
+       filler=st.sampled_from(["a", "\u2026", "\uac00", "\ufb01", "e\u0301", "\u00df",
+                               "\U0001f600", "\u65e5"]))
+@example(before="", after="", filler="\uac00")       # Hangul: 1 char folds to 2 jamo
+@example(before="", after="", filler="\u2026")       # an ellipsis folds to three dots
+def test_a_long_sentence_ref_holds_the_matching_word(before, after, filler):
+    """A sentence over 400 characters is cut around its matching word: the word is in the
+    cut, whatever folding does to the lengths of the characters before it."""
+    text = filler * 450 + before + " zebra " + after
+    row = {"store_id": 1, "content": text, "content_format": "text", "role": "user",
+           "session_id": "A", "created_at": MAR5, "message_at": None}
+    ref = refs.best_sentence_ref(row, query_plan.parse_query("zebra"))
+    assert ref["quote"] == text[ref["start"]:ref["end"]]
+    assert "zebra" in query_plan.fold(ref["quote"])
+    assert 0 < len(ref["quote"]) <= refs.SENTENCE_MAX_CHARS
+
+
+def test_grep_refs_of_long_hangul_and_ellipsis_sentences_quote_the_hit(env):
+    ids = [said(env, "A", "\uac00\ub098\ub2e4\ub77c " * 120 + "postgres \uc120\ud0dd", MAR5),
+           said(env, "A", "word\u2026 " * 150 + "postgres at the end", MAR5)]
+    out = call(env.ctx(), "trove_grep", query="postgres", include_exact_ref=True)
+    found = {r["store_id"]: r["exact_ref"] for r in out["results"]}
+    for store_id in ids:
+        ref = found[store_id]
+        assert "postgres" in ref["quote"]
+        assert refs.verify(ref, lambda i: env.store.get_message(i)).status == "verified"
 
 
 # ---------------------------------------------------------------- evidence pack
