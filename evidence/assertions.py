@@ -28,6 +28,7 @@ from ..storage.database import Database
 from ..store import Store
 from . import refs as refs_mod
 from .compute import normalize_item
+from .polarity import polarity
 from .values import find_dates
 
 KINDS = ("fact", "preference", "recommendation", "commitment", "action", "status")
@@ -105,11 +106,28 @@ def deterministic(row: dict, tz: tzinfo | None = None) -> list[Assertion]:
         if row["role"] != role:
             continue
         for match in pattern.finditer(text):
+            if not _asserted(text, match):
+                continue
             subject, value = (p.strip() for p in parts(match))
             ref = refs_mod.verify(refs_mod.make_ref(row, match.start(), match.end()),
                                   lambda _: row)
             found.append(Assertion(kind, subject, value, ref, valid_from(ref, tz), "deterministic"))
     return found
+
+
+def _asserted(text: str, match: re.Match) -> bool:
+    """Whether the sentence holding a pattern's match asserts it: no negation or hedge
+    before the match in its sentence ("I don't think my flight is cancelled", "Maybe we
+    decided to move") and not a question ("Is my car broken?"), except a request for a
+    reminder ("Can you remind me to call Bob?"). A negation inside the value ("my name
+    is not Bob") is the value's own and is kept with it."""
+    begin = max(text.rfind(c, 0, match.start()) for c in ".!?;\n") + 1
+    before = polarity(text[begin:match.start()])
+    if before.negations or before.hedges:
+        return False
+    ends = [at for at in (text.find(c, match.end()) for c in ".!?\n") if at >= 0]
+    asks = bool(ends) and text[min(ends)] == "?"
+    return not asks or match.group(0).lower().startswith("remind me to")
 
 
 def from_model(rows: Sequence[dict], llm_call: Callable[[str, str | None, float], str],

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..recall.query_plan import fold
 from ..schemas import ArgumentError, validate
 from . import compute as compute_mod
+from . import polarity
 from . import refs as refs_mod
 from .values import find_amounts, find_dates
 from ..storage.timekeys import iso
@@ -119,8 +120,10 @@ def compile_evidence(proposal: Any, load: Loader, tz: tzinfo | None = None) -> d
     """Check a proposal ``{question, claims: [{text, refs}], computation?}`` against the store.
 
     A claim is supported when every ref verifies, every number and calendar
-    date the claim states occurs among its quotes' values, and at least half
-    of its content words occur in its quotes. Sufficiency: ``insufficient``
+    date the claim states occurs among its quotes' values, at least half
+    of its content words occur in its quotes, and the quotes say it the way the
+    claim does (``polarity.mismatch``: a denial, a hedge or a question never
+    supports a plain statement). Sufficiency: ``insufficient``
     (no claims, an unsupported claim, or a failed computation),
     ``conflicting`` (two supported claims that say the same thing with
     different numbers or dates), else ``sufficient``.
@@ -218,7 +221,7 @@ def _unshown(text: str, refs: list[refs_mod.Ref], tz: tzinfo | None = None) -> l
     absent = sorted(w for w in words if w[:5] not in stems)
     if words and len(absent) * 2 > len(words):
         problems.append(f"most of the claim's words are not in the quotes: {', '.join(absent[:8])}")
-    return problems
+    return problems + polarity.mismatch(text, [r.quote for r in refs])
 
 
 def _shape(text: str) -> str:

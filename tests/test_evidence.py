@@ -404,6 +404,40 @@ def test_compile_marks_claims_and_sufficiency(env, life):
     assert out["sufficiency"] == "insufficient"
 
 
+@pytest.mark.parametrize("quote, claim, supported, fragment", [
+    ("We did NOT choose Postgres.", "We chose Postgres", False, "negate"),
+    ("We didn't choose Postgres.", "We chose Postgres", False, "negate"),
+    ("We never chose Postgres.", "We chose Postgres", False, "negate"),
+    ("We chose Postgres.", "We did not choose Postgres", False, "claim negates"),
+    ("Maybe we will choose Postgres next year.", "We will choose Postgres next year", False,
+     "do not assert"),
+    ("Should we choose Postgres?", "We should choose Postgres", False, "a question"),
+    ("We did not choose Postgres.", "We did not choose Postgres", True, None),
+    ("We chose Postgres.", "We chose Postgres", True, None),
+    ("We chose Postgres.", "We probably chose Postgres", True, None),
+    ("No, we chose Postgres in May.", "We chose Postgres in May", True, None),
+])
+def test_a_denial_a_hedge_or_a_question_never_supports_a_statement(env, quote, claim,
+                                                                   supported, fragment):
+    sid = said(env, "A", quote, MAR5)
+    out = call(env.ctx(), "trove_compile_evidence", proposal={"question": "db?", "claims": [
+        {"text": claim, "refs": [{"store_id": sid, "quote": quote}]}]})
+    checked = out["claims"][0]
+    assert checked["supported"] is supported
+    assert out["sufficiency"] == ("sufficient" if supported else "insufficient")
+    if fragment:
+        assert fragment in " ".join(checked["reasons"])
+
+
+def test_a_narrower_quote_supports_the_clause_it_states(env):
+    sid = said(env, "A", "We did not choose Postgres; we chose MySQL.", MAR5)
+    whole = {"store_id": sid, "quote": "We did not choose Postgres; we chose MySQL."}
+    out = call(env.ctx(), "trove_compile_evidence", proposal={"question": "db?", "claims": [
+        {"text": "We chose MySQL", "refs": [whole]},
+        {"text": "We chose MySQL", "refs": [{"store_id": sid, "quote": "we chose MySQL"}]}]})
+    assert [c["supported"] for c in out["claims"]] == [False, True]
+
+
 def test_compile_sees_conflicts_and_failed_computations(env, life):
     a = said(env, "A", "My rent is $1200 a month.", MAR5)
     b = said(env, "A", "My rent is $1350 a month.", MAR5 + DAY)

@@ -106,6 +106,26 @@ def test_query_state_lists_the_newest_earlier_values_and_counts_the_rest(tmp_pat
     assert todo["earlier_omitted"] == 79 - assertions.EARLIER_MAX
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Do you think my car is broken?", []),
+    ("I don't think my flight is cancelled.", []),
+    ("Is it true that I prefer tea?", []),
+    ("If I prefer tea, we stay in.", []),
+    ("Maybe we decided to move, not sure.", []),
+    ("Should I promise to call mom?", []),
+    ("Don't remind me to call Bob.", []),
+    ("My name is not Bob.", [("fact", "name", "not Bob")]),
+    ("No, my address is 5 Elm Street.", [("fact", "address", "5 Elm Street")]),
+    ("Could you remind me to call Bob?", [("commitment", "todo", "call Bob")]),
+    ("Is it late? My address is 5 Elm Street.", [("fact", "address", "5 Elm Street")]),
+])
+def test_the_patterns_never_read_a_denial_a_hedge_or_a_question_as_an_assertion(text,
+                                                                                 expected):
+    row = {"store_id": 1, "content": text, "content_format": "text", "role": "user",
+           "session_id": "A", "created_at": JAN, "message_at": None}
+    assert [(a.kind, a.subject, a.value) for a in assertions.deterministic(row)] == expected
+
+
 def test_the_model_extracts_when_reachable_and_unverifiable_quotes_are_dropped(tmp_path):
     prompts = []
 
