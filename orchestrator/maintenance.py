@@ -146,12 +146,16 @@ class Maintenance:
 
     def _extract_assertions(self, session: str, upto_store_id: int) -> None:
         """Opt-in (TROVE_ASSERTIONS_ENABLED): read assertions out of what was just compacted;
-        a failure is logged and never stops the compaction."""
+        a failure is logged and never stops the compaction. The model's answer has its
+        secrets replaced when redaction is on (``IngestPolicy.redacting``, as a summary's):
+        its subjects and values are stored and shown by trove_query_state, and a model
+        can repeat or invent a secret its redacted prompt never held."""
         if not self.config.assertions_enabled:
             return
         try:
             assertions.extract_pending(self.store, session, upto_store_id,
-                                       llm_call=self.llm_call("compression"),
+                                       llm_call=self.policy.redacting(
+                                           self.llm_call("compression")),
                                        model=self.config.summary_model or None,
                                        timeout_s=self.config.summary_timeout_ms / 1000,
                                        tz=timekeys.zone_or_utc(self.config.timezone))

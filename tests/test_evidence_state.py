@@ -148,6 +148,27 @@ def test_the_model_extracts_when_reachable_and_unverifiable_quotes_are_dropped(t
     assert [(a["subject"], a["current"]["extractor"]) for a in out] == [("home address", "model")]
 
 
+def test_a_secret_in_the_models_answer_is_redacted_before_it_is_stored(tmp_path):
+    secret = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0L1m2N3p4"
+
+    def llm(prompt, model, timeout):
+        if "Extract assertions" not in prompt:
+            return "- summary: notes"
+        ids = [int(line[1:].split()[0]) for line in prompt.splitlines()
+               if line.startswith("[") and " user]" in line]
+        return json.dumps([{"id": ids[0], "kind": "fact", "subject": f"api key {secret}",
+                            "value": secret, "quote": "My address is 12 Rua Augusta."}])
+    engine = make_engine(tmp_path, llm=llm, assertions_enabled="true",
+                         sensitive_patterns_enabled="true")
+    run(engine)
+    out = tool(engine, "trove_query_state")
+    assert out["assertions"] and secret not in json.dumps(out)
+    assert "[REDACTED:" in out["assertions"][0]["current"]["value"]
+    with engine.store.db.reading() as conn:
+        stored = conn.execute("SELECT subject, value FROM evidence_assertions").fetchall()
+    assert secret not in json.dumps([list(r) for r in stored])
+
+
 def test_a_failing_model_falls_back_to_the_deterministic_extractor(tmp_path):
     def llm(prompt, model, timeout):
         if "Extract assertions" in prompt:
