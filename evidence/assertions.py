@@ -247,9 +247,10 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
 
 # ---------------------------------------------------------------- query
 def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | None,
-          kind: str | None, as_of: float | None, limit: int = 200) -> list[dict]:
-    """Stored assertions of the sessions (None = all), oldest first, filtered: the newest
-    ``limit`` of them, so the current value of a subject is never cut off."""
+          kind: str | None, before: float | None, limit: int = 200) -> list[dict]:
+    """Stored assertions of the sessions (None = all) valid before ``before`` (exclusive;
+    None = any time), oldest first, filtered: the newest ``limit`` of them, so the
+    current value of a subject is never cut off."""
     sql = ["SELECT * FROM evidence_assertions WHERE 1 = 1"]
     args: list = []
     if session_ids is not None:
@@ -258,9 +259,9 @@ def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | Non
     if kind:
         sql.append("AND kind = ?")
         args.append(kind)
-    if as_of is not None:
-        sql.append("AND (valid_from IS NULL OR valid_from <= ?)")
-        args.append(as_of)
+    if before is not None:
+        sql.append("AND (valid_from IS NULL OR valid_from < ?)")
+        args.append(before)
     if subject:
         key = subject_key(subject)
         sql.append("AND (subject_key LIKE ? ESCAPE '\\' OR lower(value) LIKE ? ESCAPE '\\')")

@@ -8,11 +8,13 @@ refs), so no handler here decides on its own what may be read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from datetime import tzinfo
+from datetime import timezone, tzinfo
 from typing import Any, Callable
 
-from ..schemas import ArgumentError, Shape, clamp, offset_arg, parse_time
+from ..recall import periods
+from ..schemas import ArgumentError, Shape, clamp, offset_arg
 from . import assertions, compute, pack, retrieve
 from ..storage.timekeys import iso
 
@@ -76,14 +78,32 @@ def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, S
     if not ctx.config.assertions_enabled:
         return {"enabled": False, "assertions": [], "note": "assertion extraction is off "
                 "(TROVE_ASSERTIONS_ENABLED=true turns it on; it runs at compaction time)"}, Shape()
+    before, shown = as_of_bound(params.get("as_of"), ctx.now(), scope.tz)
+    rows = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
+                            kind=params.get("kind"), before=before)
+    return {**shown, **assertions.state(rows, iso)}, \
+        Shape(items="assertions", on_trim=_mark_more)
+
+
+def as_of_bound(value: str | None, now: float, tz: tzinfo | None) -> tuple[float | None, dict]:
+    """``as_of`` as an exclusive bound on ``valid_from``, and how the answer reports it.
+
+    Read like every other time argument (``recall.periods``, in TROVE_TIMEZONE, the zone
+    ``valid_from`` days are midnights of): an instant counts itself (a naive time is
+    local); a day, week or month counts whole, so ``as_of="2026-03-08"`` includes what
+    became valid that day. Read as the day's UTC midnight it dropped a fact "since
+    2026-03-08" west of UTC (valid from 08:00Z in Los Angeles) and kept it east of it.
+    """
+    if value is None:
+        return None, {"as_of": None}
     try:
-        as_of = parse_time(params["as_of"]) if "as_of" in params else None
+        found = periods.resolve(value, now, tz or timezone.utc)
     except ValueError as exc:
         raise ArgumentError(f"as_of: {exc}") from None
-    rows = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
-                            kind=params.get("kind"), as_of=as_of)
-    return {"as_of": iso(as_of), **assertions.state(rows, iso)}, \
-        Shape(items="assertions", on_trim=_mark_more)
+    if found.kind == "instant":
+        return math.nextafter(found.start, math.inf), {"as_of": iso(found.start)}
+    return found.end, {"as_of": iso(found.end), "as_of_period": found.label,
+                       "as_of_note": "assertions valid before the end of the period"}
 
 
 def retrieve_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:

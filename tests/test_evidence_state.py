@@ -79,6 +79,28 @@ def stated(engine, texts):
     assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1]) == len(texts)
 
 
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles", "Asia/Tokyo"])
+def test_as_of_a_day_counts_that_whole_day_in_the_users_zone(tmp_path, zone):
+    """valid_from of a stated date is its midnight in TROVE_TIMEZONE; as_of names days in
+    that zone too, and a day counts whole (what became valid that day is included)."""
+    from hermes_trove.storage.timekeys import zone_or_utc
+    from test_tools import Env
+    env = Env(tmp_path, assertions_enabled="true", timezone=zone)
+    sid = env.ingest("A", [{"role": "user", "content": "My address is now 7 Avenida da "
+                            "Liberdade, since 2026-03-08."}], at=JAN + 62 * DAY)[0]
+    found = assertions.deterministic(env.store.get_message(sid), zone_or_utc(zone))
+    assertions.save(env.db, "A", found, sid)
+
+    def values(as_of):
+        out = json.loads(tools.dispatch("trove_query_state", {"as_of": as_of}, env.ctx()))
+        return [a["current"]["value"] for a in out["assertions"]]
+    assert values("2026-03-08") == ["7 Avenida da Liberdade, since 2026-03-08"]
+    assert values("2026-03-08T00:00:00") == ["7 Avenida da Liberdade, since 2026-03-08"]
+    assert values("2026-03-07T23:59:59") == [] and values("2026-03-07") == []
+    assert "error" in json.loads(tools.dispatch("trove_query_state", {"as_of": "someday"},
+                                                env.ctx()))
+
+
 def test_query_state_reads_the_newest_assertions(tmp_path):
     """Only the oldest 200 matching assertions were read: a subject stated more often than
     that kept a stale current value."""
@@ -235,7 +257,7 @@ def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path)
     assert len(calls) == assertions.MODEL_MAX_CALLS
     read = sum(p.count(" user]") for p in calls)
     assert 0 < read < len(texts) and stored == len(texts) - read
-    rows = assertions.query(engine.store.db, None, subject=None, kind=None, as_of=None)
+    rows = assertions.query(engine.store.db, None, subject=None, kind=None, before=None)
     assert {r["store_id"] for r in rows} == set(ids[read:])
     assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
                                       llm_call=llm) == 0       # the scan mark moved past all
