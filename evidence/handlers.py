@@ -55,11 +55,16 @@ def evidence_pack(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict,
 
 
 def compute_tool(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
-    """Exact arithmetic over verified refs with a hashed trace (see ``evidence.compute``)."""
+    """Exact arithmetic over verified refs with a hashed trace (see ``evidence.compute``).
+
+    The trace repeats every input's quote (up to 50 of them), so over the response cap it
+    is dropped whole (``omitted_for_size``) and the result and ``trace_hash`` stay: with
+    no shape, a valid call over long quotes answered only "does not fit"."""
     try:
         return compute.compute(params["operation"], params["inputs"], scope.load,
                                unit=params.get("unit"),
-                               absolute=bool(params.get("absolute")), tz=scope.tz), Shape()
+                               absolute=bool(params.get("absolute")), tz=scope.tz), \
+            Shape(optional=("trace",))
     except compute.ComputeError as exc:
         raise ArgumentError(f"{exc} (nothing was computed)") from None
 

@@ -281,6 +281,16 @@ def test_sum_difference_count_order_latest(env, life):
     assert [o["date"] for o in order["result"]["order"]] == ["2026-01-10", "2026-03-03"]
 
 
+def test_a_trace_over_the_cap_is_dropped_and_the_result_kept(env):
+    inputs = []
+    for i in range(40):
+        text = f"Item {i}: " + "lorem ipsum " * 30 + f"cost ${i + 1}."
+        inputs.append(ref_to(env, said(env, "A", text, MAR5), text))
+    out = call(env.ctx(), "trove_compute", operation="sum", inputs=inputs)
+    assert out["result"] == {"value": 820, "unit": "USD", "count": 40}
+    assert out["omitted_for_size"] == ["trace"] and out["trace_hash"].startswith("sha256:")
+
+
 def test_lengths_convert_within_a_dimension_and_the_trace_hash_is_stable(env):
     sid = said(env, "A", "Ran 5 km in the morning and 800 m in the evening.", MAR5)
     inputs = [ref_to(env, sid, "5 km"), ref_to(env, sid, "800 m")]
