@@ -18,6 +18,7 @@ import time
 from datetime import tzinfo
 from typing import Any, Callable, Sequence
 
+from ..storage import codec
 from ..storage.database import Database
 from . import compute as compute_mod
 from . import refs as refs_mod
@@ -40,6 +41,8 @@ def _slots(raw: Any) -> list[dict]:
     for slot in raw:
         if not isinstance(slot, dict) or slot.get("type") not in SLOT_TYPES:
             raise ValueError(f"each slot needs a type among {', '.join(SLOT_TYPES)}")
+        if any(slot.get(k) is not None and not isinstance(slot[k], str) for k in ("name", "query")):
+            raise ValueError("a slot's name and query must be strings")
         name = str(slot.get("name") or slot["type"])[:60]
         out.append({"name": name, "type": slot["type"],
                     "query": str(slot.get("query") or name)[:200]})
@@ -102,12 +105,17 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
 
 
 def store_view(db: Database, session_id: str, body: dict) -> int:
-    """Keep one evidence view (one transaction); its id."""
+    """Keep one evidence view (one transaction); its id.
+
+    The body is written by ``codec.dump_json``, the store's one rule for JSON it keeps: a
+    slot's name or query comes from the model's nested arguments, which no schema
+    cleans, and a lone surrogate in it failed the INSERT ("surrogates not allowed").
+    ``load_view`` reads the escaped text back to the same strings, so the hash holds."""
     with db.transaction() as conn:
         cursor = conn.execute(
             "INSERT INTO evidence_views(session_id, question, body, trace_hash, created_at)"
             " VALUES (?, ?, ?, ?, ?)",
-            (session_id, body["question"], json.dumps(body, ensure_ascii=False),
+            (session_id, codec.safe_text(body["question"]), codec.dump_json(body),
              body["trace_hash"], time.time()))
         return int(cursor.lastrowid)
 

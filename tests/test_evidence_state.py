@@ -242,6 +242,21 @@ def test_retrieve_is_bounded_and_off_by_default(tmp_path):
     assert "not found" in tool(engine, "trove_retrieve", view_id=999)["error"]
 
 
+def test_retrieve_stores_a_view_whatever_text_its_slots_carry(tmp_path):
+    engine = make_engine(tmp_path, retrieve_enabled="true")
+    engine.ingest([{"role": "user", "content": "The hotel cost $420 for the Porto trip."},
+                   {"role": "user", "content": "What did the hotel cost?"}])
+    out = tool(engine, "trove_retrieve", question="q", slots=[
+        {"name": "hotel \ud800", "type": "amount", "query": "hotel \udfff Porto"}],
+        computation={"operation": "sum \ud800"})
+    assert out["slots"][0]["filled"] and out["computation"]["ok"] is False
+    again = tool(engine, "trove_retrieve", view_id=out["view_id"])
+    assert again["trace_hash_ok"] and again["slots"][0]["name"] == "hotel \ud800"
+    bad = tool(engine, "trove_retrieve", question="q",
+               slots=[{"name": ["x"], "type": "amount", "query": "hotel"}])
+    assert "must be strings" in bad["error"]
+
+
 def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path):
     engine = make_engine(tmp_path, assertions_enabled="true")
     texts = [f"My locker code is {i}. " + "padding " * 300 for i in range(30)]
