@@ -304,9 +304,14 @@ AMOUNT_PATTERNS = [
                               rf"{_NUMBER_END}")),
     ("number_unit", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩])){_NUMBER}"
                                rf"(?:{_SCALE_WORD})?\s?{_WORD_UNIT}(?![\w])")),
+    # A bare number may end a sentence or a clause ("we were 40.", "40, then"); a
+    # separator followed by a letter or digit ("1.2.3", "3,4", "2.x") is no number.
     ("number", re.compile(rf"(?:{_LEAD_SIGN}|(?<![\w.,$€£¥₹₩:/-])){_NUMBER}"
-                          rf"(?:{_SCALE_WORD}|(?![\w.,:/-]|\.\d))")),
+                          rf"(?:{_SCALE_WORD}|(?![\w:/-]|[.,]\w))")),
 ]
+# "1. Buy milk", "2) Call Ana": a number opening a line before "." or ")" numbers a list.
+_LIST_MARKER = re.compile(r"(?:^|\n)[ \t]*$")
+_LIST_ITEM = re.compile(r"[.)][ \t]+\S")
 
 
 @dataclass(frozen=True)
@@ -402,6 +407,10 @@ def _amount(kind: str, m: re.Match) -> Amount | None:
             return None   # "3 people": the number alone is read by the next pattern
         return Amount(value, unit, m.group(0), m.start())
     sign, number, scale = g
+    if _LIST_ITEM.match(m.string, m.end()) and not sign and not scale \
+            and number.isdigit() and len(number) <= 3 \
+            and _LIST_MARKER.search(m.string, 0, m.start()):
+        return None
     return Amount(_signed(_scaled(number, scale), sign), Unit("count", 1.0, ""), m.group(0),
                   m.start())
 

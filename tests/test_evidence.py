@@ -591,6 +591,28 @@ def test_signs_and_scales_sum_through_the_dispatcher(env):
     assert total["result"] == {"value": 3_500_000, "unit": "USD", "count": 2}
 
 
+@pytest.mark.parametrize("quote, expected", [
+    ("In the end we were 40.", [40]), ("There were 40, then 12 more.", [40, 12]),
+    ("We had 1,200.", [1200]), ("It came to 40.5.", [40.5]), ("Pay 40!", [40]),
+    ("1. Buy milk", []), ("  2) Call Ana", []), ("notes:\n3. call", []),
+    ("version 3.2.1", []), ("a 3,4 b", []),
+])
+def test_a_bare_number_may_end_a_sentence_but_a_list_marker_is_none(quote, expected):
+    assert [a.value for a in values.find_amounts(quote)] == expected
+
+
+def test_counts_ending_sentences_sum_and_support_claims(env):
+    a = said(env, "A", "At the first party we were 40.", MAR5)
+    b = said(env, "A", "At the second one, 12.", MAR5)
+    total = call(env.ctx(), "trove_compute", operation="sum",
+                 inputs=[ref_to(env, a, "we were 40."), ref_to(env, b, "12.")])
+    assert total["result"] == {"value": 52, "unit": "", "count": 2}
+    out = call(env.ctx(), "trove_compile_evidence", proposal={"question": "q", "claims": [
+        {"text": "At the first party we were 40", "refs": [ref_to(env, a, "At the first "
+                                                              "party we were 40.")]}]})
+    assert out["claims"][0]["supported"], out["claims"][0]
+
+
 @pytest.mark.parametrize("quote", ["it cost $10.5.3", "USD 10.5.3 total", "paid €1,2.3"])
 def test_malformed_numbers_fail_closed(quote):
     with pytest.raises(ValueError):
