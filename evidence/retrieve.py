@@ -5,7 +5,8 @@ Typed slots (date, amount, place, person, item) are filled by at most
 ``MAX_CALLS`` targeted searches (``trove_grep`` with exact refs, run by the
 tool layer through the ``search`` callable); only refs observed in those
 results are accepted, each re-verified through the caller's scope; the
-evidence kept is capped in characters; an optional computation finishes the
+evidence kept is capped in characters; a quote that negates, hedges or asks
+(``polarity``) never fills a slot; an optional computation finishes the
 turn. The evidence view (question, slots, refs, calls, computation) and the
 hash of its trace are stored so a later turn can cite them by ``view_id``. It
 returns data, never prose.
@@ -23,6 +24,7 @@ from ..storage.database import Database
 from . import compute as compute_mod
 from . import refs as refs_mod
 from .pack import run_computation
+from .polarity import polarity
 from .values import find_amounts, find_dates
 
 SLOT_TYPES = ("date", "amount", "place", "person", "item")
@@ -73,7 +75,7 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
                              "hits": len(observed[q])} for q in queries]
     filled, taken = [], set()
     for slot in slots:
-        refs = []
+        refs, unsure = [], 0
         for raw in observed.get(slot["query"], []):
             if (raw.get("store_id"), raw.get("start")) in taken:
                 continue      # one quote fills one slot
@@ -84,6 +86,10 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
             except refs_mod.RefError:
                 continue
             if fits(slot["type"], ref, tz):
+                sign = polarity(ref.quote)
+                if sign.negations or sign.uncertain:
+                    unsure += 1      # "we did not fly on May 3" never fills a date slot
+                    continue
                 if not refs:   # the first fitting ref fills the slot; the rest are alternatives
                     taken.add((ref.store_id, ref.start))
                 refs.append(ref.as_dict())
@@ -92,6 +98,9 @@ def retrieve(question: str, raw_slots: Any, search: Search, load: Callable[[int]
         if not refs:
             entry["note"] = ("no observed ref fits this slot"
                              if slot["query"] in observed else "over the call budget")
+            if unsure:
+                entry["note"] += (f"; {unsure} that fit negate, hedge or ask (not used: "
+                                  "check them with trove_evidence_pack)")
         filled.append(entry)
     body: dict = {"question": question[:300], "slots": filled, "calls": calls,
                   "context_chars": used_chars}

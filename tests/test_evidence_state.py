@@ -257,6 +257,24 @@ def test_retrieve_stores_a_view_whatever_text_its_slots_carry(tmp_path):
     assert "must be strings" in bad["error"]
 
 
+def test_a_denied_or_hedged_quote_never_fills_a_slot(tmp_path):
+    engine = make_engine(tmp_path, retrieve_enabled="true")
+    engine.ingest([{"role": "user", "content": "We did not fly to Oslo on 2026-01-03."},
+                   {"role": "user", "content": "Maybe the Oslo hotel will cost $500."},
+                   {"role": "user", "content": "What about Oslo?"}])
+    slots = [{"name": "flight", "type": "date", "query": "fly Oslo"},
+             {"name": "hotel", "type": "amount", "query": "Oslo hotel cost"}]
+    out = tool(engine, "trove_retrieve", question="Oslo?", slots=slots)
+    assert [s["filled"] for s in out["slots"]] == [False, False]
+    assert all("negate, hedge or ask" in s["note"] for s in out["slots"])
+    engine.ingest([{"role": "user", "content": "We flew to Oslo on 2026-01-05."},
+                   {"role": "user", "content": "The Oslo hotel did cost $450."},
+                   {"role": "user", "content": "And now?"}])
+    out = tool(engine, "trove_retrieve", question="Oslo?", slots=slots)
+    assert [s["refs"][0]["quote"] for s in out["slots"]] == [
+        "We flew to Oslo on 2026-01-05.", "The Oslo hotel did cost $450."]
+
+
 def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path):
     engine = make_engine(tmp_path, assertions_enabled="true")
     texts = [f"My locker code is {i}. " + "padding " * 300 for i in range(30)]
