@@ -28,7 +28,7 @@ from ..storage.database import Database
 from ..store import Store
 from . import refs as refs_mod
 from .compute import normalize_item
-from .polarity import polarity
+from .polarity import mismatch, polarity
 from .values import find_dates
 
 KINDS = ("fact", "preference", "recommendation", "commitment", "action", "status")
@@ -132,7 +132,9 @@ def _asserted(text: str, match: re.Match) -> bool:
 
 def from_model(rows: Sequence[dict], llm_call: Callable[[str, str | None, float], str],
                model: str | None, timeout_s: float, tz: tzinfo | None = None) -> list[Assertion]:
-    """Assertions the model proposes; each kept only if its quote verifies in its message."""
+    """Assertions the model proposes; each kept only if its quote verifies in its message
+    and says what the subject and value say (``polarity.mismatch``: a quote that negates,
+    hedges or asks never stands for a plain value)."""
     by_id = {r["store_id"]: r for r in rows}
     listing = "\n\n".join(f"[{r['store_id']} {r['role']}]\n"
                            f"{refs_mod.ref_text(r)[:MODEL_MESSAGE_CHARS]}" for r in rows)
@@ -152,6 +154,8 @@ def from_model(rows: Sequence[dict], llm_call: Callable[[str, str | None, float]
                                   lambda _: row)
         except refs_mod.RefError:
             continue   # a quote the message does not hold exactly once is never stored
+        if mismatch(f"{subject}: {value}", [ref.quote]):
+            continue   # "we did NOT choose Postgres" never stands for "decision: Postgres"
         out.append(Assertion(item["kind"], subject, value, ref, valid_from(ref, tz), "model"))
     return out
 

@@ -191,6 +191,23 @@ def test_a_secret_in_the_models_answer_is_redacted_before_it_is_stored(tmp_path)
     assert secret not in json.dumps([list(r) for r in stored])
 
 
+def test_a_model_assertion_whose_quote_denies_or_hedges_its_value_is_dropped():
+    row = {"store_id": 7, "content": "We did NOT choose Postgres. Maybe we will pick MySQL. "
+           "We chose SQLite.", "content_format": "text", "role": "user", "session_id": "A",
+           "created_at": JAN, "message_at": None}
+    answer = json.dumps([
+        {"id": 7, "kind": "action", "subject": "database", "value": "Postgres",
+         "quote": "We did NOT choose Postgres."},
+        {"id": 7, "kind": "action", "subject": "database", "value": "not Postgres",
+         "quote": "We did NOT choose Postgres."},
+        {"id": 7, "kind": "action", "subject": "database", "value": "MySQL",
+         "quote": "Maybe we will pick MySQL."},
+        {"id": 7, "kind": "action", "subject": "database", "value": "SQLite",
+         "quote": "We chose SQLite."}])
+    found = assertions.from_model([row], lambda *a: answer, None, 1.0)
+    assert [a.value for a in found] == ["not Postgres", "SQLite"]
+
+
 def test_a_failing_model_falls_back_to_the_deterministic_extractor(tmp_path):
     def llm(prompt, model, timeout):
         if "Extract assertions" in prompt:
