@@ -20,6 +20,7 @@ from ..schemas import ArgumentError, _integer as schema_integer
 QUOTE_MAX_CHARS = 2000        # a quote longer than this is refused (cite a sentence, not a page)
 REPAIR_WINDOW_CHARS = 400     # how far around stale offsets a quote is looked for
 SENTENCE_MAX_CHARS = 400      # a grep ref quotes one sentence, cut to this size
+OCCURRENCES_COUNTED = 10      # an ambiguous quote's occurrences are counted up to this
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -110,7 +111,9 @@ def verify(raw: Any, load: Callable[[int], dict]) -> Ref:
     if not found:
         raise RefError(f"quote not found {where} of store_id {store_id}: the quote must be "
                        "copied exactly from the stored text")
-    raise RefError(f"quote occurs {len(found)} times {where} of store_id {store_id}; "
+    times = f"at least {OCCURRENCES_COUNTED}" if len(found) == OCCURRENCES_COUNTED \
+        else str(len(found))
+    raise RefError(f"quote occurs {times} times {where} of store_id {store_id}; "
                    "give its exact start and end")
 
 
@@ -123,7 +126,7 @@ def _ref(row: dict, start: int, quote: str, status: str) -> Ref:
 def _occurrences(text: str, quote: str, low: int, high: int) -> list[int]:
     """Start offsets of ``quote`` lying wholly inside ``text[low:high]`` (overlaps counted)."""
     found, at = [], text.find(quote, low)
-    while 0 <= at and at + len(quote) <= high and len(found) < 10:
+    while 0 <= at and at + len(quote) <= high and len(found) < OCCURRENCES_COUNTED:
         found.append(at)
         at = text.find(quote, at + 1)
     return found

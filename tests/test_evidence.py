@@ -147,6 +147,15 @@ def test_grep_refs_of_long_hangul_and_ellipsis_sentences_quote_the_hit(env):
         assert refs.verify(ref, lambda i: env.store.get_message(i)).status == "verified"
 
 
+def test_an_ambiguous_quote_is_never_said_to_occur_fewer_times_than_it_does():
+    row = {"store_id": 1, "content": "ab " * 50, "content_format": "text", "role": "user",
+           "session_id": "A", "created_at": MAR5, "message_at": None}
+    with pytest.raises(refs.RefError, match="occurs at least 10 times"):
+        refs.verify({"store_id": 1, "quote": "ab"}, lambda i: row)
+    with pytest.raises(refs.RefError, match="occurs 3 times"):
+        refs.verify({"store_id": 1, "quote": "ab"}, lambda i: {**row, "content": "ab " * 3})
+
+
 # ---------------------------------------------------------------- evidence pack
 def test_pack_keeps_said_and_happened_apart(env, life):
     job = ref_to(env, life["job"], "Started the new job last Tuesday")
