@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from . import assemble
+
 
 def candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[bool],
                covered: set[int], floor: int) -> tuple[list, set[int]]:
@@ -26,6 +28,13 @@ def candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[b
     stale_ids = stale_rows(store_ids, inserted, covered, floor)
     rows = first_showings(_listed_rows(body, store_ids, inserted, covered, floor, stale_ids))
     stale = {i for i, (_, sid) in enumerate(rows) if sid is not None and sid in stale_ids}
+    # The newest word is never stale: the tail keeps the list's newest real user
+    # message whatever follows it (``assemble.choose_tail``). A pass that kept it raw
+    # and summarized the tool group after it may have left the host's list unchanged
+    # (no progress the host would take); compacting that list again summarized the
+    # question itself, and the prompt went out without it.
+    newest = max((i for i, (m, _) in enumerate(rows) if assemble.is_real_user(m)), default=None)
+    stale.discard(newest)
     return rows, stale
 
 

@@ -633,3 +633,24 @@ def test_the_real_overhead_pairs_the_turns_own_count_with_its_list(tmp_path):
     first.update_from_response({"prompt_tokens": 9_000 + sent, "completion_tokens": 10})
     second.learn_overhead(messages + [{"role": "assistant", "content": "done"}])
     assert second._real_overhead == 9_000
+
+
+def test_the_newest_user_message_stays_when_rows_after_it_were_summarized(tmp_path):
+    """A pass that kept the newest user message raw and summarized the tool group
+    after it can end with the host's list unchanged (the host would not count it as
+    progress); compacting that list again read the user message as a stale row (a live
+    row shown before summarized ones) and summarized it: the prompt went out without
+    the user's question (tests/test_budget_promises.py seed 239)."""
+    engine = make_engine(tmp_path, window=16_000, fresh_tail_count=3)
+    call = lambda cid: {"role": "assistant", "content": "", "tool_calls": [  # noqa: E731
+        {"id": cid, "type": "function", "function": {"name": "grep", "arguments": "{}"}}]}
+    question = {"role": "user", "content": "why does the proxy drop connections?"}
+    messages = [{"role": "user", "content": "hello " * 300}, {"role": "assistant", "content": "hi"},
+                question, call("c1"),
+                {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "log " * 2500},
+                call("c2"), {"role": "tool", "tool_call_id": "c2", "name": "grep", "content": "ok"}]
+    first = engine.compress(messages, current_tokens=prompt_tokens(engine, messages), force=True)
+    assert question in first
+    again = engine.compress(messages, current_tokens=prompt_tokens(engine, messages), force=True)
+    assert question in again, [m.get("content", "")[:40] for m in again]
+    assert assemble.sequence_problems(again) == []
