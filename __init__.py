@@ -105,6 +105,22 @@ def policy_for_turn(config, session_mode: str, shown) -> str:
     return text
 
 
+def on_post_tool_call(session_id: str = "", result=None, tool_call_id: str = "",
+                      tool_name: str = "", **_kwargs):
+    """A tool result joined the list: the engine's count of the real tokens the list
+    holds grows by it, so the check before the next model call sees what the host's
+    chars/4 misses (``TroveEngine.note_tool_result``). Never raises into the host."""
+    from .engine import find_engine
+    from .storage import faults
+    try:
+        engine = find_engine(session_id)
+        if engine is not None and result is not None:
+            engine.note_tool_result(result, tool_call_id, tool_name)
+    except Exception as exc:
+        faults.report(None, "post_tool_call", f"{type(exc).__name__}: {str(exc)[:200]}")
+    return None
+
+
 def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs):
     """Persist the whole turn as soon as it ends, so a crash loses nothing.
 
@@ -153,6 +169,7 @@ def register(ctx) -> None:
     ctx.register_context_engine(TroveEngine(cfg))
     ctx.register_hook("pre_llm_call", on_pre_llm_call)
     ctx.register_hook("post_llm_call", on_post_llm_call)
+    ctx.register_hook("post_tool_call", on_post_tool_call)
     register_skill = getattr(ctx, "register_skill", None)
     if callable(register_skill) and (SKILL_DIR / "SKILL.md").exists():
         try:

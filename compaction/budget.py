@@ -139,11 +139,17 @@ class RealProjection:
         if self.tokens is not None:
             self.tokens += message_tokens
 
-    def recount(self, overhead_tokens: int | None, count_list: Callable[[], int]) -> None:
+    def recount(self, overhead_tokens: int | None, count_list: Callable[[], int],
+                host_overhead: int | None = None) -> None:
         """``compress`` counts the list at hand: an /undo or /retry since the reply
-        may have shrunk it with no hook telling."""
+        may have shrunk it with no hook telling. Before the first reply (or after a
+        compaction) nothing else knows the list's real size: it is counted then too,
+        with the host's overhead while the real one is not learned yet."""
         if self.tokens is not None and overhead_tokens is not None:
             self.tokens = overhead_tokens + count_list()
+        elif self.tokens is None and (overhead_tokens or host_overhead) is not None:
+            overhead = overhead_tokens if overhead_tokens is not None else host_overhead
+            self.tokens = overhead + count_list()
 
     def forget(self) -> None:
         """A compaction changed the list (or the session changed): unknown again."""

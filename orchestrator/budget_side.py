@@ -77,6 +77,22 @@ class BudgetSide:
         return force or current_tokens == self._provider_prompt_tokens \
             or host_sees_progress(messages, result, current_tokens)
 
+    def _host_overhead_of(self, messages: list, current_tokens: int | None) -> int | None:
+        """The host's overhead around ``messages`` as its figure ``current_tokens``
+        shows it (else the one remembered), for ``RealProjection.recount`` while the
+        real overhead is not learned (system prompt and schemas are text, where
+        chars/4 is close to real tokens).
+
+        Why: before the first reply the list's real size was unknown, so a first turn
+        of 60K Chinese characters (17K by the host's chars/4, 64K real in a 64K window)
+        was taken as under the trigger, even on the host's retry after the provider
+        refused it, and the host gave up: "cannot compress further"
+        (tests/test_budget_promises.py seed 153)."""
+        if current_tokens and current_tokens > 0 \
+                and current_tokens != self._provider_prompt_tokens:
+            return max(0, current_tokens - sum(self.rough_message(m) for m in messages))
+        return self._overhead_tokens
+
     def _host_rough(self, messages: list, current_tokens: int | None) -> Callable[[dict], int]:
         """The host's estimate of a message as ``current_tokens`` counted it
         (``budget.as_counted``); a provider's real count says nothing of that."""

@@ -289,6 +289,21 @@ class IngestSide:
             return
         self._pending_turn = (message, fp, self.canonical_id)
 
+    def note_tool_result(self, result, tool_call_id: str = "", tool_name: str = "") -> None:
+        """``post_tool_call``: a tool result joined the host's list since the provider
+        counted it, so the real tokens the list holds grew by it (``RealProjection``).
+
+        Why: the host checks the request before its next model call on chars/4, which
+        counts CJK and emoji text about five times low; a 60K-character Chinese tool
+        output stayed under its figure of the trigger and the request went out at
+        110K real tokens in a 64K window (tests/test_budget_promises.py seed 12)."""
+        try:
+            self._real_projection.grew(self.counter.count_message(
+                {"role": "tool", "content": result if isinstance(result, str) else str(result),
+                 "tool_call_id": str(tool_call_id or ""), "name": str(tool_name or "")}))
+        except Exception:  # bookkeeping must never break the turn
+            self._real_projection.forget()
+
     def turn_done(self) -> None:
         """``post_llm_call``: the turn is over; the next user message is a new turn.
 
