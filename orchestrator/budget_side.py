@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..compaction import assemble
+from ..compaction import assemble, oversize
 from ..compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, as_counted,
                                  bounded_real_overhead, host_overhead_floor, host_sees_progress)
 from ..ingest.policy import NEVER_STUBBED
 from ..storage import codec
+from ..storage.payloads import KIND_CUT_MESSAGE, TOOL_OUTPUT_MIME, encode_text
 
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
@@ -128,3 +129,39 @@ class BudgetSide:
         if self._overhead_tokens is None:
             return DEFAULT_OVERHEAD_TOKENS
         return max(self._overhead_tokens, host_overhead_floor(self._real_overhead))
+
+    def _request_size(self, result: list, system: dict | None, budget: Budget,
+                      host_rough: Callable[[dict], int]) -> tuple[int, int]:
+        """The request ``result`` makes, in real tokens and in the host's units
+        (overhead, system prompt and messages): what a pass must bring under the
+        trigger, both, or give way further."""
+        returned = result[1:] if system is not None else result
+        return (budget.real_overhead + budget.system_exact + self.count_messages(returned),
+                budget.host_overhead + budget.system_rough + sum(host_rough(m) for m in returned))
+
+    def _cut_oversize(self, session: str, block: str | None, tail: list, store_ids: list,
+                      room: int, tail_cost: Callable[[dict], int],
+                      text_cost: Callable[[str], int]) -> tuple[str | None, list]:
+        """The last resort when the newest user message and tool group alone are over
+        the room: the block kept to half the room at most, and the biggest tail
+        messages shown cut to what is left (``compaction/oversize``), each naming its
+        stored row. Returned whole they went over the host's trigger and the window
+        (the provider rejects such a request, and the host's retries of a compaction
+        that can do nothing more burn its passes). Returns (block, tail)."""
+        if block is not None and text_cost(block) > room // 2:
+            block, _, _ = assemble.render_context_block(
+                self.dag.frontier(session), budget_tokens=room // 2, count_text=text_cost)
+        ack = (text_cost(assemble.ACK_TEXT)
+               if block is not None and tail and tail[0].get("role") == "user" else 0)
+        allowance = room - (text_cost(block) if block is not None else 0) - ack
+        payloads = self.policy.payloads
+
+        def put_text(text: str) -> str:
+            return payloads.put(encode_text(text), kind=KIND_CUT_MESSAGE,
+                                mime=TOOL_OUTPUT_MIME).ref
+        try:
+            return block, oversize.fit(tail, store_ids, allowance, cost=tail_cost,
+                                       put_text=put_text)
+        except OSError as exc:  # no payload, no cut: the whole message, reported
+            self.errors.append(f"cut: {exc}")
+            return block, tail
