@@ -139,6 +139,36 @@ class BudgetSide:
         return (budget.real_overhead + budget.system_exact + self.count_messages(returned),
                 budget.host_overhead + budget.system_rough + sum(host_rough(m) for m in returned))
 
+    def _cut_the_unfitting(self, live: list, room: int, tail_cost: Callable[[dict], int],
+                           text_cost: Callable[[str], int]) -> list:
+        """The tail's candidates (message, store_id) with each message that could never
+        stand whole beside even the smallest block shown cut to half the room
+        (``compaction/oversize``), before the tail is chosen: the previous exchange
+        then stays raw beside it when it fits (host walk 160006: cut only after the
+        passes, the big turn stood alone, the exchange before it already summarized).
+        Summaries are still made from the stored whole (``stored_form`` restores a cut)."""
+        limit = room - text_cost(assemble.BLOCK_HEADER) - text_cost(assemble.ACK_TEXT)
+        big = [i for i, (m, sid) in enumerate(live) if sid is not None and tail_cost(m) > limit]
+        if not big:
+            return live
+        out = list(live)
+        put_text = self._put_cut_text
+        try:
+            for i in big:
+                message = self.policy.for_replay(
+                    {k: v for k, v in live[i][0].items() if not str(k).startswith("_")})
+                out[i] = (oversize.cut_to(message, room // 2, store_id=int(live[i][1]),
+                                          cost=tail_cost, put_text=put_text), live[i][1])
+        except OSError as exc:  # no payload, no cut: the passes give way as before
+            self.errors.append(f"cut: {exc}")
+            return live
+        return out
+
+    def _put_cut_text(self, text: str) -> str:
+        """Store a cut message's whole text as a payload (its ref)."""
+        return self.policy.payloads.put(encode_text(text), kind=KIND_CUT_MESSAGE,
+                                        mime=TOOL_OUTPUT_MIME).ref
+
     def _cut_oversize(self, session: str, block: str | None, tail: list, store_ids: list,
                       room: int, tail_cost: Callable[[dict], int],
                       text_cost: Callable[[str], int]) -> tuple[str | None, list]:
@@ -154,14 +184,9 @@ class BudgetSide:
         ack = (text_cost(assemble.ACK_TEXT)
                if block is not None and tail and tail[0].get("role") == "user" else 0)
         allowance = room - (text_cost(block) if block is not None else 0) - ack
-        payloads = self.policy.payloads
-
-        def put_text(text: str) -> str:
-            return payloads.put(encode_text(text), kind=KIND_CUT_MESSAGE,
-                                mime=TOOL_OUTPUT_MIME).ref
         try:
             return block, oversize.fit(tail, store_ids, allowance, cost=tail_cost,
-                                       put_text=put_text)
+                                       put_text=self._put_cut_text)
         except OSError as exc:  # no payload, no cut: the whole message, reported
             self.errors.append(f"cut: {exc}")
             return block, tail

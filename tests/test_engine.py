@@ -695,3 +695,19 @@ def test_the_newest_user_message_stays_when_rows_after_it_were_summarized(tmp_pa
     again = engine.compress(messages, current_tokens=prompt_tokens(engine, messages), force=True)
     assert question in again, [m.get("content", "")[:40] for m in again]
     assert assemble.sequence_problems(again) == []
+
+
+def test_the_exchange_before_a_cut_turn_stays_raw_when_it_fits(tmp_path):
+    """A turn that can never stand whole is cut before the tail is chosen, so the short
+    exchange before it stays raw beside it (cut only after the passes, it stood alone:
+    the exchange had been summarized already; host walk 160006)."""
+    from hermes_trove.compaction import oversize
+    engine = make_engine(tmp_path, window=16_000)
+    exchange = [{"role": "user", "content": "which port does the proxy use?"},
+                {"role": "assistant", "content": "port 6543, set in proxy.toml"}]
+    messages = [{"role": "user", "content": "hello " * 400}, {"role": "assistant", "content": "hi"},
+                *exchange, {"role": "user", "content": "word " * 30000}]
+    out = engine.compress(messages, current_tokens=prompt_tokens(engine, messages))
+    assert oversize.is_cut(out[-1])
+    assert out[-3:-1] == exchange, [str(m.get("content"))[:30] for m in out]
+    assert prompt_tokens(engine, out) < engine.threshold_tokens
