@@ -544,7 +544,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
 
         # 1. a count-protected tail within a share of the room; 2. as much of it as
         # fits beside the block; 3. only the newest user message and tool group.
-        live = self._cut_the_unfitting(live, room, tail_cost, text_cost)  # see ``oversize``
+        live = self._cut_the_unfitting(live, units, room, tail_cost, text_cost)  # ``oversize``
         live_msgs = [m for m, _ in live]
         first_cap = assemble.tail_token_cap(room, cfg.fresh_tail_max_tokens)
         newest, _ = assemble.choose_tail(live_msgs, units, max_count=1, max_tokens=0,

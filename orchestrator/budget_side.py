@@ -139,16 +139,22 @@ class BudgetSide:
         return (budget.real_overhead + budget.system_exact + self.count_messages(returned),
                 budget.host_overhead + budget.system_rough + sum(host_rough(m) for m in returned))
 
-    def _cut_the_unfitting(self, live: list, room: int, tail_cost: Callable[[dict], int],
+    def _cut_the_unfitting(self, live: list, units: list, room: int,
+                           tail_cost: Callable[[dict], int],
                            text_cost: Callable[[str], int]) -> list:
         """The tail's candidates (message, store_id) with each message that could never
         stand whole beside even the smallest block shown cut to half the room
         (``compaction/oversize``), before the tail is chosen: the previous exchange
         then stays raw beside it when it fits (host walk 160006: cut only after the
         passes, the big turn stood alone, the exchange before it already summarized).
-        Summaries are still made from the stored whole (``stored_form`` restores a cut)."""
+        Summaries are still made from the stored whole (``stored_form`` restores a cut).
+        Only what always stays (the newest unit and user message) is looked at: an
+        older message too big to stand whole is summarized, never cut."""
         limit = room - text_cost(assemble.BLOCK_HEADER) - text_cost(assemble.ACK_TEXT)
-        big = [i for i, (m, sid) in enumerate(live) if sid is not None and tail_cost(m) > limit]
+        stays, _ = assemble.choose_tail([m for m, _ in live], units, max_count=1, max_tokens=0,
+                                        count=lambda m: 1)
+        big = [i for i in sorted(stays)
+               if live[i][1] is not None and tail_cost(live[i][0]) > limit]
         if not big:
             return live
         out = list(live)
