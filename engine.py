@@ -690,26 +690,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             return False
         return bool(meta) and meta.get("frontier") == frontier_ids
 
-    def _replay_stubs(self, tail: list, store_ids: list[int]) -> list:
-        """Active-replay stubbing (opt-in): textual tool results over the stub threshold
-        are replayed as their externalized placeholder; everything else unchanged."""
-        cfg = self.config
-        if not cfg.large_output_active_replay_stubbing_effective:
-            return tail
-        limit = cfg.large_output_active_replay_stub_threshold_tokens
-        big = [i for i, m in enumerate(tail) if store_ids[i] is not None
-               and m.get("role") == "tool" and self.count_message(m) > limit]
-        if not big:
-            return tail
-        rows = self.store.get_messages(store_ids[i] for i in big)
-        out = list(tail)
-        for i in big:
-            row = rows.get(store_ids[i]) or {}
-            stub = self.policy.stub_for(tail[i], row.get("content"))
-            if stub is not None:
-                out[i] = stub
-        return out
-
     def _finish(self, messages: list, result: list, current_tokens: int | None, force: bool,
                 *, before: int, final: int,
                 host_final: int, trigger: int, budget: Budget, report: PassReport,
@@ -767,35 +747,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
                                         1 if result and result[0].get("role") == "system" else 0))
         self._record(outcome)
         return result if changed else messages
-
-    def _remember_returned(self, result: list, tail: list, frontier_ids: list | None, *,
-                           has_block: bool) -> None:
-        """The list ``compress`` returns is what the host shows next: remember it as a
-        view (its block, acknowledgement and each tail message's row), and the newest
-        row it was shown: rows it dropped (an empty reply, an orphan result) are not
-        what the host appends next."""
-        seen = max((sid for _, sid in (self._view.entries if self._view else ())), default=0)
-        body = result[1:] if result and result[0].get("role") == "system" else result
-        entries = []
-        if has_block and body:
-            entries.append((identity.fingerprint_block(body[0].get("content")),
-                            identity.BLOCK_ID))
-            if len(body) > len(tail) + 1:
-                entries.append((identity.ACK_FP, identity.ACK_ID))
-        for message, (_, sid) in zip(body[len(body) - len(tail):], tail):
-            facts = self._memo.facts(message, self.policy.prepare)
-            fp = identity.held_fp(facts.fp, facts.block_fp)  # as the ingest's views hold it
-            if sid is not None and fp is not None:
-                entries.append((fp, int(sid)))
-        try:
-            view = self.store.save_view(self.canonical_id, self._view_origin(), entries,
-                                        meta={"frontier": frontier_ids or [],
-                                              "seen": seen})
-        except Exception as exc:  # the next list is then read against the stored history
-            self.errors.append(f"view: {exc}")
-            return
-        if view is not None:
-            self._view = view
 
     def _compactor(self, message_budget: int) -> Compactor:
         """Summary budgets from the settings, scaled down for small windows so a
