@@ -5,7 +5,7 @@ entry is ``{"name", "description", "parameters"}`` with a JSON Schema for the
 arguments. ``validate`` checks a call against the same dictionaries, so an
 argument documented here is exactly the argument a handler receives, already
 typed: integers, booleans, strings (made storable UTF-8); time arguments and
-periods are read by ``recall.periods`` (``parse_time`` for a single instant).
+periods are read by ``recall.periods``.
 Descriptions are short: they sit in every request (``wire_json`` is the form they are
 sent and counted in), and ``get_tool_schemas(config)`` gives the host only the tools the
 config exposes.
@@ -17,12 +17,9 @@ import copy
 import json
 import math
 import re
-import time
 from dataclasses import dataclass
-from datetime import timezone
 from typing import Any, Callable
 
-from .recall import periods
 from .storage import codec
 
 # Every schema is in every request the host sends, so descriptions say only what decides
@@ -347,13 +344,6 @@ def offset_arg(params: dict, key: str) -> int:
     return value
 
 
-
-def parse_time(value: object) -> float:
-    """One instant from a time argument (ISO-8601, naive = UTC; a date = its UTC
-    midnight; Unix seconds), for arguments that name a moment rather than a window.
-    Periods are read by ``recall.periods``, which this delegates to, so there is one
-    parser; raises ValueError with a message the model can act on."""
-    return periods.bound(value, time.time(), timezone.utc, at_end=False)
 
 # ---------------------------------------------------------------- response bounds
 CHARS_PER_TOKEN_BUDGET = 3      # characters budgeted per token before measuring

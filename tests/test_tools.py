@@ -628,14 +628,6 @@ def test_an_internal_failure_is_reported_as_json(env, planted, monkeypatch):
 
 
 # ---------------------------------------------------------------- time arguments
-def test_parse_time_reads_one_instant():
-    assert schemas.parse_time("1970-01-02") == DAY
-    assert schemas.parse_time("1970-01-01T01:00:00+01:00") == 0
-    assert schemas.parse_time(12.5) == 12.5
-    with pytest.raises(ValueError):
-        schemas.parse_time("someday")
-
-
 def test_time_arguments_read_times_and_periods(env, planted):
     ctx = env.ctx()
     out = call(ctx, "trove_grep", query="staging", time_from="1970-01-01T01:00:00+01:00",
