@@ -392,17 +392,13 @@ def test_a_gateway_group_chat_never_reads_a_members_dm(trove_host):
     assert "quokka-7731" in mine
 
 
-def test_trove_typed_in_a_gateway_chat_never_names_another_chats_session(trove_host):
-    """gateway/run.py resets a message's session variables before it dispatches a
-    plugin command (``_handle_message``: ``reset_session_vars``), so ``HERMES_SESSION_ID``
-    falls back to ``os.environ``: the id of whichever chat's agent started last.
-    /trove status showed that chat's session and /trove rotate apply rotated it."""
+def _telegram_chats(agents: dict):
+    """``(message, slash)``: a Telegram user's message run as the gateway runs it (its
+    session variables set, one agent per chat, kept in ``agents``) and a ``/trove``
+    command dispatched as 0.19 does (the variables reset first)."""
     import contextvars
 
     from gateway.session_context import reset_session_vars, set_session_vars
-
-    trove_host.server.responder = lambda body: SAME_REPLY
-    agents = {}
 
     def message(chat, text):
         def run():
@@ -422,6 +418,17 @@ def test_trove_typed_in_a_gateway_chat_never_names_another_chats_session(trove_h
             return hk.run_slash_command("trove", args)
         return contextvars.copy_context().run(run)
 
+    return message, slash
+
+def test_trove_typed_in_a_gateway_chat_never_names_another_chats_session(trove_host):
+    """gateway/run.py resets a message's session variables before it dispatches a
+    plugin command (``_handle_message``: ``reset_session_vars``), so ``HERMES_SESSION_ID``
+    falls back to ``os.environ``: the id of whichever chat's agent started last.
+    /trove status showed that chat's session and /trove rotate apply rotated it."""
+    trove_host.server.responder = lambda body: SAME_REPLY
+    agents = {}
+
+    message, slash = _telegram_chats(agents)
     message("111", "alice was here")
     message("222", "bob was here")
     assert os.environ.get("HERMES_SESSION_ID") == "tg-222"   # the last agent started
@@ -439,31 +446,12 @@ def test_trove_grep_typed_in_a_gateway_chat_never_reads_another_users_messages(
     user read everyone's chats. With the gateway's runner alive (gateway/run.py
     ``_gateway_runner_ref``) the command runs as its caller, whom 0.19's dispatch does
     not name (the message's variables are reset first): it reads nothing."""
-    import contextvars
-
     import gateway.run as gateway_run
-    from gateway.session_context import reset_session_vars, set_session_vars
 
     trove_host.server.responder = lambda body: SAME_REPLY
     agents = {}
 
-    def message(chat, text):
-        def run():
-            reset_session_vars()
-            set_session_vars(platform="telegram", chat_id=chat, user_id=chat,
-                             session_key=f"agent:main:telegram:dm:{chat}")
-            agents[chat] = hk.make_agent(platform="telegram", session_id=f"tg-{chat}",
-                                         gateway_session_key=f"agent:main:telegram:dm:{chat}",
-                                         user_id=chat, chat_id=chat, session_db=False)
-            return agents[chat].run_conversation(text)["messages"]
-        return contextvars.copy_context().run(run)
-
-    def slash(args):
-        def run():
-            reset_session_vars()   # what the gateway does at the top of every message
-            return hk.run_slash_command("trove", args)
-        return contextvars.copy_context().run(run)
-
+    message, slash = _telegram_chats(agents)
     message("111", "alice pin is quokka-7731")
     message("222", "bob pin is wombat-5511")
     runner = object()
