@@ -48,6 +48,32 @@ def host_estimator() -> Callable[[list], int]:
     return estimate_messages_tokens_rough
 
 
+PERSISTED_WRAPPER_CHARS = 600   # room for the host's <persisted-output> note around a preview
+
+
+def host_kept_text(text: str, tool_name: str, context_length: int) -> str:
+    """What of a tool result the host keeps in its list: the whole text, or, past its
+    persistence threshold, a preview (``tools.tool_result_storage``: results over
+    ``budget_for_context_window(window).resolve_threshold(tool)`` characters are
+    written to a file and replaced by their first ``preview_size`` characters and a
+    note). The preview is taken a little long, so the count errs high, never low.
+
+    Why: ``post_tool_call`` hands over the raw result before the host shrinks it;
+    counted whole, a 300K-character log would read as ~75K tokens of pressure that
+    never reaches the request, and start summaries no request needed. Without the
+    host (scripts, other hosts) the whole text counts."""
+    try:
+        from tools.budget_config import budget_for_context_window
+        config = budget_for_context_window(int(context_length) if context_length else None)
+        threshold = config.resolve_threshold(tool_name)
+        preview = int(config.preview_size)
+    except Exception:  # no host, or a host whose budget module differs: count it all
+        return text
+    if threshold == float("inf") or len(text) <= threshold:
+        return text
+    return text[:preview + PERSISTED_WRAPPER_CHARS]
+
+
 def api_form(message: dict) -> dict:
     """A user message as the host estimates it on its request copies: its
     ``api_content`` sidecar (the wire text: the message and the context plugins

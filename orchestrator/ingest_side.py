@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from ..binding import forks
 from ..binding import session as session_binding
 from ..compaction import assemble, fallback, known_tails, tokens
-from ..compaction.budget import host_estimator
+from ..compaction.budget import host_estimator, host_kept_text
 from ..compaction.message_memo import NOT_STORED
 from ..storage import codec, identity
 from ..store import KnownTail
@@ -298,8 +298,10 @@ class IngestSide:
         output stayed under its figure of the trigger and the request went out at
         110K real tokens in a 64K window (tests/test_budget_promises.py seed 12)."""
         try:
+            text = host_kept_text(result if isinstance(result, str) else str(result),
+                                  str(tool_name or ""), self.context_length)
             self._real_projection.grew(self.counter.count_message(
-                {"role": "tool", "content": result if isinstance(result, str) else str(result),
+                {"role": "tool", "content": text,
                  "tool_call_id": str(tool_call_id or ""), "name": str(tool_name or "")}))
         except Exception:  # bookkeeping must never break the turn
             self._real_projection.forget()

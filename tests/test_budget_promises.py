@@ -289,6 +289,32 @@ def test_a_tool_result_grows_the_real_count_the_trigger_reads(tmp_path):
     assert out[-1]["tool_call_id"] == "c1"
 
 
+def test_a_result_the_host_persists_counts_as_what_the_host_keeps(tmp_path):
+    """The host writes a result over its threshold (15% of the window in characters,
+    ``tools.budget_config``) to a file and keeps a preview in its list; the hook sees
+    the raw result first. Counted whole, a 400K-character log read as ~100K tokens of
+    pressure in a 64K window that no request carried. It counts as the host's
+    replacement, never lower."""
+    from tools.budget_config import budget_for_context_window
+    from tools.tool_result_storage import maybe_persist_tool_result
+
+    engine = make_engine(tmp_path, window=64_000)
+    ask = {"role": "user", "content": "run the build"}
+    engine.note_user_turn(ask)
+    engine.update_from_response({"prompt_tokens": 900, "completion_tokens": 20})
+    result = "".join(f"line {i}: compiling module_{i}.c ok\n" for i in range(12_000))
+    assert len(result) > 400_000
+    on_post_tool_call(session_id=engine.session_id, result=result, tool_call_id="c1",
+                      tool_name="terminal")
+    assert not engine.should_compress(950)
+    kept = maybe_persist_tool_result(result, "terminal", "c1", env=None,
+                                     config=budget_for_context_window(64_000))
+    assert len(kept) < 10_000       # the host did replace it
+    grew = engine._real_projection.pressure(0)
+    assert grew >= engine.counter.count_message(
+        {"role": "tool", "content": kept, "tool_call_id": "c1", "name": "terminal"})
+
+
 def test_compress_counts_the_list_before_the_first_reply(tmp_path):
     """Before the first reply the real size of the list was unknown, so a first turn of
     Chinese text bigger than the window (under the trigger by the host's chars/4) was
