@@ -191,25 +191,46 @@ def is_block_candidate(message: dict) -> bool:
 
 
 def is_real_user(message: dict) -> bool:
-    """A user turn with text that the engine did not insert itself."""
+    """A user turn with text that the engine did not insert itself, judged by its text
+    alone: for a list no identity reading explains (``newest_user`` says why a list
+    that was read needs more)."""
     return (message.get("role") == "user" and not is_trove_message(message)
             and bool(_text_of(message).strip()))
 
 
+def newest_user(messages: Sequence[dict], engine: Sequence[bool] | None = None) -> int | None:
+    """The newest user message with text that is not the engine's own: the turn's
+    message, which the tail always keeps whole and chooses itself around.
+
+    Which messages are the engine's is ``storage/identity``'s reading, never the
+    text: a user's copy of a block (pasted from a log, an earlier prompt re-sent) has
+    the block's very text, and only its place tells it from the engine's block
+    (``identity.user_sent``, ``own_flags``). Judged by its text, the copy was not the
+    user's, so an older question was kept in its place and the copy itself could be
+    summarized out of the prompt. ``engine`` flags the engine's own messages as an
+    ingest read them; None means none is among ``messages`` (the compaction's tail
+    candidates and stored rows: ``tail_rows.candidates`` leaves the engine's out)."""
+    def users(i: int, m: dict) -> bool:
+        return (isinstance(m, dict) and m.get("role") == "user"
+                and bool(_text_of(m).strip()) and not (engine is not None and engine[i]))
+    return max((i for i, m in enumerate(messages) if users(i, m)), default=None)
+
+
 def choose_tail(messages: Sequence[dict], units: Sequence[Unit], *, max_count: int,
-                max_tokens: int | None, count: Callable[[dict], int]) -> tuple[set[int], bool]:
+                max_tokens: int | None, count: Callable[[dict], int],
+                engine: Sequence[bool] | None = None) -> tuple[set[int], bool]:
     """Pick the fresh tail: indices of messages that stay raw.
 
     Whole units are taken from the newest end while they fit ``max_count``
     messages and ``max_tokens`` tokens. The newest message's unit and the
-    newest real user message always stay, even over the limits (the tail then
-    "gives way" around them). Returns (indices, gave_way) where gave_way says a
-    limit cut the tail short of ``max_count``.
+    newest user message (``newest_user``; ``engine`` as there) always stay, even
+    over the limits (the tail then "gives way" around them). Returns (indices,
+    gave_way) where gave_way says a limit cut the tail short of ``max_count``.
     """
     keep: set[int] = set()
     used_tokens = 0
     gave_way = False
-    last_user = max((i for i, m in enumerate(messages) if is_real_user(m)), default=None)
+    last_user = newest_user(messages, engine)
     for pos in range(len(units) - 1, -1, -1):
         unit = units[pos]
         is_last = pos == len(units) - 1

@@ -59,8 +59,10 @@ def trim_to_budget(messages: list, budget_tokens: int, count: Callable[[dict], i
     """System prompt, a notice, and the newest whole units that fit ``budget_tokens``."""
     system = messages[0] if messages and messages[0].get("role") == "system" else None
     body = messages[1:] if system is not None else list(messages)
+    # no identity reading here (no database): the engine's own are told by their text
     keep, _ = assemble.choose_tail(body, assemble.group_units(body), max_count=len(body) or 1,
-                                   max_tokens=max(0, budget_tokens), count=count)
+                                   max_tokens=max(0, budget_tokens), count=count,
+                                   engine=[assemble.is_trove_message(m) for m in body])
     tail = [body[i] for i in sorted(keep)]
     if len(tail) == len(body):
         return messages

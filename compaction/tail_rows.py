@@ -32,8 +32,9 @@ def candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[b
     # message whatever follows it (``assemble.choose_tail``). A pass that kept it raw
     # and summarized the tool group after it may have left the host's list unchanged
     # (no progress the host would take); compacting that list again summarized the
-    # question itself, and the prompt went out without it.
-    newest = max((i for i, (m, _) in enumerate(rows) if assemble.is_real_user(m)), default=None)
+    # question itself, and the prompt went out without it. The rows hold none of the
+    # engine's own (``inserted``), so a user's copy of a block among them is the user's.
+    newest = assemble.newest_user([m for m, _ in rows])
     stale.discard(newest)
     return rows, stale
 

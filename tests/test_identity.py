@@ -634,6 +634,40 @@ def test_a_block_copy_sent_into_a_compaction_before_pre_llm_call_is_stored_once(
                                      ("assistant", "a copy of the block")]
 
 
+def test_a_block_copy_the_user_sent_is_the_turns_message_the_compacted_prompt_keeps(tmp_path):
+    # Storage reads the user's copy of a block as the turn's message; the tail chooser
+    # judged user messages by their text, so the copy was not "the newest user
+    # message": the compaction kept an older question in its place (two user turns in
+    # a row, the tail chosen around a stale question) and, with a tool call after the
+    # copy, summarized the copy out of the prompt. The tail is chosen around it.
+    calls = [{"role": "assistant", "content": "", "tool_calls": [
+                 {"id": "c1", "type": "function",
+                  "function": {"name": "trove_grep", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "c1", "content": "result " * 50}]
+    for after in ([], calls):
+        engine = make_engine(tmp_path / str(len(after)), window=64_000, fresh_tail_count=1)
+        shown = compact(engine, long_history(20))
+        engine.turn_done()
+        shown = shown + long_history(12)[4:]
+        engine.ingest(shown)
+        engine.turn_done()
+        rows = len(stored(engine))
+        pasted = {"role": "user", "content": shown[0]["content"]}   # the current block
+        engine.note_user_turn(pasted)                               # pre_llm_call
+        out = compact(engine, shown + [pasted] + after)
+        assert out[len(out) - len(after):] == after
+        assert [i for i, m in enumerate(out) if m is pasted] == [len(out) - len(after) - 1]
+        assert out[len(out) - len(after) - 2]["content"] == assemble.ACK_TEXT
+        engine_blocks = [m for m in out if m is not pasted and assemble.is_trove_message(m)
+                         and m["role"] == "user"]
+        assert len(engine_blocks) == 1 and out[0] is engine_blocks[0]
+        assert not assemble.sequence_problems(out)
+        engine.ingest(out + [{"role": "assistant", "content": "that is the block"}])
+        engine.turn_done()
+        assert stored(engine)[rows:] == [("user", pasted["content"])] + [
+            (m["role"], m["content"]) for m in after] + [("assistant", "that is the block")]
+
+
 def test_a_second_copys_old_list_after_a_returned_block_keeps_rows_summarized_since(tmp_path):
     """A compaction returned its block and the turn it ran in; the user /undid that
     turn and went on. A second CLI restored the session then (the block and the turns
