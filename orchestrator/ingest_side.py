@@ -107,18 +107,7 @@ class IngestSide:
             rest = len(messages) - len(user_part)
             return ids + [None] * rest, inserted + [False] * rest
         messages = [m if isinstance(m, dict) else {} for m in messages]
-        # a leading system prompt is not stored (nor prepared): only then does
-        # ``system_prompt`` matter
-        system_prompt = system_prompt and bool(messages) and messages[0].get("role") == "system"
-        facts = self._memo.facts_of(messages[1:] if system_prompt else messages,
-                                    self.policy.prepare)
-        if system_prompt:
-            facts.insert(0, NOT_STORED)
-        # the notice of a fallback trim (``fallback.is_trim_notice``) is the engine's own
-        # text, never conversation: stored, it read as a user message and the turns
-        # after it were taken for new ones once the database worked again
-        facts = [NOT_STORED if fallback.is_trim_notice(m) else f
-                 for m, f in zip(messages, facts)]
+        system_prompt, facts = self._facts(messages, system_prompt)
         stamps = [m.get("timestamp") for m in messages]
         store = self.store
         key = (canonical, system_prompt, handover)
@@ -147,6 +136,22 @@ class IngestSide:
         if found is not None and found.worker is not None:
             found.worker.poke()   # embedding happens on the worker's thread, never here
         return answer
+
+    def _facts(self, messages: list, system_prompt: bool) -> tuple[bool, list]:
+        """Whether the list opens with a system prompt not to store, and each message's
+        ``Facts`` as an ingest reads them (``NOT_STORED`` for what is never stored)."""
+        # a leading system prompt is not stored (nor prepared): only then does
+        # ``system_prompt`` matter
+        system_prompt = system_prompt and bool(messages) and messages[0].get("role") == "system"
+        facts = self._memo.facts_of(messages[1:] if system_prompt else messages,
+                                    self.policy.prepare)
+        if system_prompt:
+            facts.insert(0, NOT_STORED)
+        # the notice of a fallback trim (``fallback.is_trim_notice``) is the engine's own
+        # text, never conversation: stored, it read as a user message and the turns
+        # after it were taken for new ones once the database worked again
+        return system_prompt, [NOT_STORED if fallback.is_trim_notice(m) else f
+                               for m, f in zip(messages, facts)]
 
     def _read_whole(self, messages: list, facts: list, stamps: list, canonical: str, own: bool,
                     system_prompt: bool, handover: bool) -> tuple:
@@ -333,19 +338,17 @@ class IngestSide:
         return self._memo.total_tokens(messages, self.counter.count_message)
 
     def _engine_own(self, messages: list) -> list[bool]:
-        """Which shown messages are the engine's own block and acknowledgement (a
-        block a view of the session holds, or one an older version remembered)."""
-        legacy, _ = self._read_blocks(messages)
-        candidates = {i: identity.fingerprint_block(m.get("content"))
-                      for i, m in enumerate(messages) if assemble.is_block_candidate(m)}
-        if not candidates or not self.canonical_id:
-            return legacy
-        shown = identity.Shown(
-            fps=[None] * len(messages), block_fps=candidates,
-            ack_at=frozenset(i for i, m in enumerate(messages)
-                             if m.get("role") == "assistant" and assemble.is_trove_message(m)),
-            preinserted=frozenset(i for i, flag in enumerate(legacy) if flag))
-        return shown.engine_flags(self.store.known_blocks(self.canonical_id))
+        """Which shown messages are the engine's own block and acknowledgement, as an
+        ingest of the list reads them (a block a view of the session holds, or one an
+        older version remembered; a copy of one the user sent is a message:
+        ``identity.user_sent``, ``own_flags``), storing nothing."""
+        if not any(assemble.is_block_candidate(m) for m in messages) or not self.canonical_id:
+            return self._read_blocks(messages)[0]
+        canonical = self.canonical_id
+        system_prompt, facts = self._facts(messages, True)
+        _, shown, _ = self._read_whole(messages, facts, [m.get("timestamp") for m in messages],
+                                       canonical, True, system_prompt, False)
+        return self.store.engine_elements(canonical, shown)
 
     def _read_blocks(self, messages: list, candidates: dict[int, str] | None = None
                      ) -> tuple[list[bool], KnownTail | None]:

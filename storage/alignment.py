@@ -223,28 +223,11 @@ class Alignment:
                     known_blocks: set[str] | None = None) -> "_Identified | None":
         """Read the list against ``candidates`` (newest first); None when they explain
         nothing (or, without ``gaps``, when the list is not explained whole)."""
-        candidates = iter(candidates)
-        if known_blocks is None:
-            candidates = list(candidates)
-            known_blocks = {fp for v in candidates for fp, sid in v.entries
-                            if sid == identity.BLOCK_ID}
-        flags = shown.engine_flags(known_blocks)
-        held = shown.view_fps(flags)
-        blocks = {held[i] for i, flag in enumerate(flags) if flag and i not in shown.ack_at}
-        if blocks:  # a list carrying one of the engine's blocks is read against its views
-            candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
-        if not gaps:
-            # the fast path serves only a list that goes on from the view (the next turn)
-            candidates = [v for v in candidates if identity.continues(held, v)]
-        reading = identity.read(held, candidates, turn_index=shown.turn_index,
-                                roles=shown.roles, engine=flags)
-        if reading.view is None and gaps and blocks:
-            reading = self._after_returned(conn, session_id, shown, held, flags) or reading
-        if reading.view is None:
+        reading, flags = self._view_reading(conn, session_id, shown, candidates, gaps=gaps,
+                                            known_blocks=known_blocks)
+        if reading is None:
             return None
         ids = reading.store_ids
-        # a block the view reads as a row is the user's copy of it (a message)
-        flags = identity.own_flags(flags, ids)
         fps = shown.reading_fps(flags)
         if not gaps:  # the fast path: the one view explains every element before the turn
             if reading.gaps and not self._only_new_after(
@@ -299,6 +282,50 @@ class Alignment:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)
         return _Identified(alignment, flags, same_as=reading.same_as)
+
+    def _view_reading(self, conn, session_id: str, shown: identity.Shown,
+                      candidates: Iterable[identity.View], *, gaps: bool,
+                      known_blocks: set[str] | None = None
+                      ) -> tuple[identity.Reading | None, list[bool]]:
+        """How the list reads against ``candidates`` before any gap is looked up, and
+        which of its elements are the engine's own: (reading, flags); the reading is
+        None when they explain nothing, and the flags are then ``engine_flags``'s."""
+        candidates = iter(candidates)
+        if known_blocks is None:
+            candidates = list(candidates)
+            known_blocks = {fp for v in candidates for fp, sid in v.entries
+                            if sid == identity.BLOCK_ID}
+        flags = shown.engine_flags(known_blocks)
+        held = shown.view_fps(flags)
+        blocks = {held[i] for i, flag in enumerate(flags) if flag and i not in shown.ack_at}
+        if blocks:  # a list carrying one of the engine's blocks is read against its views
+            candidates = (v for v in candidates if any(fp in blocks for fp, _ in v.entries))
+        if not gaps:
+            # the fast path serves only a list that goes on from the view (the next turn)
+            candidates = [v for v in candidates if identity.continues(held, v)]
+        reading = identity.read(held, candidates, turn_index=shown.turn_index,
+                                roles=shown.roles, engine=flags)
+        if reading.view is None and gaps and blocks:
+            reading = self._after_returned(conn, session_id, shown, held, flags) or reading
+        if reading.view is None:
+            return None, flags
+        # a block the view reads as a row is the user's copy of it (a message)
+        return reading, identity.own_flags(flags, reading.store_ids)
+
+    def engine_elements(self, session_id: str, shown: identity.Shown) -> list[bool]:
+        """Which elements of a shown list are the engine's own block and
+        acknowledgement, as an ingest of it would read them, writing nothing.
+
+        Why: a question about a list that stores nothing (the /compress preflight)
+        must get the ingest's answer. By the views' blocks alone, a user's copy of a
+        block (its very text) was the engine's wherever it stood; only the views'
+        reading of its place tells it is a message (``identity.own_flags``)."""
+        with self.db.reading() as conn:
+            canonical = self._canonical(conn, session_id)
+            known_blocks = views.lineage_block_fps(conn, canonical, shown.copy_from)
+            _, flags = self._view_reading(conn, canonical, shown, views.each(conn, canonical),
+                                          gaps=True, known_blocks=known_blocks)
+            return flags
 
     @staticmethod
     def _after_returned(conn, session_id: str, shown: identity.Shown, fps: list,

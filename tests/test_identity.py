@@ -668,6 +668,31 @@ def test_a_block_copy_the_user_sent_is_the_turns_message_the_compacted_prompt_ke
             (m["role"], m["content"]) for m in after] + [("assistant", "that is the block")]
 
 
+def test_the_compress_preflight_counts_a_block_copy_the_user_sent_as_conversation(tmp_path):
+    # The gateway's /compress asks first whether there is anything to compact. A block
+    # the session's views hold was the engine's wherever it stood, so a list whose
+    # only uncompacted turn is the user's copy of the block and its answer read as
+    # one message: "nothing to compress". The copy is read as the ingest reads it.
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=1)
+    shown = compact(engine, long_history(20))
+    engine.turn_done()
+    block, ack = shown[0], shown[1]
+    assert shown[2:] == long_history(20)[-2:] and assemble.is_trove_message(block)
+    shown = [block, ack]                          # an /undo of the newest turn
+    pasted = {"role": "user", "content": block["content"]}
+    engine.note_user_turn(pasted)                 # pre_llm_call
+    shown = shown + [pasted, {"role": "assistant", "content": "that is the block"}]
+    engine.ingest(shown)                          # post_llm_call
+    engine.turn_done()
+    assert stored(engine)[-2:] == [("user", block["content"]),
+                                   ("assistant", "that is the block")]
+    gateway = make_engine(tmp_path, window=64_000, fresh_tail_count=1)   # its own agent
+    for each in (engine, gateway):
+        assert each.has_content_to_compress(copy.deepcopy(shown))
+        # the engine's own block and acknowledgement alone are still nothing to compact
+        assert not each.has_content_to_compress([block, ack, shown[-1]])
+
+
 def test_a_second_copys_old_list_after_a_returned_block_keeps_rows_summarized_since(tmp_path):
     """A compaction returned its block and the turn it ran in; the user /undid that
     turn and went on. A second CLI restored the session then (the block and the turns
