@@ -465,3 +465,50 @@ def test_a_sent_copy_of_the_current_or_an_older_block_is_stored_once(tmp_path, s
         users = [text for role, text in rows(host) if role == "user"]
         assert users[-4:] == [current, older, "[T11] what were those?", "[T12] from the second CLI"]
         assert_stored_once(talk)
+
+
+def test_a_sent_copy_of_the_block_stays_the_turns_message_through_a_compress(tmp_path, server):
+    """A user who sends the current block's text sent the turn's message: the model is
+    asked with it, and a /compress after the turn (a one-message tail) keeps it with
+    its answer. The tail chooser judged user messages by their text, so it kept the
+    older question in the copy's place: the next request showed the answer after a
+    question it never answered, and the copy was gone."""
+    model = wk.ScriptedModel(seed=11, ok_share=0.0)
+    with ck.CliHost(tmp_path, server=server, responder=model,
+                    extra_env={"TROVE_FRESH_TAIL_COUNT": "1"}) as host:
+        talk = Talk(host)
+        rng = random.Random(11)
+        for n in range(1, 7):
+            talk.say(f"[T{n}] " + wk.prose(rng, 4000))
+        talk.cli.compress()
+        for n in range(7, 11):
+            talk.say(f"[T{n}] " + wk.prose(rng, 4000))
+        talk.cli.compress()
+        current = next(ck.text_of(m.get("content")) for m in talk.cli.history
+                       if ck.text_of(m.get("content")).startswith(wk.BLOCK_PREFIX))
+        talk.say(current)
+
+        def sent() -> list:
+            return [(m.get("role"), ck.text_of(m.get("content")))
+                    for m in server.main_bodies[-1]["messages"]]
+        asked = sent()   # the turn's message (the plugin may append its recall policy)
+        assert asked[-1][0] == "user" and asked[-1][1].startswith(current)
+        rest = asked[-1][1][len(current):]
+        assert rest == "" or rest.startswith("\n\n")
+        answer = talk.cli.history[-1]
+        assert answer["role"] == "assistant"
+        talk.cli.compress()
+        talk.say("[T11] what was that?")
+        asked = sent()
+        at = [k for k, (role, text) in enumerate(asked)
+              if k > 1 and role == "user" and text.startswith(current)]   # [1]: the block
+        assert len(at) == 1, asked
+        at = at[0]
+        assert asked[at - 1][0] == "assistant" and asked[at - 1][1].startswith("[trove] ")
+        assert asked[at + 1] == ("assistant", ck.text_of(answer.get("content"))), asked[at - 2:]
+        assert len(asked) == at + 3 and asked[-1][1].startswith("[T11] what was that?")
+        assert not any(text.startswith("[T10]") for _, text in asked)
+        talk.cli.exit()
+        users = [text for role, text in rows(host) if role == "user"]
+        assert users.count(current) == 1 and users[-2:] == [current, "[T11] what was that?"]
+        assert_stored_once(talk)
