@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .binding import forks, host_input, switches
 from .binding.session import SessionBinding, register
 from .binding.session import find_engine, live_engines  # noqa: F401 (the engine API)
-from .compaction import assemble, oversize, prepare, spend, sweep, tail_rows, tokens
+from .compaction import assemble, prepare, spend, sweep, tail_rows, tokens
 from .compaction.budget import HOST_PROGRESS_SHARE, Budget, RealProjection, host_text_cost
 from .storage import faults, identity, locks
 from .compaction.compactor import Compactor, PassReport
@@ -544,8 +544,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
 
         # 1. a count-protected tail within a share of the room; 2. as much of it as
         # fits beside the block; 3. only the newest user message and tool group.
-        live = self._cut_the_unfitting(live, units, room, tail_cost, text_cost)  # ``oversize``
-        live_msgs = [m for m, _ in live]
         first_cap = assemble.tail_token_cap(room, cfg.fresh_tail_max_tokens)
         newest, _ = assemble.choose_tail(live_msgs, units, max_count=1, max_tokens=0,
                                          count=tail_cost)
@@ -644,14 +642,13 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
                     if needs_block else (None, [], []))
             block_cost = text_cost(block) if block is not None else 0
             result = assemble.build_prompt(system, block, tail)
-            final, host_final = self._request_size(result, system, budget, host_rough)
+            returned = result[1:] if system is not None else result
+            final = (budget.real_overhead + budget.system_exact
+                     + self.count_messages(returned))
+            host_final = (budget.host_overhead + budget.system_rough
+                          + sum(host_rough(m) for m in returned))
             if final < trigger and host_final < trigger:
                 break
-        else:  # the newest turn alone is over the room: shown cut, never whole or dropped
-            block, tail = self._cut_oversize(session, block, tail, [sid for _, sid in live],
-                                             room, tail_cost, text_cost)
-            result = assemble.build_prompt(system, block, tail)
-            final, host_final = self._request_size(result, system, budget, host_rough)
         over = final >= trigger or host_final >= trigger
         # the guard is for the host's retries within a turn; a /compress (``force``) is
         # between turns, and the next turn's list is counted otherwise (host walk 120000)
@@ -714,7 +711,6 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             "tail_gave_way": gave_way, "tail_cut_by_tokens": tail_cut,
             "tail_kept": len(tail), "tail_messages": len(tail), "tail_tokens": tail_tokens,
             "omitted_nodes": len(omitted),
-            "cut_messages": sum(1 for m in result if oversize.is_cut(m)),
             "seconds": round(time.perf_counter() - started, 4),
         }
         if not changed and final < trigger and host_final < trigger:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from ..storage import codec
 from ..config import TroveConfig
 from .noise import MessageFilter, SessionFilter
-from ..storage.payloads import (KIND_CUT_MESSAGE, PayloadError, PayloadStore, guard_message,
-                                refs_in, restore_text)
+from ..storage.payloads import (PayloadError, PayloadStore, guard_message, refs_in,
+                                restore_text)
 from ..storage.payloads import store_for as payload_store_for
 from . import redaction
 from .redaction import Redactor
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 
 # Their results are what the model asked to read in full: never replaced by a stub.
 NEVER_STUBBED = frozenset({"trove_expand", "trove_describe"})
-# Every placeholder opens so (``storage.payloads``): the cheap test before the regex.
-_PLACEHOLDER_OPENING = "[trove externalized "
 
 _policies: dict[tuple, "IngestPolicy"] = {}
 _policies_lock = threading.Lock()
@@ -102,40 +100,16 @@ class IngestPolicy:
         return message if not count else redacted
 
     def _restored(self, message: dict) -> dict:
-        """A message the prompt showed as a placeholder is the same message as the
-        original it stands for: its identity comes from the restored text. A tool
-        result replayed as a stub (see ``stub_for``) and any message shown cut because
-        it was bigger than the whole budget (``compaction/oversize``), whose text may
-        be a text part of a multimodal message."""
+        """A tool result replayed as a stub (see ``stub_for``) is the same message as the
+        original it stands for: its identity comes from the restored text."""
         content = message.get("content")
-        opening = (_PLACEHOLDER_OPENING if message.get("role") == "tool"
-                   else f"{_PLACEHOLDER_OPENING}{KIND_CUT_MESSAGE} ")
-        if isinstance(content, str):
-            restored = self._restored_text(content, opening)
-            return message if restored is content else {**message, "content": restored}
-        if not isinstance(content, list):
+        if message.get("role") != "tool" or not isinstance(content, str) or not refs_in(content):
             return message
-        parts = [{**p, "text": self._restored_text(p["text"], opening)}
-                 if isinstance(p, dict) and isinstance(p.get("text"), str) else p
-                 for p in content]
-        return message if parts == content else {**message, "content": parts}
-
-    def _restored_text(self, text: str, opening: str) -> str:
-        """``text`` with exact placeholders restored (the same object when none is);
-        only a text holding ``opening`` is looked at (a cut, for a message of the
-        conversation: other placeholders in its text were typed or pasted)."""
-        restored = text
-        for _ in range(2):  # a cut tool result may hold its replay stub: restored in turn
-            if opening not in restored or not refs_in(restored):
-                break
-            try:
-                again = restore_text(restored, self.payloads)
-            except PayloadError:
-                break
-            if again == restored:
-                break
-            restored = again
-        return text if restored == text else restored
+        try:
+            restored = restore_text(content, self.payloads)
+        except PayloadError:
+            return message
+        return message if restored == content else {**message, "content": restored}
 
     def stub_for(self, message: dict, stored_content: str | None) -> dict | None:
         """The provider-visible stub of a large textual tool result, or None to keep it.

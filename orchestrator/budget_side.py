@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..compaction import assemble, oversize
+from ..compaction import assemble
 from ..compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, as_counted,
                                  bounded_real_overhead, host_overhead_floor, host_sees_progress)
 from ..ingest.policy import NEVER_STUBBED
 from ..storage import codec
-from ..storage.payloads import KIND_CUT_MESSAGE, TOOL_OUTPUT_MIME, encode_text
 
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
@@ -129,70 +128,3 @@ class BudgetSide:
         if self._overhead_tokens is None:
             return DEFAULT_OVERHEAD_TOKENS
         return max(self._overhead_tokens, host_overhead_floor(self._real_overhead))
-
-    def _request_size(self, result: list, system: dict | None, budget: Budget,
-                      host_rough: Callable[[dict], int]) -> tuple[int, int]:
-        """The request ``result`` makes, in real tokens and in the host's units
-        (overhead, system prompt and messages): what a pass must bring under the
-        trigger, both, or give way further."""
-        returned = result[1:] if system is not None else result
-        return (budget.real_overhead + budget.system_exact + self.count_messages(returned),
-                budget.host_overhead + budget.system_rough + sum(host_rough(m) for m in returned))
-
-    def _cut_the_unfitting(self, live: list, units: list, room: int,
-                           tail_cost: Callable[[dict], int],
-                           text_cost: Callable[[str], int]) -> list:
-        """The tail's candidates (message, store_id) with each message that could never
-        stand whole beside even the smallest block shown cut to half the room
-        (``compaction/oversize``), before the tail is chosen: the previous exchange
-        then stays raw beside it when it fits (host walk 160006: cut only after the
-        passes, the big turn stood alone, the exchange before it already summarized).
-        Summaries are still made from the stored whole (``stored_form`` restores a cut).
-        Only what always stays (the newest unit and user message) is looked at: an
-        older message too big to stand whole is summarized, never cut."""
-        limit = room - text_cost(assemble.BLOCK_HEADER) - text_cost(assemble.ACK_TEXT)
-        stays, _ = assemble.choose_tail([m for m, _ in live], units, max_count=1, max_tokens=0,
-                                        count=lambda m: 1)
-        big = [i for i in sorted(stays)
-               if live[i][1] is not None and tail_cost(live[i][0]) > limit]
-        if not big:
-            return live
-        out = list(live)
-        put_text = self._put_cut_text
-        try:
-            for i in big:
-                message = self.policy.for_replay(
-                    {k: v for k, v in live[i][0].items() if not str(k).startswith("_")})
-                out[i] = (oversize.cut_to(message, room // 2, store_id=int(live[i][1]),
-                                          cost=tail_cost, put_text=put_text), live[i][1])
-        except OSError as exc:  # no payload, no cut: the passes give way as before
-            self.errors.append(f"cut: {exc}")
-            return live
-        return out
-
-    def _put_cut_text(self, text: str) -> str:
-        """Store a cut message's whole text as a payload (its ref)."""
-        return self.policy.payloads.put(encode_text(text), kind=KIND_CUT_MESSAGE,
-                                        mime=TOOL_OUTPUT_MIME).ref
-
-    def _cut_oversize(self, session: str, block: str | None, tail: list, store_ids: list,
-                      room: int, tail_cost: Callable[[dict], int],
-                      text_cost: Callable[[str], int]) -> tuple[str | None, list]:
-        """The last resort when the newest user message and tool group alone are over
-        the room: the block kept to half the room at most, and the biggest tail
-        messages shown cut to what is left (``compaction/oversize``), each naming its
-        stored row. Returned whole they went over the host's trigger and the window
-        (the provider rejects such a request, and the host's retries of a compaction
-        that can do nothing more burn its passes). Returns (block, tail)."""
-        if block is not None and text_cost(block) > room // 2:
-            block, _, _ = assemble.render_context_block(
-                self.dag.frontier(session), budget_tokens=room // 2, count_text=text_cost)
-        ack = (text_cost(assemble.ACK_TEXT)
-               if block is not None and tail and tail[0].get("role") == "user" else 0)
-        allowance = room - (text_cost(block) if block is not None else 0) - ack
-        try:
-            return block, oversize.fit(tail, store_ids, allowance, cost=tail_cost,
-                                       put_text=self._put_cut_text)
-        except OSError as exc:  # no payload, no cut: the whole message, reported
-            self.errors.append(f"cut: {exc}")
-            return block, tail

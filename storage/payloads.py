@@ -45,7 +45,6 @@ SIDECAR_SUFFIX = ".json"
 KIND_DATA_URI = "data_uri"        # a whole data:<mime>;base64,... URI
 KIND_BASE64 = "base64"            # a bare base64 run (no data: header)
 KIND_TOOL_OUTPUT = "tool_output"  # a whole large tool result text
-KIND_CUT_MESSAGE = "cut_message"  # a message too big for the whole prompt, shown cut
 TOOL_OUTPUT_MIME = "text/plain"
 UNKNOWN_MIME = "application/octet-stream"
 
@@ -357,31 +356,6 @@ def tool_output_placeholder(text: str, ref: str, head: int = PREVIEW_HEAD,
     return f"{header}\n{text[:head]}\n{marker}\n{text[len(text) - tail:]}"
 
 
-def cut_message_placeholder(text: str, ref: str, head: int, tail: int,
-                            store_id: int) -> str:
-    """A message bigger than the whole prompt budget as the prompt shows it: header,
-    its first ``head`` and last ``tail`` characters around a marker naming the stored
-    row (``compaction/oversize`` decides when and how much).
-
-    Shaped like ``tool_output_placeholder``, so ``restore_text`` rebuilds the exact
-    original from the payload: the host shows the cut again on later turns, and the
-    ingest policy takes it for the stored row it stands for, never a new message."""
-    head, tail = max(0, head), max(0, tail)
-    if head + tail >= len(text):
-        head, tail = len(text), 0
-    size = human_size(len(encode_text(text)))
-    header = (f"[trove externalized {KIND_CUT_MESSAGE} {TOOL_OUTPUT_MIME} {size}, "
-              f"preview {head}+{tail} of {len(text)} chars: {ref}]")
-    omitted = len(text) - head - tail
-    marker = (f"[... {omitted} chars omitted: this message is bigger than the whole context "
-              f"budget, so only its start and end are shown; trove stores it whole: "
-              f"trove_expand(store_id={int(store_id)}) pages the exact text ...]")
-    return f"{header}\n{text[:head]}\n{marker}\n{text[len(text) - tail:]}"
-
-
-_CUT_STORE_ID_RE = re.compile(r"\[\.\.\. \d+ chars omitted: [^\]]*?trove_expand\(store_id=(\d+)\)")
-
-
 def refs_in(text: str) -> list[str]:
     """Refs of every placeholder header in ``text``, first occurrence order, no duplicates."""
     return list(dict.fromkeys(m.group("ref") for m in _HEADER_RE.finditer(text)))
@@ -403,7 +377,7 @@ def restore_text(text: str, store: PayloadStore, *, strict: bool = True) -> str:
             if strict:
                 raise
             continue
-        expected = _expected_placeholder(match, original, text)
+        expected = _expected_placeholder(match, original)
         if expected is not None and text.startswith(expected, match.start()):
             out += [text[pos:match.start()], original]
             pos = match.start() + len(expected)
@@ -411,18 +385,12 @@ def restore_text(text: str, store: PayloadStore, *, strict: bool = True) -> str:
     return "".join(out)
 
 
-def _expected_placeholder(match: re.Match, original: str, text: str) -> str | None:
+def _expected_placeholder(match: re.Match, original: str) -> str | None:
     ref = match.group("ref")
     if match.group("head") is None:
         return inline_placeholder(match.group("kind"), match.group("mime"),
                                   len(encode_text(original)), ref)
     head, tail = int(match.group("head")), int(match.group("tail"))
-    if match.group("kind") == KIND_CUT_MESSAGE:
-        # the marker names the stored row: read it after the header, the head and a newline each
-        found = _CUT_STORE_ID_RE.match(text, match.end() + 2 + head)
-        if found is None or head + tail > len(original):
-            return None
-        return cut_message_placeholder(original, ref, head, tail, int(found.group(1)))
     if match.group("kind") != KIND_TOOL_OUTPUT or head + tail >= len(original):
         return None
     return tool_output_placeholder(original, ref, head, tail)

@@ -148,56 +148,9 @@ def host_rough_tokens(body: dict, host_messages: Optional[List[dict]] = None) ->
 def request_user_text(body: dict, index: int = -1) -> str:
     """The content of a user message of a request (``index`` among its user
     messages). The plugin's pre_llm_call appends its recall policy to the wire
-    copy after a blank line: compare with ``startswith``. A message the engine
-    showed cut reads as its whole text (``through_cuts``)."""
+    copy after a blank line: compare with ``startswith``."""
     users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
-    return through_cuts(hk._content_text(users[index].get("content"))) if users else ""
-
-
-# A message bigger than the whole prompt budget is shown cut (compaction/oversize): its
-# start and end around a marker, the whole text a content-addressed payload. The tests
-# read a cut as the text it stands for when they saw that text whole before.
-_CUT_OPENING = "[trove externalized cut_message "
-_WHOLE_MIN_CHARS = 1_000
-
-
-class _SeenWhole:
-    """Long texts the tests saw whole, by their payload ref (a payload store's reader)."""
-
-    def __init__(self) -> None:
-        self.texts: dict = {}
-        self.seen: set = set()
-
-    def remember(self, text: str) -> None:
-        if len(text) > _WHOLE_MIN_CHARS and text not in self.seen:
-            from hermes_trove.storage import payloads
-            self.seen.add(text)
-            self.texts[payloads.ref_for(payloads.encode_text(text))] = text
-
-    def get_text(self, ref: str) -> str:
-        from hermes_trove.storage import payloads
-        if ref not in self.texts:
-            raise payloads.PayloadMissingError(ref)
-        return self.texts[ref]
-
-
-_SEEN_WHOLE = _SeenWhole()
-
-
-def remember_whole(text: str) -> None:
-    """A text the tests send: a cut of it later reads as it (``through_cuts``)."""
-    _SEEN_WHOLE.remember(text)
-    _SEEN_WHOLE.remember(text.strip())
-
-
-def through_cuts(text: str) -> str:
-    """``text``, a cut read as the whole text it stands for (a long whole text is
-    remembered for that)."""
-    if _CUT_OPENING not in text:
-        remember_whole(text)   # (stripped too: the host strips what it stores and restores)
-        return text
-    from hermes_trove.storage import payloads
-    return payloads.restore_text(text, _SEEN_WHOLE, strict=False)
+    return hk._content_text(users[index].get("content")) if users else ""
 
 
 # ---------------------------------------------------------------------------
@@ -294,8 +247,8 @@ def text_of(content: Any) -> str:
         if text.startswith("[") and text.endswith("]"):
             with contextlib.suppress(ValueError, TypeError):
                 text = hk._content_text(json.loads(text))
-        return through_cuts(text).strip()
-    return through_cuts(hk._content_text(content)).strip()
+        return text.strip()
+    return hk._content_text(content).strip()
 
 
 # ---------------------------------------------------------------------------

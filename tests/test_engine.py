@@ -155,20 +155,9 @@ def test_tail_gives_way_when_long_turns_would_keep_it_over_the_trigger(tmp_path)
         assert out[-1]["role"] in ("assistant", "tool", "user")
 
 
-def uncuttable_turn(size: int = 9000) -> list[dict]:
-    """A newest turn no compaction can shrink: its bulk is a tool call's arguments
-    (JSON a provider must receive whole), not text a cut may shorten."""
-    return [{"role": "user", "content": "write the file"},
-            {"role": "assistant", "content": "", "tool_calls": [{
-                "id": "call_w", "type": "function",
-                "function": {"name": "write_file",
-                             "arguments": json.dumps({"text": "word " * size})}}]},
-            {"role": "tool", "tool_call_id": "call_w", "name": "write_file", "content": "ok"}]
-
-
 def test_newest_turn_alone_over_the_trigger_is_reported_not_retried(tmp_path):
     engine = make_engine(tmp_path, window=8_000)
-    huge = uncuttable_turn()
+    huge = [{"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(engine, huge)
     out = engine.compress(huge, current_tokens=current)
     assert out == huge
@@ -179,42 +168,12 @@ def test_newest_turn_alone_over_the_trigger_is_reported_not_retried(tmp_path):
     assert engine.should_compress(current + 500)  # growth re-arms it
 
 
-def test_a_message_bigger_than_the_budget_is_shown_cut_and_stored_whole(tmp_path):
-    """The newest user message alone over the room: returned whole it went over the
-    trigger and the window (the provider refuses it; the host retried a compaction
-    that did nothing). It is shown cut, marked, naming its row; the row holds it
-    whole, and the cut shown again on later turns is that row, never a new one."""
-    from hermes_trove.compaction import oversize
-    engine = make_engine(tmp_path, window=8_000)
-    text = "word " * 9000
-    huge = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-            {"role": "user", "content": text}]
-    current = prompt_tokens(engine, huge)
-    out = engine.compress(huge, current_tokens=current)
-    assert engine.last_compaction["outcome"] == "compacted"
-    assert engine.last_compaction["cut_messages"] == 1
-    assert prompt_tokens(engine, out) < engine.threshold_tokens
-    assert assemble.sequence_problems(out) == []
-    shown = out[-1]
-    assert oversize.is_cut(shown) and shown["role"] == "user"
-    rows = engine.store.session_messages(engine.canonical_id)
-    assert [decode_row(r)["content"] for r in rows] == ["hi", "hello", text]
-    assert f"trove_expand(store_id={rows[-1]['store_id']})" in shown["content"]
-    assert shown["content"].split("\n")[1].startswith("word word")
-    later = out + [{"role": "assistant", "content": "that is long"},
-                   {"role": "user", "content": "thanks"}]
-    engine.ingest(later)                               # the host shows the cut again
-    rows = engine.store.session_messages(engine.canonical_id)
-    assert [decode_row(r)["content"] for r in rows] == ["hi", "hello", text,
-                                                        "that is long", "thanks"]
-
-
 def test_the_no_op_guard_lasts_one_turn(tmp_path):
     """The guard keeps the host from retrying within the turn; the next turn's list is
     another list whose figure the host may count otherwise (host walk seed 30004: a
     /compress between turns left a guard that skipped the next turn's compaction)."""
     engine = make_engine(tmp_path, window=8_000)
-    huge = uncuttable_turn()
+    huge = [{"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(engine, huge)
     engine.compress(huge, current_tokens=current)
     assert not engine.should_compress(current)
@@ -233,7 +192,7 @@ def test_a_compress_between_turns_leaves_no_guard(tmp_path):
     guard at 41,291 host tokens, and the next turn went out at 41,170, over the
     threshold, with the big turn no longer the newest)."""
     engine = make_engine(tmp_path, window=8_000)
-    huge = uncuttable_turn()
+    huge = [{"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(engine, huge)
     engine.compress(huge, current_tokens=current, force=True)  # a /compress between turns
     assert engine.should_compress(current - 100)
@@ -245,7 +204,7 @@ def test_the_turn_ends_for_every_copy_of_the_session(tmp_path):
     with it too."""
     own = make_engine(tmp_path, window=8_000)
     other = make_engine(tmp_path, window=8_000)             # bound last: the hooks' copy
-    huge = uncuttable_turn()
+    huge = [{"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(own, huge)
     own.compress(huge, current_tokens=current)
     assert not own.should_compress(current)
@@ -581,7 +540,7 @@ def test_a_pass_the_host_would_not_count_as_progress_keeps_the_list(tmp_path):
     /compress takes its result, and every message is stored either way."""
     engine = make_engine(tmp_path, window=8_000)
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok there"},
-                *uncuttable_turn()]
+                {"role": "user", "content": "word " * 9000}]
     current = prompt_tokens(engine, messages)
     out = engine.compress(messages, current_tokens=current)
     assert out is messages
@@ -695,19 +654,3 @@ def test_the_newest_user_message_stays_when_rows_after_it_were_summarized(tmp_pa
     again = engine.compress(messages, current_tokens=prompt_tokens(engine, messages), force=True)
     assert question in again, [m.get("content", "")[:40] for m in again]
     assert assemble.sequence_problems(again) == []
-
-
-def test_the_exchange_before_a_cut_turn_stays_raw_when_it_fits(tmp_path):
-    """A turn that can never stand whole is cut before the tail is chosen, so the short
-    exchange before it stays raw beside it (cut only after the passes, it stood alone:
-    the exchange had been summarized already; host walk 160006)."""
-    from hermes_trove.compaction import oversize
-    engine = make_engine(tmp_path, window=16_000)
-    exchange = [{"role": "user", "content": "which port does the proxy use?"},
-                {"role": "assistant", "content": "port 6543, set in proxy.toml"}]
-    messages = [{"role": "user", "content": "hello " * 400}, {"role": "assistant", "content": "hi"},
-                *exchange, {"role": "user", "content": "word " * 30000}]
-    out = engine.compress(messages, current_tokens=prompt_tokens(engine, messages))
-    assert oversize.is_cut(out[-1])
-    assert out[-3:-1] == exchange, [str(m.get("content"))[:30] for m in out]
-    assert prompt_tokens(engine, out) < engine.threshold_tokens

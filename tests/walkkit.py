@@ -484,7 +484,6 @@ class Walk:
 
     # -- one chat through either CLI -------------------------------------------
     def _chat(self, who: Any, text: str, *, via_retry: bool = False) -> None:
-        ck.remember_whole(text)   # the engine may show it cut: read as this text
         before_count = self._compression_count(who)
         history_before = who.history
         self.oracle.first_ingest(who.session_id, history_before, final=False)
