@@ -194,7 +194,12 @@ def is_real_user(message: dict) -> bool:
     """A user turn with text that the engine did not insert itself, judged by its text
     alone: for a list no identity reading explains (``newest_user`` says why a list
     that was read needs more)."""
-    return (message.get("role") == "user" and not is_trove_message(message)
+    return _user_with_text(message) and not is_trove_message(message)
+
+
+def _user_with_text(message: dict) -> bool:
+    """A user message holding some text (whose it is is for the caller to say)."""
+    return (isinstance(message, dict) and message.get("role") == "user"
             and bool(_text_of(message).strip()))
 
 
@@ -210,10 +215,8 @@ def newest_user(messages: Sequence[dict], engine: Sequence[bool] | None = None) 
     summarized out of the prompt. ``engine`` flags the engine's own messages as an
     ingest read them; None means none is among ``messages`` (the compaction's tail
     candidates and stored rows: ``tail_rows.candidates`` leaves the engine's out)."""
-    def users(i: int, m: dict) -> bool:
-        return (isinstance(m, dict) and m.get("role") == "user"
-                and bool(_text_of(m).strip()) and not (engine is not None and engine[i]))
-    return max((i for i, m in enumerate(messages) if users(i, m)), default=None)
+    return max((i for i, m in enumerate(messages)
+                if _user_with_text(m) and not (engine is not None and engine[i])), default=None)
 
 
 def choose_tail(messages: Sequence[dict], units: Sequence[Unit], *, max_count: int,
