@@ -20,7 +20,7 @@ from typing import Callable
 
 from .operators import actions as ops
 from .operators import rollup_actions
-from .operators import embed, families
+from .operators import embed, families, housekeeping
 from .operators import search, textview
 from .operators.progress import LogProgress
 from .config import load_config
@@ -491,17 +491,17 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("doctor",), "read-only health checks", ops.doctor, format_doctor),
     Action(("doctor", "full"), "health checks including quick_check on a big file",
            lambda t: ops.doctor(t, full=True), format_doctor),
-    Action(("doctor", "clean"), "read-only scan for junk/noise sessions", ops.clean_scan,
+    Action(("doctor", "clean"), "read-only scan for junk/noise sessions", housekeeping.clean_scan,
            format_clean, every_owner=True),
     Action(("doctor", "clean", "apply"), "backup, then remove the safe junk sessions",
-           ops.clean_apply, format_clean, every_owner=True),
+           housekeeping.clean_apply, format_clean, every_owner=True),
     Action(("doctor", "repair"), "SQLite and FTS diagnosis", ops.repair, format_repair),
     Action(("doctor", "repair", "apply"), "backup, then rebuild FTS indexes and REINDEX",
            lambda t: ops.repair(t, apply=True), format_repair),
     Action(("doctor", "source"), "count legacy blank sources", ops.source_fix, format_source),
     Action(("doctor", "source", "apply"), "backup, then set blank sources to 'unknown'",
            lambda t: ops.source_fix(t, apply=True), format_source),
-    Action(("doctor", "retention"), "read-only age and size analysis", ops.retention,
+    Action(("doctor", "retention"), "read-only age and size analysis", housekeeping.retention,
            format_retention, every_owner=True),
     Action(("backup",), "timestamped online backup of the database", ops.backup, format_backup),
     Action(("rotate",), "preview compacting this session in place", ops.rotate, format_rotate),

@@ -29,7 +29,7 @@ _bootstrap.load_package()
 from hermes_trove import command  # noqa: E402
 from hermes_trove.operators import actions as ops  # noqa: E402
 from hermes_trove.operators.textview import format_grep, table  # noqa: E402
-from hermes_trove.operators import embed, migrate, search  # noqa: E402
+from hermes_trove.operators import embed, housekeeping, migrate, search  # noqa: E402
 from hermes_trove.operators.progress import Progress  # noqa: E402
 from hermes_trove.operators.replay import TranscriptError  # noqa: E402
 from hermes_trove.tools import iso  # noqa: E402
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--limit", type=bounded(1, PAGE_MAX), default=50,
                       help=f"messages per page (1-{PAGE_MAX})")
     sessions = add("sessions", "sessions with message counts and time ranges")
-    sessions.add_argument("--limit", type=bounded(1, ops.CLEAN_SCAN_MAX_SESSIONS),
+    sessions.add_argument("--limit", type=bounded(1, housekeeping.CLEAN_SCAN_MAX_SESSIONS),
                           default=100)
     export = add("export", "a session as JSONL, one exact message per line")
     export.add_argument("session")

@@ -12,6 +12,7 @@ import hermes_trove
 from hermes_trove import command
 from hermes_trove.storage import database
 from hermes_trove.operators import actions as ops
+from hermes_trove.operators import housekeeping
 from hermes_trove.dag import NewNode
 from hermes_trove.storage.database import Database
 from hostkit import trove_host  # noqa: F401 (fixture; fake_llm is overridden below)
@@ -164,7 +165,8 @@ def test_doctor_reports_every_check(live):
 def test_retention_buckets_by_age(live):
     text = command.handle("doctor retention")
     assert "< 1 day" in text and "sess: 80 messages" in text
-    later = ops.retention(ops.open_target(live.config, live), now=time.time() + 40 * ops.DAY)
+    later = housekeeping.retention(ops.open_target(live.config, live),
+                                   now=time.time() + 40 * ops.DAY)
     assert [b["age"] for b in later["messages_by_age"]] == ["30-90 days"]
     assert later["messages_by_age"][0]["messages"] == 80
 
@@ -278,7 +280,7 @@ def clean_world(tmp_path, monkeypatch):
                                   ignore_message_patterns="^nightly report",
                                   ignore_session_patterns="spam-*")
     monkeypatch.setenv("HERMES_SESSION_ID", "sess")
-    monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
+    monkeypatch.setattr(housekeeping, "CLEAN_MIN_IDLE_SECONDS", 0)
     Owners(engine.store.db).record("hb-1", "telegram:user:5")
     return engine, other
 
@@ -319,7 +321,7 @@ def test_clean_protects_recently_active_sessions(tmp_path, monkeypatch):
     scan = command.handle("doctor clean")
     assert "0 safe to remove" in scan and "may be live in a running Hermes" in scan
     assert "nothing to do" in command.handle("doctor clean apply")
-    later = ops.clean_scan(ops.open_target(engine.config, engine), now=time.time() + 7200)
+    later = housekeeping.clean_scan(ops.open_target(engine.config, engine), now=time.time() + 7200)
     assert {c["session_id"] for c in later["candidates"] if c["safe"]} == {
         "empty-1", "trove-ephemeral-abc", "hb-1"}
 
@@ -332,7 +334,7 @@ def test_clean_never_proposes_real_work(tmp_path):
             "Use a systemd timer at 03:15 UTC with RandomizedDelaySec; " * 12)))):
         engine.store.ensure_session(session, source="cli")
         engine.store.ingest(session, messages)
-    scan = ops.clean_scan(ops.open_target(engine.config, engine), now=time.time() + 7200)
+    scan = housekeeping.clean_scan(ops.open_target(engine.config, engine), now=time.time() + 7200)
     found = {c["session_id"]: c for c in scan["candidates"]}
     assert "debug-62" not in found and "cron-q" not in found
     assert "no tool use" in found["hb-1"]["reason"] and "HEARTBEAT" in found["hb-1"]["reason"]
@@ -456,7 +458,7 @@ def test_clean_removes_the_vectors_of_the_rows_it_deletes(tmp_path, monkeypatch)
     from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore
     engine, _ = junk_database(tmp_path, doctor_clean_apply_enabled="true")
     monkeypatch.setenv("HERMES_SESSION_ID", "sess")
-    monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
+    monkeypatch.setattr(housekeeping, "CLEAN_MIN_IDLE_SECONDS", 0)
     vectors = VectorStore(engine.store.db)
     space = vectors.space_id(SpaceIdentity("test", "m", "r", 2))
     db = engine.config.resolved_database_path
@@ -483,7 +485,7 @@ def test_a_heartbeat_configuration_chat_survives_clean(tmp_path, monkeypatch):
         {"role": "user", "content": "Also put the door code 2468 in HEARTBEAT.md."},
         {"role": "assistant", "content": "Added the door code."}])
     monkeypatch.setenv("HERMES_SESSION_ID", "sess")
-    monkeypatch.setattr(ops, "CLEAN_MIN_IDLE_SECONDS", 0)
+    monkeypatch.setattr(housekeeping, "CLEAN_MIN_IDLE_SECONDS", 0)
     command.handle("doctor clean apply")
     db = engine.config.resolved_database_path
     assert rows(db, "SELECT count(*) FROM messages WHERE session_id = 'hb-config'") == [(4,)]

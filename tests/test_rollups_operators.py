@@ -12,6 +12,7 @@ import pytest
 from hermes_trove import command
 from hermes_trove.operators import actions as ops
 from hermes_trove.operators import rollup_actions
+from hermes_trove.operators import housekeeping
 from hermes_trove.storage import database
 from hermes_trove.storage.owners import Owners
 from test_rollups import NOW, OWNER, World
@@ -132,7 +133,7 @@ def test_clean_removes_the_rollups_over_its_sessions_even_outside_the_lookback(w
     before = {(r["kind"], r["period_key"], r["owner"]) for r in world.timeline.all_rollups()}
     assert ("day", "2026-03-12", "discord:user:9") in before and len(before) == 7
     later = NOW + 150 * 86400                    # day 12 is far outside the lookback now
-    out = ops.clean_apply(target, now=later)
+    out = housekeeping.clean_apply(target, now=later)
     assert out["status"] == "cleaned" and out["removed_sessions"] == ["trove-ephemeral-x"]
     assert out["removed"]["rollups"] == 2        # day 2026-03-12 and week 2026-W11
     assert "rollups over them removed: 2" in command.format_clean(out)
