@@ -8,6 +8,8 @@ a gateway process); without one it still answers from the configured database. E
 one entry of ``ACTIONS``: the operator function that builds a plain dict and
 the formatter that turns it into text. ``scripts/trove.py`` runs the same
 entries for status, doctor and backup, so both front ends say the same thing.
+In a messaging gateway chat (``owners.local_operator`` false) only the entries marked
+``gateway_ok`` run, on the caller's own data; every other one is refused in one line.
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ class Action:
     summary: str
     run: Callable[[ops.Target], dict]
     render: Callable[[dict], str]
-    # Lists or changes every owner's sessions: the profile's operator only (a
-    # messaging gateway's user is refused, ``owners.local_operator``).
-    every_owner: bool = False
+    # Reads only the caller's own data, so a messaging gateway's user may run it
+    # (``owners.local_operator`` false). Everything else (writes, repairs, backups, the
+    # model download, any view over every owner) is the profile operator's: fail
+    # closed, a new action is the operator's unless it says otherwise here.
+    gateway_ok: bool = False
 
 
 def register_command(ctx) -> None:
@@ -112,11 +116,12 @@ def handle(raw_args: str = "") -> str:
         return f"/trove: unknown subcommand {typed!r}\n\n{help_text()}"
     if words == ("help",):
         return help_text()
-    if action.every_owner and not owners.local_operator():
-        return (f"/trove {' '.join(words)}: refused: it reads or changes every user's "
-                "sessions, so only the profile's operator runs it (the CLI, or "
-                "scripts/trove.py on the host), not a messaging gateway's chat")
+    operator = owners.local_operator()
+    if not operator and not action.gateway_ok:
+        return gateway_refusal(words)
     try:
+        if words == ("status",) and not operator:
+            return caller_status_text()
         if words == ("status",):
             engine = find_engine(calling_session()) if calling_session() else None
             config = engine.config if engine is not None else load_config()
@@ -137,6 +142,33 @@ def handle(raw_args: str = "") -> str:
     except Exception as exc:  # a command must answer, never break the chat
         log.exception("hermes-trove: /trove %s failed", " ".join(words))
         return f"/trove {' '.join(words)} failed: {type(exc).__name__}: {exc}"
+
+
+def gateway_refusal(words: tuple[str, ...]) -> str:
+    """The one line a messaging gateway's user gets for an operator-only action: it
+    writes, repairs, backs up or spans every owner, and whoever types in a shared chat
+    is not the profile's operator (``owners.local_operator``)."""
+    return (f"/trove {' '.join(words)}: refused in a messaging gateway chat: it writes, "
+            "backs up or reads every user's data, so only the profile's operator runs it, "
+            "from the Hermes CLI or scripts/trove.py on the host")
+
+
+def caller_status_text() -> str:
+    """``/trove status`` for a messaging gateway's user: their own session (when the
+    task names it) and never a figure of the whole database (``ops.caller_status``);
+    whether the database is in use, without its path or fault details."""
+    session = calling_session()
+    engine = find_engine(session) if session else None
+    config = engine.config if engine is not None else load_config()
+    if ops.database_unusable(config, engine):
+        return format_caller_status({"database": "unusable", "session": None})
+    if not database_exists():
+        return format_caller_status({"database": "none", "session": None})
+    target = resolve_target()
+    report = ops.caller_status(target, session)
+    if report["session"] is not None:   # their owner's periods only (``caller_access``)
+        report["rollups"] = families.rollups_status(target)
+    return format_caller_status(report)
 
 
 GREP_OPTION = re.compile(r"(?:^|\s)--(session|mode|limit|offset)(?:=|\s+)(\S+)")
@@ -175,6 +207,10 @@ def help_text() -> str:
     lines.append(f"  /trove {'grep QUERY':<24} search every session (read-only; --session ID, "
                  "--mode full_text|semantic|hybrid, --limit N, --offset N; in a messaging "
                  "gateway: your own sessions)")
+    allowed = [" ".join(a.words) for a in ACTIONS.values() if a.gateway_ok]
+    lines.append(f"In a messaging gateway chat only {', '.join(allowed)} and grep run, on "
+                 "your own sessions; the rest are the operator's (the Hermes CLI or "
+                 "scripts/trove.py).")
     lines.append("doctor clean apply also needs TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true. "
                  "Operator CLI without Hermes: scripts/trove.py --help")
     return "\n".join(lines)
@@ -247,6 +283,34 @@ def format_status(report: dict) -> str:
     if report.get("plugin"):
         lines.append(f"plugin: {describe_identity(report['plugin'])}")
     lines += [f"config warning: {w}" for w in report.get("config_warnings", [])]
+    return "\n".join(lines)
+
+
+CALLER_DATABASE = {"in use": "database: in use",
+                   "none": "database: none yet (the engine creates it on the first message)",
+                   "unusable": "database: UNUSABLE, nothing is stored (the operator sees why "
+                               "and how to repair it with /trove doctor in the Hermes CLI)"}
+
+
+def format_caller_status(report: dict) -> str:
+    """A messaging gateway user's status: their session, engine and rollups, or a line
+    saying the session is not known here; no path, total or other owner's figure."""
+    lines = ["trove status (messaging gateway chat: your own session only)",
+             CALLER_DATABASE[report["database"]]]
+    if report["session"] is not None:
+        lines += _session_lines(report["session"])
+        if report.get("engine"):
+            lines.append(_engine_line(report["engine"]))
+        if report.get("rollups", {}).get("enabled"):
+            counts = report["rollups"].get("counts") or {}
+            lines.append("rollups of your sessions: " + ", ".join(
+                f"{state} {counts.get(state, 0)}" for state in ("ready", "pending", "stale",
+                                                                 "open")))
+    elif report["database"] == "in use":
+        lines.append("session: not known here (Hermes 0.19 names none to a plugin command "
+                     "in a gateway chat), so no figures are shown")
+    lines.append("every user's totals, paths and backups are the operator's view: /trove "
+                 "status in the Hermes CLI, or scripts/trove.py status on the host")
     return "\n".join(lines)
 
 
@@ -487,14 +551,14 @@ def _status(target: ops.Target) -> dict:
 
 ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("status",), "database, this session, last rotate and last backup",
-           _status, format_status),
+           _status, format_status, gateway_ok=True),
     Action(("doctor",), "read-only health checks", ops.doctor, format_doctor),
     Action(("doctor", "full"), "health checks including quick_check on a big file",
            lambda t: ops.doctor(t, full=True), format_doctor),
     Action(("doctor", "clean"), "read-only scan for junk/noise sessions", housekeeping.clean_scan,
-           format_clean, every_owner=True),
+           format_clean),
     Action(("doctor", "clean", "apply"), "backup, then remove the safe junk sessions",
-           housekeeping.clean_apply, format_clean, every_owner=True),
+           housekeeping.clean_apply, format_clean),
     Action(("doctor", "repair"), "SQLite and FTS diagnosis", ops.repair, format_repair),
     Action(("doctor", "repair", "apply"), "backup, then rebuild FTS indexes and REINDEX",
            lambda t: ops.repair(t, apply=True), format_repair),
@@ -502,18 +566,19 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
     Action(("doctor", "source", "apply"), "backup, then set blank sources to 'unknown'",
            lambda t: ops.source_fix(t, apply=True), format_source),
     Action(("doctor", "retention"), "read-only age and size analysis", housekeeping.retention,
-           format_retention, every_owner=True),
+           format_retention),
     Action(("backup",), "timestamped online backup of the database", ops.backup, format_backup),
     Action(("rotate",), "preview compacting this session in place", ops.rotate, format_rotate),
     Action(("rotate", "apply"), "backup, then rotate this session",
            lambda t: ops.rotate(t, apply=True), format_rotate),
     Action(("rollups",), "day/week/month rollups: ready, stale, pending, open",
-           rollup_actions.status, format_rollups),
-    Action(("rollups", "status"), "the same", rollup_actions.status, format_rollups),
+           rollup_actions.status, format_rollups, gateway_ok=True),
+    Action(("rollups", "status"), "the same", rollup_actions.status, format_rollups,
+           gateway_ok=True),
     Action(("rollups", "build"), "preview which rollups a pass would build",
-           rollup_actions.build, format_rollups, every_owner=True),
+           rollup_actions.build, format_rollups),
     Action(("rollups", "build", "apply"), "backup, then build the pending and stale rollups",
-           lambda t: rollup_actions.build(t, apply=True), format_rollups, every_owner=True),
+           lambda t: rollup_actions.build(t, apply=True), format_rollups),
     Action(("embed", "warmup"), "load the embedding model (downloads only here)",
            embed.warmup, embed.format_report),
     Action(("embed", "backfill"), "count what the embedding index lacks",
@@ -522,5 +587,5 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
            lambda t: embed.backfill(t, apply=True,
                                     progress=LogProgress("embed backfill", log)),
            embed.format_report),
-    Action(("help",), "this list", lambda t: {}, lambda r: help_text()),
+    Action(("help",), "this list", lambda t: {}, lambda r: help_text(), gateway_ok=True),
 )}

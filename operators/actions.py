@@ -230,6 +230,21 @@ def status(target: Target, session_id: str | None = None) -> dict:
             "database_notes": database_notes(target.config)}
 
 
+def caller_status(target: Target, session_id: str | None) -> dict:
+    """Status as a messaging gateway's user may see it: their own session (counts,
+    rotate, last compaction) and its live engine, never a figure of the database as a
+    whole. Totals, the path, the embedding index's counts and the backup's path are
+    every owner's (and a total that grows tells a group member when someone else
+    chats), so they stay the operator's; with no session known there is nothing of
+    the caller's to show, and nothing is."""
+    session = target.session_id or (target.store.canonical_session(session_id)
+                                    if session_id else None)
+    engine = target.engine
+    return {"database": "in use",
+            "session": session_summary(target, session) if session else None,
+            "engine": json_safe(engine.get_status()) if engine is not None else None}
+
+
 def database_notes(config: TroveConfig) -> list[str]:
     """What status and doctor say about where the database is (an unused default one)."""
     note = startup.unused_default_database(config)

@@ -463,6 +463,42 @@ def test_trove_grep_typed_in_a_gateway_chat_never_reads_another_users_messages(
     assert "quokka-7731" in slash("grep quokka")   # the local operator reads every owner
 
 
+def test_database_wide_trove_commands_are_refused_in_a_gateway_chat(trove_host, monkeypatch):
+    """Through the host's plugin command path, as the gateway dispatches it (its runner
+    alive, the message's variables reset): ``/trove backup``, ``doctor repair apply``,
+    ``doctor source apply`` and ``embed backfill apply`` ran for any Telegram user (a
+    group member wrote backups of everyone's chats and repaired the operator's
+    database), and ``/trove status`` showed the database's path and every owner's
+    totals. Now each is one refusal line naming the CLI; status shows no figure."""
+    import gateway.run as gateway_run
+
+    trove_host.server.responder = lambda body: SAME_REPLY
+    home = trove_host.hermes_home
+    agents = {}
+    message, slash = _telegram_chats(agents)
+    message("111", "alice pin is quokka-7731")
+    message("222", "bob pin is wombat-5511")
+    backups = home / "backups"
+    before = sorted(backups.iterdir()) if backups.exists() else []
+    runner = object()
+    monkeypatch.setattr(gateway_run, "_gateway_runner_ref", lambda: runner)
+    for words in ("backup", "doctor repair apply", "doctor source apply",
+                  "embed backfill apply", "doctor", "rotate apply"):
+        answer = slash(words)
+        assert answer.startswith(f"/trove {words}: refused in a messaging gateway chat"), answer
+        assert "\n" not in answer and "scripts/trove.py" in answer and "Hermes CLI" in answer
+    assert (sorted(backups.iterdir()) if backups.exists() else []) == before
+    status = slash("status")
+    assert status.splitlines()[:2] == ["trove status (messaging gateway chat: your own "
+                                       "session only)", "database: in use"], status
+    assert str(home) not in status and "session rows" not in status and "tg-" not in status
+    assert "last backup" not in status and "embeddings" not in status
+    monkeypatch.setattr(gateway_run, "_gateway_runner_ref", lambda: None)   # no gateway
+    assert slash("backup").startswith("trove backup: ")            # the operator's CLI
+    assert len(list(backups.iterdir())) == len(before) + 1
+    assert f"database: {home / 'trove.db'}" in slash("status")
+
+
 def test_a_cron_job_from_one_gateway_user_never_reads_anothers(trove_host, monkeypatch):
     """cron/scheduler.py ``run_job`` runs each job as ``platform="cron"`` under
     ``cron_<job id>_<stamp>`` with the gateway's user variables cleared: every run was

@@ -359,3 +359,71 @@ def test_trove_commands_over_every_owner_are_the_local_operators(two_users, monk
     assert f"remember {SECRET['222']}" in command.handle(f"grep {SECRET['222']}")
     assert b.session_id in command.handle("doctor retention")
     assert theirs in command.handle("rollups status")
+
+
+# What a messaging gateway's user may run: reads of their own data, nothing else.
+GATEWAY_ALLOWED = {("status",), ("rollups",), ("rollups", "status"), ("help",)}
+
+
+def test_database_wide_trove_commands_are_refused_in_a_gateway_chat(two_users, monkeypatch):
+    """``/trove backup``, ``doctor repair apply``, ``doctor source apply``, ``embed backfill
+    apply`` (and every read over the whole database: doctor, repair and source previews,
+    the embedding index's counts, the model download) ran from any Telegram chat: a group
+    member wrote backups and repaired the operator's database. In a gateway they are
+    refused with one line naming the CLI and scripts/trove.py; nothing is written."""
+    from pathlib import Path
+
+    from hermes_trove import command
+    a, b = two_users
+    db = Path(a.config.resolved_database_path)
+    monkeypatch.setenv("TROVE_DATABASE_PATH", str(db))
+    backups = db.parent / "backups"
+    before = sorted(backups.iterdir()) if backups.exists() else []
+    refused = set()
+    for words in command.ACTIONS:
+        for bound in (a.session_id, None):   # a task that names its session, and 0.19's
+            answer = slash(" ".join(words), bound=bound, monkeypatch=monkeypatch)
+            if "refused" not in answer:
+                continue
+            refused.add(words)
+            assert "\n" not in answer, answer
+            assert "Hermes CLI" in answer and "scripts/trove.py" in answer, answer
+            assert b.session_id not in answer and a.session_id not in answer
+    assert set(command.ACTIONS) - refused == GATEWAY_ALLOWED
+    assert not any(command.ops.writes(words) for words in GATEWAY_ALLOWED)
+    assert (sorted(backups.iterdir()) if backups.exists() else []) == before
+    assert a.store.get_meta("last_backup_path") is None
+    monkeypatch.delitem(__import__("sys").modules, "gateway.run")   # the CLI: the operator
+    monkeypatch.setenv("HERMES_SESSION_ID", a.session_id)
+    assert command.handle("backup").startswith("trove backup: ")
+    assert len(list(backups.iterdir())) == len(before) + 1
+
+
+def test_trove_status_in_a_gateway_chat_shows_no_other_owners_figures(two_users,
+                                                                      monkeypatch):
+    """``/trove status`` in a gateway chat showed the database's path and size, every
+    owner's message, node and session totals, the embedding index's counts and the last
+    backup's path. Now a caller named by the task sees their own session only; with no
+    caller known (0.19's dispatch) it says so and shows no figures at all."""
+    from hermes_trove import command
+    a, b = two_users
+    db = str(a.config.resolved_database_path)
+    monkeypatch.setenv("TROVE_DATABASE_PATH", db)
+    command.handle("backup")                              # a backup path to hide
+    total = a.store.count_messages(a.canonical_id) + b.store.count_messages(b.canonical_id)
+    operator = command.handle("status")
+    assert f"{total:,} messages" in operator and db in operator   # what the gateway hides
+    assert "last backup: " + str(a.store.get_meta("last_backup_path")) in operator
+    mine = slash("status", bound=a.session_id, monkeypatch=monkeypatch)
+    unknown = slash("status", monkeypatch=monkeypatch)
+    for answer in (mine, unknown):
+        assert "messaging gateway" in answer.splitlines()[0], answer
+        assert f"{total:,} messages" not in answer and db not in answer
+        assert str(a.store.get_meta("last_backup_path")) not in answer
+        assert b.session_id not in answer and "session rows" not in answer
+        assert SECRET["222"] not in answer and "dm:222" not in answer
+        assert "scripts/trove.py status" in answer
+    own = a.store.count_messages(a.canonical_id)
+    assert f"session: {a.session_id}" in mine and f"{own:,} messages" in mine
+    assert a.session_id not in unknown and "not known" in unknown
+    assert not any(ch.isdigit() for ch in unknown.replace("0.19", "")), unknown
