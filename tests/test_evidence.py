@@ -648,3 +648,24 @@ def test_relative_dates_resolve_in_the_configured_zone(tmp_path):
     assert out["items"][0]["happened"]["date"] == "2026-03-13"   # UTC's own day
     env.db.close()
     utc.db.close()
+
+
+def test_an_empty_piece_hands_out_no_exact_ref(env):
+    """An exact ref with an empty quote supports nothing: an empty message, an offset at the
+    end of the text and a tool-calls-only message get no ref, with the reason instead."""
+    text = "We moved on 2026-01-10."
+    sid = said(env, "A", text, MAR5)
+    empty = env.ingest("A", [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}]}],
+        at=MAR5)[0]
+    for args in ({"store_id": sid, "content_offset": len(text)},
+                 {"store_id": empty}):
+        message = call(env.ctx(), "trove_expand", include_exact_ref=True, **args)["message"]
+        assert "exact_ref" not in message and "empty" in message["exact_ref_omitted"]
+    page = call(env.ctx(), "trove_load_session", include_exact_ref=True)["messages"]
+    by_id = {m["store_id"]: m for m in page}
+    assert "exact_ref" not in by_id[empty] and by_id[empty]["exact_ref_omitted"]
+    assert by_id[sid]["exact_ref"]["quote"] == text
+    for item in page:
+        if "exact_ref" in item:
+            assert item["exact_ref"]["quote"]

@@ -59,13 +59,27 @@ def message_item(row: dict, access: Access, *, budget: int, content_offset: int 
     item["has_more"] = more
     if more:
         item["expand"] = continuation(item)
-    if exact_ref:   # the shown content piece as an exact ref (quote == content[start:end])
-        start = content_offset if content is not None else 0
-        item["exact_ref"] = {**evidence_refs.make_ref(row, start, start + len(item.get(
-            "content") or "")), "content_hash": row["content_hash"],
-            "content_format": row["content_format"], "content_chars": len(content or ""),
-            "tool_calls_chars": len(calls or "")}
+    if exact_ref:
+        _attach_exact_ref(item, row, content_offset if content is not None else 0,
+                          len(content or ""), len(calls or ""))
     return item
+
+
+def _attach_exact_ref(item: dict, row: dict, start: int, content_chars: int,
+                      calls_chars: int) -> None:
+    """The shown content piece as an exact ref (quote == content[start:end]), or why none.
+
+    Why: a piece with no text (an empty message, a tool-calls-only turn, an offset at the
+    end of the text) made a ref with an empty quote, which supports nothing and which
+    every evidence tool refuses when cited; it is not handed out."""
+    ref = evidence_refs.make_ref(row, start, start + len(item.get("content") or ""))
+    if not ref["quote"]:
+        item["exact_ref_omitted"] = ("the shown piece is empty (no text at this offset): an "
+                                     "empty quote supports nothing")
+        return
+    item["exact_ref"] = {**ref, "content_hash": row["content_hash"],
+                         "content_format": row["content_format"],
+                         "content_chars": content_chars, "tool_calls_chars": calls_chars}
 
 
 def _row_time(row: dict) -> float | None:
