@@ -14,9 +14,12 @@ from datetime import timezone, tzinfo
 from typing import Any, Callable
 
 from ..recall import periods
-from ..schemas import ArgumentError, Shape, clamp, offset_arg
+from ..schemas import ArgumentError, Shape, clamp, count_safely, offset_arg
 from . import assertions, compute, pack, retrieve
+from ..storage import codec
 from ..storage.timekeys import iso
+
+ITEM_MARGIN_TOKENS = 16     # the commas, brackets and cursor a trimmed page adds
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,18 @@ def evidence_pack(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict,
                                           tz=scope.tz))
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None
+
+    room = _room(ctx, cap, {**{k: v for k, v in payload.items() if k != "computation"},
+                            "items": [], "has_more": True, "next_offset": offset + limit})
+    for at, item in enumerate(payload["items"]):
+        if item["ok"] and _too_big(ctx, {**item, "before": "", "after": ""}, room):
+            ref = item["ref"]
+            payload["items"][at] = pack.failed_item(item["index"], ref["store_id"], (
+                f"this item (a quote of {len(ref['quote'])} characters and what is read from "
+                f"it) alone does not fit the response cap ({cap} tokens): cite a narrower "
+                f"quote; the text is readable with trove_expand(store_id={ref['store_id']}, "
+                f"content_offset={ref['start']})"))
+    pack.count_items(payload)
 
     def on_trim(trimmed: dict, kept: int) -> None:
         trimmed["has_more"], trimmed["next_offset"] = True, offset + kept
@@ -86,8 +101,42 @@ def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, S
     before, shown = as_of_bound(params.get("as_of"), ctx.now(), scope.tz)
     rows = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
                             kind=params.get("kind"), before=before)
-    return {**shown, **assertions.state(rows, iso)}, \
-        Shape(items="assertions", on_trim=_mark_more)
+    payload = {**shown, **assertions.state(rows, iso)}
+    room = _room(ctx, cap, {**payload, "assertions": [], "has_more": True})
+    for entry in payload["assertions"]:
+        _fit_entry(ctx, entry, room, cap)
+    return payload, Shape(items="assertions", on_trim=_mark_more)
+
+
+def _room(ctx: Any, cap: int, envelope: dict) -> int:
+    """Tokens one list item may take: the cap less the answer around the list."""
+    return cap - count_safely(ctx.count_tokens, codec.dump_json(envelope)) - ITEM_MARGIN_TOKENS
+
+
+def _too_big(ctx: Any, item: dict, room: int) -> bool:
+    """Whether one item alone is over ``room`` tokens. A token is at least one UTF-8
+    byte, so a smaller item is never counted."""
+    text = codec.dump_json(item)
+    return len(text.encode("utf-8", "surrogatepass")) > room and \
+        count_safely(ctx.count_tokens, text) > room
+
+
+def _fit_entry(ctx: Any, entry: dict, room: int, cap: int) -> None:
+    """One subject within ``room``: the longest quotes of its values give way first, each
+    value keeping its exact offsets and saying why its quote is missing.
+
+    Why: the cap drops whole subjects only, and a model assertion's quote may be 2,000
+    characters, so one subject over the cap failed the whole call."""
+    values = [entry["current"], *entry.get("earlier", [])]
+    while _too_big(ctx, entry, room):
+        quoted = [v for v in values if "quote" in v["ref"]]
+        if not quoted:
+            return      # the rest is bounded text; the cap's own cutting answers for it
+        value = max(quoted, key=lambda v: len(v["ref"]["quote"]))
+        size, ref = len(value["ref"].pop("quote")), value["ref"]
+        value["ref_error"] = (f"the quote ({size} characters) does not fit the response cap "
+                              f"({cap} tokens) with its subject; read it with trove_expand("
+                              f"store_id={ref['store_id']}, content_offset={ref['start']})")
 
 
 def as_of_bound(value: str | None, now: float, tz: tzinfo | None) -> tuple[float | None, dict]:

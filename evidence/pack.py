@@ -40,7 +40,7 @@ def hydrate(raw: Any, index: int, load: Loader, tz: tzinfo | None = None) -> dic
         ref = refs_mod.verify(raw, load)
     except refs_mod.RefError as exc:
         store_id = raw.get("store_id") if isinstance(raw, dict) else None
-        return {"index": index, "ok": False, "store_id": store_id, "error": str(exc)}
+        return failed_item(index, store_id, str(exc))
     row = load(ref.store_id)
     text = refs_mod.ref_text(row)
     item = {"index": index, "ok": True, "ref": ref.as_dict(), "status": ref.status,
@@ -55,6 +55,18 @@ def hydrate(raw: Any, index: int, load: Loader, tz: tzinfo | None = None) -> dic
     except ValueError as exc:
         item["amounts_error"] = str(exc)
     return item
+
+
+def failed_item(index: int, store_id: Any, error: str) -> dict:
+    """A pack item that failed, with its own reason: one bad ref never fails the page."""
+    return {"index": index, "ok": False, "store_id": store_id, "error": error}
+
+
+def count_items(payload: dict) -> None:
+    """``verified`` / ``failed`` of a page, counted from its items (after any item failed
+    late, e.g. for its size)."""
+    payload["verified"] = sum(1 for i in payload["items"] if i["ok"])
+    payload["failed"] = len(payload["items"]) - payload["verified"]
 
 
 def happened_fields(ref: refs_mod.Ref, tz: tzinfo | None = None) -> dict:
@@ -83,9 +95,8 @@ def evidence_pack(raw_refs: Any, load: Loader, *, offset: int, limit: int,
         raise ValueError(f"at most {MAX_REFS} refs per pack")
     page = raw_refs[offset:offset + limit]
     items = [hydrate(raw, offset + i, load, tz) for i, raw in enumerate(page)]
-    payload: dict = {"total_refs": len(raw_refs), "offset": offset, "items": items,
-                     "verified": sum(1 for i in items if i["ok"]),
-                     "failed": sum(1 for i in items if not i["ok"])}
+    payload: dict = {"total_refs": len(raw_refs), "offset": offset, "items": items}
+    count_items(payload)
     following = offset + len(page)
     payload["has_more"] = following < len(raw_refs)
     payload["next_offset"] = following if payload["has_more"] else None

@@ -669,3 +669,50 @@ def test_an_empty_piece_hands_out_no_exact_ref(env):
     for item in page:
         if "exact_ref" in item:
             assert item["exact_ref"]["quote"]
+
+
+def test_a_quote_too_big_for_the_cap_fails_only_its_own_item(tmp_path, backend):
+    """A pack item whose quote alone cannot fit the response cap is a per-item error; the
+    other refs of the page still verify (it failed the whole call)."""
+    env = Env(tmp_path, backend[1], tool_response_max_tokens=300)
+    try:
+        long_text = " ".join(f"word{i} paid $5." for i in range(200))
+        big, small = said(env, "A", long_text, MAR5), said(env, "A", "The fee was $12.", MAR5)
+        refs_in = [ref_to(env, big, long_text[:1900]), ref_to(env, small, "The fee was $12.")]
+        out = call(env.ctx(), "trove_evidence_pack", refs=refs_in)
+        assert "error" not in out, out
+        first = out["items"][0]
+        assert first["ok"] is False and "response cap" in first["error"]
+        assert first["store_id"] == big and out["failed"] >= 1
+        assert [i["ok"] for i in out["items"]] == [False, True] and out["verified"] == 1
+    finally:
+        database.forget_database(backend[1])
+
+
+def test_a_stored_assertion_quote_too_big_for_the_cap_fails_only_that_value(tmp_path,
+                                                                           backend):
+    """A model assertion's quote (up to 2,000 characters) that alone cannot fit the response
+    cap is reported on that value, offsets kept; the other subjects still come back."""
+    from hermes_trove.evidence import assertions
+    env = Env(tmp_path, backend[1], tool_response_max_tokens=300, assertions_enabled="true")
+    try:
+        long_text = "My plan is " + " ".join(f"step{i} then" for i in range(300)) + " rest."
+        small = said(env, "A", "My car is red.", MAR5)
+        big = said(env, "A", long_text, MAR5 + DAY)     # the newest: listed first
+        rows = [env.store.get_message(big), env.store.get_message(small)]
+        answer = json.dumps([
+            {"id": big, "kind": "fact", "subject": "plan", "value": "many steps",
+             "quote": long_text[:1900]},
+            {"id": small, "kind": "fact", "subject": "car", "value": "red",
+             "quote": "My car is red."}])
+        found = assertions.from_model(rows, lambda *a: answer, None, 1.0)
+        assert assertions.save(env.db, "A", found, big) == 2
+        out = call(env.ctx(), "trove_query_state")
+        assert "error" not in out, out
+        by_subject = {a["subject"]: a for a in out["assertions"]}
+        assert by_subject["car"]["current"]["ref"]["quote"] == "My car is red."
+        plan = by_subject["plan"]["current"]
+        assert "quote" not in plan["ref"] and "response cap" in plan["ref_error"]
+        assert (plan["ref"]["store_id"], plan["ref"]["start"], plan["ref"]["end"]) == (big, 0, 1900)
+    finally:
+        database.forget_database(backend[1])
