@@ -19,6 +19,7 @@ from datetime import date, tzinfo
 from typing import Any, Callable
 
 from . import refs as refs_mod
+from .polarity import cues
 from .values import UNITS, Amount, EventDate, add_months, one_amount, one_date, said_day
 
 OPERATIONS = ("date_diff", "count_distinct", "sum", "difference", "order", "latest")
@@ -38,7 +39,11 @@ class Input:
 
 
 def load_inputs(raw_inputs: Any, load: Callable[[int], dict]) -> list[Input]:
-    """Verify every input ref; any bad ref fails the whole computation (fail closed)."""
+    """Verify every input ref; any bad ref fails the whole computation (fail closed).
+
+    A quote that negates, hedges or asks (``polarity.cues``) is a bad input too: "we did
+    not pay $300" or "maybe $300" was summed as $300. Fail closed, as a claim is: the
+    reason names the cue and a narrower quote that states the value passes."""
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise ComputeError("inputs must be a non-empty list of refs")
     if len(raw_inputs) > MAX_INPUTS:
@@ -49,6 +54,10 @@ def load_inputs(raw_inputs: Any, load: Callable[[int], dict]) -> list[Input]:
             ref = refs_mod.verify(raw, load)
         except refs_mod.RefError as exc:
             raise ComputeError(f"input {index}: {exc}") from None
+        signs = cues(ref.quote)
+        if signs:
+            raise ComputeError(f"input {index}: the quote {'; '.join(signs)}, so it states "
+                               "no value as fact; cite the words that state the value")
         value = raw.get("value") if isinstance(raw, dict) else None
         out.append(Input(ref, None if value is None else str(value)[:200]))
     return out

@@ -48,6 +48,9 @@ def hydrate(raw: Any, index: int, load: Loader, tz: tzinfo | None = None) -> dic
             "before": text[max(0, ref.start - CONTEXT_CHARS):ref.start],
             "after": text[ref.end:ref.end + CONTEXT_CHARS]}
     item.update(happened_fields(ref, tz))
+    signs = polarity.cues(ref.quote)
+    if signs:      # the quote does not state its words as a plain fact
+        item["polarity"] = signs
     try:
         amounts = find_amounts(ref.quote)
         if amounts:

@@ -55,6 +55,23 @@ def polarity(text: str) -> Polarity:
     return Polarity(negations, hedges, bool(_QUESTION.search(text)))
 
 
+def cues(text: str) -> list[str]:
+    """How ``text`` stops short of a plain positive statement, one phrase per kind
+    ("negates (not)", "hedges (maybe)", "asks (a question)"); empty when it asserts.
+
+    Why: a pack item or a computed input whose quote denies, hedges or asks was shown, or
+    summed, exactly like a plain statement; this is the flag they carry (or refuse on)."""
+    said = polarity(text)
+    out = []
+    if said.negations:
+        out.append(f"negates ({', '.join(sorted(set(said.negations)))})")
+    if said.hedges:
+        out.append(f"hedges ({', '.join(sorted(set(said.hedges)))})")
+    if said.question:
+        out.append("asks (a question)")
+    return out
+
+
 def mismatch(claim: str, quotes: list[str]) -> list[str]:
     """Why quotes cannot support a claim on polarity: one negates and the claim does not
     (or the reverse), or one hedges or asks while the claim asserts. Empty when they agree."""

@@ -716,3 +716,24 @@ def test_a_stored_assertion_quote_too_big_for_the_cap_fails_only_that_value(tmp_
         assert (plan["ref"]["store_id"], plan["ref"]["start"], plan["ref"]["end"]) == (big, 0, 1900)
     finally:
         database.forget_database(backend[1])
+
+
+@pytest.mark.parametrize("quote,cue", [
+    ("We did not pay $300 for the hotel.", "negates"),
+    ("Maybe the hotel will cost $300.", "hedges"),
+    ("Will the hotel cost $300?", "asks"),
+])
+def test_a_quote_that_negates_hedges_or_asks_is_flagged_and_never_computed(env, quote, cue):
+    """The pack says per item when its quote does not assert (evidence/polarity.py), and
+    compute never counts such a quote as a plain value (it summed "did not pay $300")."""
+    plain = said(env, "A", "The train cost $50.", MAR5)
+    other = said(env, "A", quote, MAR5 + DAY)
+    refs_in = [ref_to(env, plain, "The train cost $50."), ref_to(env, other, quote)]
+    items = call(env.ctx(), "trove_evidence_pack", refs=refs_in)["items"]
+    assert "polarity" not in items[0]
+    assert items[1]["ok"] and any(c.startswith(cue) for c in items[1]["polarity"])
+    out = call(env.ctx(), "trove_compute", operation="sum", inputs=refs_in)
+    assert "error" in out and "input 1" in out["error"] and cue in out["error"]
+    assert "result" not in out
+    assert call(env.ctx(), "trove_compute", operation="sum", inputs=refs_in[:1])["result"][
+        "value"] == 50
