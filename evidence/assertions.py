@@ -22,7 +22,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..storage.database import Database
 from ..store import Store
@@ -251,15 +251,24 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
 
 # ---------------------------------------------------------------- query
 def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | None,
-          kind: str | None, before: float | None, limit: int = 200) -> list[dict]:
+          kind: str | None, before: float | None, limit: int = 200,
+          carried: Collection[int] = ()) -> list[dict]:
     """Stored assertions of the sessions (None = all) valid before ``before`` (exclusive;
     None = any time), oldest first, filtered: the newest ``limit`` of them, so the
-    current value of a subject is never cut off."""
+    current value of a subject is never cut off.
+
+    ``carried`` (a session's carried closure, ``Access.carried``) adds the assertions of
+    rows directly under those nodes: rows carried into the session count as its own, as
+    trove_grep and trove_expand read them, though another session stored them."""
     sql = ["SELECT * FROM evidence_assertions WHERE 1 = 1"]
     args: list = []
     if session_ids is not None:
-        sql.append(f"AND session_id IN ({','.join('?' * len(session_ids))})")
-        args += list(session_ids)
+        nodes = sorted({int(n) for n in carried})
+        under = (" OR EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id ="
+                 f" evidence_assertions.store_id AND e.parent_id IN ({','.join('?' * len(nodes))}))"
+                 if nodes else "")
+        sql.append(f"AND (session_id IN ({','.join('?' * len(session_ids))}){under})")
+        args += list(session_ids) + nodes
     if kind:
         sql.append("AND kind = ?")
         args.append(kind)

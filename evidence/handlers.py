@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timezone, tzinfo
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from ..recall import periods
 from ..schemas import ArgumentError, Shape, clamp, count_safely, offset_arg
@@ -31,6 +31,7 @@ class Scope:
     load: Callable[[int], dict]             # a message by store_id, within scope (raises)
     grep: Callable[[str], list[dict]]       # exact refs of trove_grep hits for a query
     tz: tzinfo | None = None                # TROVE_TIMEZONE: the user's calendar days
+    carried: Callable[[], Collection[int]] = tuple   # nodes carried into ``current``, and under
 
 
 def _mark_more(payload: dict, kept: int) -> None:
@@ -99,8 +100,10 @@ def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, S
         return {"enabled": False, "assertions": [], "note": "assertion extraction is off "
                 "(TROVE_ASSERTIONS_ENABLED=true turns it on; it runs at compaction time)"}, Shape()
     before, shown = as_of_bound(params.get("as_of"), ctx.now(), scope.tz)
+    # a search of this session covers the rows carried into it (as trove_grep's does)
+    carried = scope.carried() if scope.sessions and scope.current in scope.sessions else ()
     rows = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
-                            kind=params.get("kind"), before=before)
+                            kind=params.get("kind"), before=before, carried=carried)
     payload = {**shown, **assertions.state(rows, iso)}
     room = _room(ctx, cap, {**payload, "assertions": [], "has_more": True})
     for entry in payload["assertions"]:

@@ -737,3 +737,28 @@ def test_a_quote_that_negates_hedges_or_asks_is_flagged_and_never_computed(env, 
     assert "result" not in out
     assert call(env.ctx(), "trove_compute", operation="sum", inputs=refs_in[:1])["result"][
         "value"] == 50
+
+
+def test_query_state_covers_the_rows_carried_into_this_session(tmp_path, backend):
+    """Rows under nodes carried into a session count as the session's (Access.carried, as
+    trove_grep and trove_expand read them): their assertions are in query_state's default
+    scope; a row of the old session that was not carried stays out."""
+    from hermes_trove.evidence import assertions
+    env = Env(tmp_path, backend[1], assertions_enabled="true")
+    try:
+        carried = said(env, "A", "My address is 12 Rua Augusta.", MAR5)
+        left = said(env, "A", "My car is red.", MAR5 + DAY)
+        rows = [env.store.get_message(carried), env.store.get_message(left)]
+        assertions.save(env.db, "A", [a for r in rows for a in assertions.deterministic(r)],
+                        left)
+        leaf = env.node("A", "Summary: address 12 Rua Augusta.", store_ids=[carried])
+        env.store.ensure_session("C")
+        Owners(env.db).record("C", LOCAL_OWNER)
+        env.dag.carry_nodes("C", [leaf])
+        out = call(env.ctx("C"), "trove_query_state")["assertions"]
+        assert [(a["subject"], a["current"]["ref"]["store_id"]) for a in out] == [
+            ("address", carried)]
+        assert call(env.ctx("C"), "trove_expand", store_id=carried)["message"]["content"]
+        assert call(env.ctx("B"), "trove_query_state")["assertions"] == []
+    finally:
+        database.forget_database(backend[1])
