@@ -30,7 +30,7 @@ from typing import Any, Callable
 from .storage import codec, faults, timekeys
 from .storage.timekeys import iso
 from .diagnostics import brief, health
-from .evidence import handlers as evidence_handlers
+from .evidence import handlers as evidence_handlers, refs as evidence_refs
 from .config import MIN_TOOL_RESPONSE_TOKENS, TroveConfig
 from .dag import Dag
 from .recall import callmemo
@@ -170,8 +170,9 @@ def _evidence_tool(name: str) -> Callable[[dict, ToolContext, int], tuple[dict, 
         access, cache = Access(ctx, params, current), {}
 
         def load(store_id: int) -> dict:
-            if store_id not in cache:
-                cache[store_id] = _load_message(ctx, access, store_id)
+            if store_id not in cache:   # a row rewritten by transcript GC keeps its original
+                cache[store_id] = evidence_refs.with_original(
+                    _load_message(ctx, access, store_id), ctx.payloads)
             return cache[store_id]
 
         def grep(query: str) -> list[dict]:

@@ -41,12 +41,14 @@ def hydrate(raw: Any, index: int, load: Loader, tz: tzinfo | None = None) -> dic
     except refs_mod.RefError as exc:
         store_id = raw.get("store_id") if isinstance(raw, dict) else None
         return failed_item(index, store_id, str(exc))
-    row = load(ref.store_id)
-    text = refs_mod.ref_text(row)
+    text = refs_mod.text_of(ref, load(ref.store_id))
     item = {"index": index, "ok": True, "ref": ref.as_dict(), "status": ref.status,
             "role": ref.role, "session_id": ref.session_id, "said_at": iso(ref.said_at),
             "before": text[max(0, ref.start - CONTEXT_CHARS):ref.start],
             "after": text[ref.end:ref.end + CONTEXT_CHARS]}
+    if ref.original:
+        item["text_source"] = ("the original text: the row was rewritten by transcript GC "
+                               "and its payload still holds that text")
     item.update(happened_fields(ref, tz))
     signs = polarity.cues(ref.quote)
     if signs:      # the quote does not state its words as a plain fact

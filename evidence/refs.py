@@ -6,6 +6,11 @@ text of the parts). Offsets count Python characters (Unicode code points) of
 that string, the same unit as ``content_offset``. A ref is checked against the
 stored text every time it is used, so a ref cannot carry words its message
 does not contain.
+
+Transcript GC (``Store.replace_with_placeholder``) is the one rewrite of a stored row:
+a summarized tool row's text becomes its payload placeholder, same store_id. A ref made
+before that indexes the original text; ``with_original`` lets ``verify`` resolve it
+there while the payload file still holds it, and say the row was rewritten when not.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from typing import Any, Callable
 
 from ..recall.query_plan import QueryPlan, fold
 from ..schemas import ArgumentError, _integer as schema_integer
+from ..storage.payloads import PayloadError, refs_in, restore_text
 
 QUOTE_MAX_CHARS = 2000        # a quote longer than this is refused (cite a sentence, not a page)
 REPAIR_WINDOW_CHARS = 400     # how far around stale offsets a quote is looked for
 SENTENCE_MAX_CHARS = 400      # a grep ref quotes one sentence, cut to this size
 OCCURRENCES_COUNTED = 10      # an ambiguous quote's occurrences are counted up to this
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+ORIGINAL_KEY = "original_text"   # on a loaded row: () -> the text before transcript GC
 
 
 class RefError(ValueError):
@@ -40,6 +47,7 @@ class Ref:
     role: str
     session_id: str
     said_at: float | None  # the message time (when it was said)
+    original: bool = False  # indexes the row's text before transcript GC (its payload)
 
     def as_dict(self) -> dict:
         """The JSON shape of the ref itself."""
@@ -52,6 +60,41 @@ def ref_text(row: dict) -> str:
     if row.get("content_format") in ("text", "json") and isinstance(row.get("content"), str):
         return row["content"]
     return ""
+
+
+def text_of(ref: "Ref", row: dict) -> str:
+    """The text a verified ref indexes: the stored text, or the original it was resolved in."""
+    return row[ORIGINAL_KEY]() if ref.original else ref_text(row)
+
+
+def with_original(row: dict, payloads: Any) -> dict:
+    """``row`` with a way to read its text before transcript GC, when it holds placeholders.
+
+    The original is read (hash-checked, ``restore_text``) only when a quote is not in the
+    stored text; unreadable, it raises RefError saying the row was rewritten."""
+    text = ref_text(row)
+    found = refs_in(text)
+    if not found:
+        return row
+    cache: list[str] = []
+
+    def original() -> str:
+        if not cache:
+            why = "no payload store is reachable here"
+            try:
+                if payloads is not None:
+                    cache.append(restore_text(text, payloads))
+            except (PayloadError, OSError) as exc:
+                why = str(exc)[:200]
+            if not cache:
+                raise RefError(
+                    f"store_id {row['store_id']} was rewritten by transcript GC (or stored "
+                    f"externalized): its text is now the placeholder of {', '.join(found)}, "
+                    f"and the original is not readable ({why}); cite the stored text as "
+                    "trove_expand shows it") from None
+        return cache[0]
+
+    return {**row, ORIGINAL_KEY: original}
 
 
 def said_at(row: dict) -> float | None:
@@ -90,24 +133,33 @@ def verify(raw: Any, load: Callable[[int], dict]) -> Ref:
         raise
     except Exception as exc:
         raise RefError(str(exc)) from None
-    text = ref_text(row)
     has_offsets = raw.get("start") is not None or raw.get("end") is not None
     if has_offsets:
         start = _integer(raw.get("start"), "start")
         end = _integer(raw.get("end", start + len(quote)), "end")
-        if text[start:end] == quote and start >= 0:
-            return _ref(row, start, quote, "verified")
-        low = max(0, min(start, end) - REPAIR_WINDOW_CHARS)
-        high = max(start, end) + REPAIR_WINDOW_CHARS
-        found = _occurrences(text, quote, low, high)
-        where = f"within {REPAIR_WINDOW_CHARS} characters of offsets {start}..{end}"
-        status = "repaired"
-    else:
-        found = _occurrences(text, quote, 0, len(text))
-        where = "in the message"
-        status = "located"
+    for original in (False, True):
+        if original:    # not in the stored text: the text it held before transcript GC
+            if not callable(row.get(ORIGINAL_KEY)):
+                break
+            text = row[ORIGINAL_KEY]()      # raises RefError when it is not readable
+        else:
+            text = ref_text(row)
+        if has_offsets:
+            if text[start:end] == quote:
+                return _ref(row, start, quote, "verified", original)
+            low = max(0, min(start, end) - REPAIR_WINDOW_CHARS)
+            high = max(start, end) + REPAIR_WINDOW_CHARS
+            found = _occurrences(text, quote, low, high)
+            where = f"within {REPAIR_WINDOW_CHARS} characters of offsets {start}..{end}"
+            status = "repaired"
+        else:
+            found = _occurrences(text, quote, 0, len(text))
+            where = "in the message"
+            status = "located"
+        if found:
+            break
     if len(found) == 1:
-        return _ref(row, found[0], quote, status)
+        return _ref(row, found[0], quote, status, original)
     if not found:
         raise RefError(f"quote not found {where} of store_id {store_id}: the quote must be "
                        "copied exactly from the stored text")
@@ -117,10 +169,10 @@ def verify(raw: Any, load: Callable[[int], dict]) -> Ref:
                    "give its exact start and end")
 
 
-def _ref(row: dict, start: int, quote: str, status: str) -> Ref:
+def _ref(row: dict, start: int, quote: str, status: str, original: bool = False) -> Ref:
     return Ref(store_id=row["store_id"], start=start, end=start + len(quote), quote=quote,
                status=status, role=row["role"], session_id=row["session_id"],
-               said_at=said_at(row))
+               said_at=said_at(row), original=original)
 
 
 def _occurrences(text: str, quote: str, low: int, high: int) -> list[int]:

@@ -762,3 +762,31 @@ def test_query_state_covers_the_rows_carried_into_this_session(tmp_path, backend
         assert call(env.ctx("B"), "trove_query_state")["assertions"] == []
     finally:
         database.forget_database(backend[1])
+
+
+def test_a_ref_into_a_row_rewritten_by_transcript_gc(env):
+    """Transcript GC swaps a tool row's text for its payload placeholder (same store_id).
+    A ref made before that still resolves while the payload holds the original; once the
+    original is gone the answer says the row was rewritten, not a bare 'not found'."""
+    from hermes_trove.storage import payloads as pl
+    store = pl.PayloadStore(env.tmp / "payloads")
+    log = "\n".join(f"line {i}: step {i} ok" for i in range(400)) + "\nTotal cost: $1,234.\n" \
+        + "\n".join(f"tail {i}" for i in range(200))
+    sid = env.ingest("A", [{"role": "tool", "content": log, "tool_call_id": "c1"}], at=MAR5)[0]
+    quote = "Total cost: $1,234."
+    ref = ref_to(env, sid, quote)
+    ref_plain = {"store_id": sid, "quote": quote}
+    put = store.put(pl.encode_text(log), kind=pl.KIND_TOOL_OUTPUT, mime="text/plain")
+    assert env.store.replace_with_placeholder(sid, log, pl.tool_output_placeholder(log, put.ref))
+    assert quote not in env.store.get_message(sid)["content"]
+    ctx = env.ctx(payloads=store)
+    item = call(ctx, "trove_evidence_pack", refs=[ref, ref_plain])["items"]
+    assert [i["ok"] for i in item] == [True, True], item
+    assert item[0]["ref"] == ref and item[0]["after"].startswith("\ntail 0")
+    assert "transcript GC" in item[0]["text_source"]
+    assert call(ctx, "trove_compute", operation="sum", inputs=[ref])["result"]["value"] == 1234
+    store.path_of(put.ref).unlink()
+    for raw in (ref, ref_plain):
+        failed = call(ctx, "trove_evidence_pack", refs=[raw])["items"][0]
+        assert not failed["ok"] and "transcript GC" in failed["error"], failed
+        assert put.ref in failed["error"]
