@@ -19,7 +19,7 @@ from datetime import date, tzinfo
 from typing import Any, Callable
 
 from . import refs as refs_mod
-from .polarity import cues
+from .polarity import cues, cues_around
 from .values import UNITS, Amount, EventDate, add_months, one_amount, one_date, said_day
 
 OPERATIONS = ("date_diff", "count_distinct", "sum", "difference", "order", "latest")
@@ -40,10 +40,8 @@ class Input:
 
 def load_inputs(raw_inputs: Any, load: Callable[[int], dict]) -> list[Input]:
     """Verify every input ref; any bad ref fails the whole computation (fail closed).
-
-    A quote that negates, hedges or asks (``polarity.cues``) is a bad input too: "we did
-    not pay $300" or "maybe $300" was summed as $300. Fail closed, as a claim is: the
-    reason names the cue and a narrower quote that states the value passes."""
+    (Each operation then checks that the words stating its value assert it:
+    ``_asserted``.)"""
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise ComputeError("inputs must be a non-empty list of refs")
     if len(raw_inputs) > MAX_INPUTS:
@@ -54,10 +52,6 @@ def load_inputs(raw_inputs: Any, load: Callable[[int], dict]) -> list[Input]:
             ref = refs_mod.verify(raw, load)
         except refs_mod.RefError as exc:
             raise ComputeError(f"input {index}: {exc}") from None
-        signs = cues(ref.quote)
-        if signs:
-            raise ComputeError(f"input {index}: the quote {'; '.join(signs)}, so it states "
-                               "no value as fact; cite the words that state the value")
         value = raw.get("value") if isinstance(raw, dict) else None
         out.append(Input(ref, None if value is None else str(value)[:200]))
     return out
@@ -94,18 +88,33 @@ def _fail(index: int, exc: Exception) -> ComputeError:
     return ComputeError(f"input {index}: {exc}")
 
 
+def _asserted(index: int, quote: str, signs: list[str]) -> None:
+    """Fail closed on a value its words deny, hedge or ask about (``polarity``): "we did
+    not pay $300", "maybe $300" or "did we pay $300?" was summed as $300. The reason names
+    the cue; a quote whose other clause says "not" ("We paid $40, not bad") passes."""
+    if signs:
+        raise ComputeError(f"input {index}: the words stating its value {'; '.join(signs)}, "
+                           f"so {quote[:80]!r} states no value as fact; cite a quote that does")
+
+
 def _date_of(index: int, item: Input, tz: tzinfo | None) -> EventDate:
     try:
-        return one_date(item.ref.quote, item.ref.said_at, item.value, tz)
+        found = one_date(item.ref.quote, item.ref.said_at, item.value, tz)
     except ValueError as exc:
         raise _fail(index, exc) from None
+    _asserted(index, item.ref.quote, cues_around(item.ref.quote, found.start,
+                                                 found.start + len(found.text)))
+    return found
 
 
 def _amount_of(index: int, item: Input) -> Amount:
     try:
-        return one_amount(item.ref.quote, item.value)
+        found = one_amount(item.ref.quote, item.value)
     except ValueError as exc:
         raise _fail(index, exc) from None
+    _asserted(index, item.ref.quote, cues_around(item.ref.quote, found.start,
+                                                 found.start + len(found.text)))
+    return found
 
 
 def _event_time(index: int, item: Input, parsed: list, steps: list,
@@ -116,11 +125,16 @@ def _event_time(index: int, item: Input, parsed: list, steps: list,
     """
     try:
         event = one_date(item.ref.quote, item.ref.said_at, tz=tz)
-        parsed.append({"input": index, **event.as_dict(), "time_source": "stated"})
-        return event.day
     except ValueError as exc:
         if "no date" not in str(exc) or item.ref.said_at is None:
             raise _fail(index, exc) from None
+        event = None
+    if event is not None:
+        _asserted(index, item.ref.quote, cues_around(item.ref.quote, event.start,
+                                                     event.start + len(event.text)))
+        parsed.append({"input": index, **event.as_dict(), "time_source": "stated"})
+        return event.day
+    _asserted(index, item.ref.quote, cues(item.ref.quote))  # the quote is the event
     day = said_day(item.ref.said_at, tz)
     parsed.append({"input": index, "date": day.isoformat(), "time_source": "said",
                    "rule": "the quote states no date: the day the message was said"})
@@ -183,6 +197,7 @@ def _count_distinct(inputs: list[Input], parsed: list, steps: list, **_: Any) ->
             raise _fail(index, ValueError("empty item name"))
         if item.value is not None and key not in normalize_item(item.ref.quote):
             raise _fail(index, ValueError(f"value {item.value!r} does not occur in the quote"))
+        _asserted(index, item.ref.quote, cues(item.ref.quote))
         parsed.append({"input": index, "item": name, "key": key})
         if key in seen:
             steps.append(f"input {index}: {key!r} repeats input {seen[key]}")

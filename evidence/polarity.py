@@ -61,7 +61,34 @@ def cues(text: str) -> list[str]:
 
     Why: a pack item or a computed input whose quote denies, hedges or asks was shown, or
     summed, exactly like a plain statement; this is the flag they carry (or refuse on)."""
-    said = polarity(text)
+    return _phrases(polarity(text))
+
+
+def cues_around(text: str, start: int, end: int) -> list[str]:
+    """``cues`` of the words that state the value at ``text[start:end]``: negation cues
+    of its clause (up to a comma, colon or sentence end on either side, the value's own
+    span never split); hedges and the question mark of its whole sentence ("$40, if I
+    remember right" hedges the $40).
+
+    Why: compute refused "We paid $40, not bad" and "No, we paid $300" for a "not" or
+    "no" that is not about the amount; "We did not pay $300" or "Did we pay $300?" must
+    still never count as $300."""
+    sentence_begin = max(text.rfind(c, 0, start) for c in _SENTENCE_ENDS) + 1
+    ends = [at for at in (text.find(c, end) for c in _SENTENCE_ENDS) if at >= 0]
+    sentence_end = min(ends) + 1 if ends else len(text)
+    clause_begin = max([sentence_begin] + [text.rfind(c, sentence_begin, start) + 1
+                                           for c in _CLAUSE_ENDS])
+    stops = [at for at in (text.find(c, end, sentence_end) for c in _CLAUSE_ENDS) if at >= 0]
+    clause = polarity(text[clause_begin:min(stops, default=sentence_end)])
+    sentence = polarity(text[sentence_begin:sentence_end])
+    return _phrases(Polarity(clause.negations, sentence.hedges, sentence.question))
+
+
+_SENTENCE_ENDS = ".!?;\n"
+_CLAUSE_ENDS = ",:"
+
+
+def _phrases(said: Polarity) -> list[str]:
     out = []
     if said.negations:
         out.append(f"negates ({', '.join(sorted(set(said.negations)))})")

@@ -739,6 +739,30 @@ def test_a_quote_that_negates_hedges_or_asks_is_flagged_and_never_computed(env, 
         "value"] == 50
 
 
+@pytest.mark.parametrize("quote,value,total", [
+    ("We paid $40 for the taxi, not bad.", None, 90),
+    ("No, the taxi cost $40.", None, 90),
+    ("We did not pay $300 for the taxi, we paid $40.", "$40", 90),
+    ("We did not pay $300 for the taxi, we paid $40.", "$300", None),
+    ("I don't think the taxi cost $40.", None, None),
+    ("The taxi cost $40, if I remember right.", None, None),
+    ("Did the taxi cost $40, or more?", None, None),
+])
+def test_compute_reads_polarity_in_the_clause_that_states_the_value(env, quote, value, total):
+    """A "not" or "no" of another clause is not about the amount (compute refused "We paid
+    $40, not bad"); a denial in the value's own clause, or a hedge or question anywhere in
+    its sentence, still fails closed."""
+    plain = said(env, "A", "The train cost $50.", MAR5)
+    other = said(env, "A", quote, MAR5 + DAY)
+    refs_in = [ref_to(env, plain, "The train cost $50."),
+               ref_to(env, other, quote, **({"value": value} if value else {}))]
+    out = call(env.ctx(), "trove_compute", operation="sum", inputs=refs_in)
+    if total is None:
+        assert "result" not in out and "input 1" in out["error"], out
+    else:
+        assert out.get("result", {}).get("value") == total, out
+
+
 def test_query_state_covers_the_rows_carried_into_this_session(tmp_path, backend):
     """Rows under nodes carried into a session count as the session's (Access.carried, as
     trove_grep and trove_expand read them): their assertions are in query_state's default
