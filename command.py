@@ -527,6 +527,9 @@ def format_rollups(report: dict) -> str:
         lines += [f"  {r['kind']:<5} {r['key']:<10} {r['state']}"
                   + (f" r{r['rollup_id']}" if r["rollup_id"] else "") + f" ({r['owner']})"
                   for r in report["periods"]]
+        if report.get("other_names"):
+            lines.append(f"also stored as {', '.join(report['other_names'])} (the same zone): "
+                         f"the next pass files them under {report['time_zone']}")
         if report["lineage_problems"]:
             lines.append(f"lineage problems: {len(report['lineage_problems'])} (see doctor)")
         return "\n".join(lines)
@@ -535,10 +538,13 @@ def format_rollups(report: dict) -> str:
         return short
     todo = ", ".join(f"{r['kind']} {r['key']} ({r['state']})" for r in report["to_build"])
     if report["status"] == "preview":
-        return (f"trove rollups build (preview): would build {todo}\n"
+        return (f"trove rollups build (preview): would build {todo or 'nothing'}\n"
                 "apply: /trove rollups build apply")
     built = ", ".join(f"{b['kind']} {b['key']} r{b['rollup_id']}" for b in report["built"])
     lines = [f"trove rollups build: built {built or 'nothing'}", backup_line(report["backup"])]
+    if report.get("renamed"):
+        lines.append(f"filed {report['renamed']} rollups stored under another name of "
+                     f"{report['time_zone']} under it")
     if report["waiting"]:
         lines.append("waiting: " + ", ".join(f"{w['kind']} {w['key']}" for w in report["waiting"]))
     lines += [f"error: {e}" for e in report["errors"]]

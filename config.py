@@ -237,7 +237,8 @@ class TroveConfig:
         False, "Let trove_retrieve gather evidence and store its evidence view and trace.")
     timezone: str = _str(
         "UTC", "IANA time zone of the days, weeks and months of trove_recent, the time "
-        "filters and rollups (e.g. Europe/Paris).", nonempty=True)
+        "filters and rollups (e.g. Europe/Paris); a link name is the zone it links to "
+        "(`US/Eastern` is `America/New_York`).", nonempty=True)
     rollups_enabled: bool = _bool(
         False, "Build day, week and month rollups of each owner's sessions (never mixing "
         "owners), off the turn's hot path.")
@@ -624,19 +625,21 @@ UTC_NAMES = frozenset({"utc", "z", "gmt", "uct", "zulu", "universal", "greenwich
 def canonical_zone(name: str) -> str | None:
     """The one spelling of a time zone setting, or None when ``zoneinfo`` knows no such
     zone. The zone names the rollups' key (``time_zone`` of each row) and the periods
-    of every time filter, so ``utc`` and ``UTC`` (or ``Etc/UTC``, ``europe/paris`` and
-    ``Europe/Paris``) must not be two zones: every name of UTC is ``UTC``, any other
-    name takes the case of the IANA database."""
-    text = str(name or "").strip()
-    if text.lower() in UTC_NAMES:
-        return "UTC"
-    found = _zone_names().get(text.lower())
-    if found is not None:
-        return found
-    try:   # a zone the listing lacks (an older tzdata listing): valid as typed
-        from zoneinfo import ZoneInfo
-        ZoneInfo(text)
-        return text
+    of every time filter, so two names of one zone must not be two zones: every name
+    of UTC is ``UTC``; a link (``US/Eastern``, ``Asia/Calcutta``) is the zone it links
+    to (``America/New_York``, ``Asia/Kolkata``: ``_zone_link``); any other name takes
+    the case of the IANA database. Never raises: an odd value is None."""
+    try:
+        text = str(name or "").strip()
+        if text.lower() in UTC_NAMES:
+            return "UTC"
+        found = _zone_names().get(text.lower())
+        if found is None:   # a zone the listing lacks (an older tzdata listing): as typed
+            from zoneinfo import ZoneInfo
+            ZoneInfo(text)
+            found = text
+        target = _zone_link(found)
+        return "UTC" if target.lower() in UTC_NAMES else target
     except Exception:
         return None
 
@@ -649,6 +652,60 @@ def _zone_names() -> dict[str, str]:
         return {n.lower(): n for n in sorted(available_timezones())}
     except Exception:
         return {}
+
+
+@functools.lru_cache(maxsize=256)
+def _zone_link(name: str) -> str:
+    """The zone a link name stands for, else ``name``. Offline only: the links are the
+    ``L target link`` lines of the installed database's ``tzdata.zi`` (``_zone_links``),
+    and one is taken only when the two zone files ``zoneinfo`` would load hold the same
+    bytes, so a ``tzdata.zi`` of another build (the ``tzdata`` package merges zones a
+    system build keeps apart) never folds zones whose rules differ here."""
+    seen, target = {name}, name
+    while (ahead := _zone_links().get(target)) and ahead not in seen:   # a chain, no loop
+        seen.add(ahead)
+        target = ahead
+    if target == name or _zone_bytes(name) is None or _zone_bytes(name) != _zone_bytes(target):
+        return name
+    return target
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_links() -> dict[str, str]:
+    """Link name -> target of every ``tzdata.zi`` installed (``zoneinfo.TZPATH`` first,
+    then the ``tzdata`` package: the order ``zoneinfo`` reads zones in); {} when none."""
+    links: dict[str, str] = {}
+    for folder in _zone_folders():
+        try:
+            lines = folder.joinpath("tzdata.zi").read_text(encoding="utf-8").splitlines()
+        except Exception:  # missing or unreadable: the next one
+            continue
+        for parts in (line.split() for line in lines):
+            if len(parts) == 3 and parts[0] == "L":
+                links.setdefault(parts[2], parts[1])
+    return links
+
+
+def _zone_bytes(name: str) -> bytes | None:
+    """The TZif file ``zoneinfo`` loads for a zone (the first folder holding it), or None."""
+    for folder in _zone_folders():
+        try:
+            return folder.joinpath(*name.split("/")).read_bytes()
+        except Exception:
+            continue
+    return None
+
+
+def _zone_folders() -> list:
+    """Where ``zoneinfo`` looks for zones, in its order: ``TZPATH``, then ``tzdata``."""
+    import zoneinfo
+    folders: list = [Path(d) for d in zoneinfo.TZPATH]
+    try:
+        from importlib import resources
+        folders.append(resources.files("tzdata.zoneinfo"))
+    except Exception:  # no tzdata package: the system's alone
+        pass
+    return folders
 
 
 def load_config(environ: Mapping[str, str] | None = None,

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Callable
 
+from ..config import canonical_zone
 from ..dag import Dag
 from ..storage import codec, timekeys
 from ..storage.timeline import Eligible, NewRollup, Timeline
@@ -77,6 +78,7 @@ class PassReport:
     waiting: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)     # rollups of emptied periods
+    renamed: int = 0          # rollups moved from another name of the zone (``adopt_names``)
 
 
 def settings_of(config) -> Settings:
@@ -85,6 +87,28 @@ def settings_of(config) -> Settings:
                     max_builds=config.rollups_max_builds_per_pass,
                     budget_tokens=config.rollup_summary_tokens,
                     chunk_tokens=config.leaf_chunk_tokens)
+
+
+# ---------------------------------------------------------------- the zone's names
+def other_names(timeline: Timeline, settings: Settings) -> list[str]:
+    """Names rollups are stored under that are the configured zone spelled another
+    way (``canonical_zone`` folds them into it: the ``utc`` of older versions, a link
+    such as ``US/Eastern`` for ``America/New_York``). A zone that is really another
+    one (the setting changed) is not among them: its rollups stay its own."""
+    return [name for name in timeline.rollup_zones()
+            if name != settings.time_zone and canonical_zone(name) == settings.time_zone]
+
+
+def adopt_names(timeline: Timeline, settings: Settings) -> tuple[list[int], int]:
+    """Move rollups stored under another name of the configured zone to its one key
+    (``Timeline.rename_zone``), so they are used again instead of rebuilt under a
+    second key and left behind for good; the ids deleted (a period both names held)
+    and how many moved. Every pass that writes runs it first."""
+    gone, moved = [], 0
+    for name in other_names(timeline, settings):
+        deleted, count = timeline.rename_zone(name, settings.time_zone)
+        gone, moved = gone + deleted, moved + count
+    return gone, moved
 
 
 # ---------------------------------------------------------------- what exists
@@ -126,12 +150,16 @@ def periods_with_material(timeline: Timeline, settings: Settings, eligible: Elig
 
 def status(timeline: Timeline, settings: Settings, eligible: Eligible, now: float) -> list[dict]:
     """Every period with material in the lookback window, per owner: ``ready``,
-    ``stale``, ``pending`` (finished, no rollup yet) or ``open`` (not finished yet)."""
+    ``stale``, ``pending`` (finished, no rollup yet) or ``open`` (not finished yet).
+    A rollup still stored under another name of the zone (``other_names``; the next
+    pass moves it) counts as the period's: it is, not a period to build again."""
     tz = timekeys.zone(settings.time_zone)
     rows, memo = [], {}
+    names = [settings.time_zone, *other_names(timeline, settings)]   # not adopted yet
     for kind, key, owner in periods_with_material(timeline, settings, eligible, now):
         start, end = timekeys.bounds(kind, key, tz)
-        rollup = timeline.get_rollup(kind, key, settings.time_zone, owner)
+        rollup = next(filter(None, (timeline.get_rollup(kind, key, name, owner)
+                                    for name in names)), None)
         if rollup is not None:
             state = timeline.freshness(rollup, eligible, memo)
         else:
@@ -165,8 +193,9 @@ def build_pass(store: Store, dag: Dag, timeline: Timeline, summarizer: Summarize
     (with the weeks and months built on them, rebuilt in turn)."""
     report = PassReport()
     if apply:
-        gone = timeline.delete_with_ancestors(emptied(timeline, settings, eligible, now))
-        report.removed = gone
+        report.removed, report.renamed = adopt_names(timeline, settings)
+        report.removed += timeline.delete_with_ancestors(
+            emptied(timeline, settings, eligible, now))
     builder = _Builder(store, dag, timeline, summarizer, count_tokens, settings, eligible)
     for kind in timekeys.KINDS:
         for row in status(timeline, settings, eligible, now):

@@ -46,6 +46,7 @@ def status(target: Target, now: float | None = None) -> dict:
     if access is not None:
         rows = [r for r in rows if access.owns_rollup(r)]
     return {"enabled": target.config.rollups_enabled, "time_zone": settings.time_zone,
+            "other_names": rollups.other_names(timeline, settings),
             "lookback_days": settings.lookback_days,
             "counts": dict(Counter(r["state"] for r in rows)), "periods": rows,
             "lineage_problems": timeline.lineage_problems(limit=20) if access is None else []}
@@ -62,7 +63,7 @@ def build(target: Target, apply: bool = False, now: float | None = None) -> dict
     if not target.config.rollups_enabled:
         return {**base, "status": "refused",
                 "reason": "rollups are off: set TROVE_ROLLUPS_ENABLED=true"}
-    if not todo:
+    if not todo and not report["other_names"]:   # a pass would move those (adopt_names)
         return {**base, "status": "noop", "reason": "every finished period is ready"}
     if not apply:
         return {**base, "status": "preview"}
@@ -76,7 +77,8 @@ def build(target: Target, apply: bool = False, now: float | None = None) -> dict
     done = rollups.build_pass(target.store, target.dag, timeline, summarizer, count, settings,
                               eligible, moment)
     return {**base, "status": "built", "backup": written, "built": done.built,
-            "waiting": done.waiting, "errors": done.errors, "removed": done.removed}
+            "waiting": done.waiting, "errors": done.errors, "removed": done.removed,
+            "renamed": done.renamed}
 
 
 def _summarizer(target: Target):

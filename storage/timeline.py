@@ -267,6 +267,29 @@ class Timeline:
                 f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE owner = ? AND time_zone = ?"
                 " AND period_end > ? ORDER BY period_start", (owner, time_zone, since))]
 
+    def rollup_zones(self) -> list[str]:
+        """Every zone name rollups are stored under, as stored (one small index scan)."""
+        with self.db.reading() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT DISTINCT time_zone FROM rollups ORDER BY 1")]
+
+    def rename_zone(self, old: str, new: str) -> tuple[list[int], int]:
+        """Move every rollup stored under ``old`` to ``new``, two names of one zone (the
+        same periods, the same bounds), in one transaction: it is found under the one
+        key again, not rebuilt beside it. Where ``new`` already holds the same period
+        of the same owner, that one stays and the other is deleted with every rollup
+        built on it (derived data: the next pass rebuilds what is missing). The owner
+        is never changed. Returns the ids deleted and how many rollups moved."""
+        with self.db.transaction() as conn:
+            clash = [r[0] for r in conn.execute(
+                "SELECT a.rollup_id FROM rollups a JOIN rollups b ON b.kind = a.kind"
+                " AND b.period_key = a.period_key AND b.owner = a.owner AND b.time_zone = ?"
+                " WHERE a.time_zone = ?", (new, old))]
+            gone = delete_with_ancestors_in(conn, clash)
+            moved = conn.execute("UPDATE rollups SET time_zone = ? WHERE time_zone = ?",
+                                 (new, old)).rowcount
+        return gone, moved
+
     def delete_with_ancestors(self, rollup_ids: Iterable[int]) -> list[int]:
         """Delete rollups and every rollup built on them (their weeks and months, now
         wrong), lineage and sessions with them, in one transaction; the ids deleted.

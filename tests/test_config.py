@@ -527,7 +527,11 @@ def test_database_url_selects_postgresql_and_is_redacted_wherever_shown(home):
 
 @pytest.mark.parametrize("typed, canonical", [
     ("utc", "UTC"), ("UTC", "UTC"), ("Etc/UTC", "UTC"), (" zulu ", "UTC"), ("GMT", "UTC"),
-    ("europe/paris", "Europe/Paris"), ("Europe/Paris", "Europe/Paris")])
+    ("europe/paris", "Europe/Paris"), ("Europe/Paris", "Europe/Paris"),
+    # links are the zone they link to (the rollups' key was the name as typed)
+    ("US/Eastern", "America/New_York"), ("asia/calcutta", "Asia/Kolkata"),
+    ("Asia/Kolkata", "Asia/Kolkata"), ("Etc/GMT", "UTC"), ("Zulu", "UTC"),
+    ("Etc/Universal", "UTC"), ("US/Pacific", "America/Los_Angeles")])
 def test_one_time_zone_is_one_setting_whatever_its_spelling(home, typed, canonical):
     """The zone is the rollups' key: ``utc`` and ``UTC`` were stored as typed, so each
     spelling built and listed its own set of day/week/month rollups."""
@@ -535,3 +539,37 @@ def test_one_time_zone_is_one_setting_whatever_its_spelling(home, typed, canonic
     assert cfg.timezone == canonical and not cfg.warnings
     from hermes_trove.compaction import rollups
     assert rollups.settings_of(cfg).time_zone == canonical
+
+
+@pytest.mark.parametrize("odd", [None, 123, "", "  ", "Mars/Olympus_Mons", "../../etc/passwd",
+                                 "/usr/share/zoneinfo/UTC", "Europe/\0Paris", "x" * 5000,
+                                 "US/Eastern/", "\ud800"])
+def test_an_odd_time_zone_value_never_raises(odd):
+    """Whatever a config file holds, the zone is a zone or None (then UTC, reported)."""
+    assert config.canonical_zone(odd) is None
+
+
+def test_a_link_is_folded_only_when_both_zone_files_are_the_same(tmp_path, monkeypatch):
+    """Links come from the installed ``tzdata.zi``; one folds only when the zone files
+    ``zoneinfo`` loads are byte-identical, so a ``tzdata.zi`` of another build (the
+    ``tzdata`` package links zones a system build keeps apart) never merges two zones
+    whose rules differ on this machine."""
+    import zoneinfo
+    from importlib import resources
+    source = resources.files("tzdata.zoneinfo")
+    tree = tmp_path / "zoneinfo"
+    for name in ("Europe/Paris", "Europe/Berlin"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(source.joinpath(*name.split("/")).read_bytes())
+    (tree / "Europe" / "Lutetia").write_bytes((tree / "Europe" / "Paris").read_bytes())
+    (tree / "tzdata.zi").write_text("# test\nL Europe/Paris Europe/Lutetia\n"
+                                    "L Europe/Paris Europe/Berlin\n")
+    for cached in (config._zone_names, config._zone_link, config._zone_links):
+        monkeypatch.setattr(config, cached.__name__, cached.__wrapped__)
+    system = zoneinfo.TZPATH
+    zoneinfo.reset_tzpath([str(tree)])
+    try:
+        assert config.canonical_zone("Europe/Lutetia") == "Europe/Paris"
+        assert config.canonical_zone("europe/berlin") == "Europe/Berlin"  # other bytes: kept
+    finally:
+        zoneinfo.reset_tzpath(system)

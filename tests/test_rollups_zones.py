@@ -1,0 +1,105 @@
+"""One zone is one rollup key, and no rollup holds two owners' sessions.
+
+Rollups are keyed by ``time_zone``. Older versions stored the zone as typed, so
+``utc`` and ``UTC``, or a link (``US/Eastern``) and the zone it names
+(``America/New_York``), were two keys: changing the spelling rebuilt every rollup
+under the second key and left the first set behind for good. The world is
+tests/test_rollups.py's (five sessions of one owner, a frozen clock); a build
+under ``time_zone=<old name>`` writes what an older version wrote.
+"""
+import json
+
+import pytest
+
+from hermes_trove import command
+from hermes_trove.operators import actions as ops, rollup_actions
+from hermes_trove.storage.owners import Owners
+from test_rollups import OWNER, World, call, world  # noqa: F401 (fixture)
+
+
+def zones(world) -> set[str]:
+    return {r["time_zone"] for r in world.timeline.all_rollups()}
+
+
+def keys(world) -> dict[tuple, int]:
+    """(kind, key, owner) -> rollup id; asserts the triple is unique across zones."""
+    rows = world.timeline.all_rollups()
+    found = {(r["kind"], r["period_key"], r["owner"]): r["rollup_id"] for r in rows}
+    assert len(found) == len(rows), "one period of one owner is stored twice"
+    return found
+
+
+def assert_one_owner_each(world) -> None:
+    """Every session under a rollup is recorded as the rollup's owner's."""
+    owners = Owners(world.db)
+    for rollup in world.timeline.all_rollups():
+        under = {owners.owner_of(s) for s in world.timeline.sessions_of(rollup["rollup_id"])}
+        assert under == {rollup["owner"]}, (rollup["kind"], rollup["period_key"], under)
+
+
+@pytest.mark.parametrize("old, setting, key", [
+    ("utc", "UTC", "UTC"), ("US/Eastern", "US/Eastern", "America/New_York"),
+    ("Asia/Calcutta", "Asia/Kolkata", "Asia/Kolkata")])
+def test_rollups_stored_under_another_name_of_the_zone_are_reused(tmp_path, backend, old,
+                                                                  setting, key):
+    world = World(tmp_path, backend[1], timezone=setting)
+    assert world.config.timezone == key
+    first = world.build(max_builds=50, time_zone=old)
+    assert first.built and not first.errors and zones(world) == {old}
+    before = keys(world)
+    # before any pass moves them, they are the periods' rollups (not pending again)
+    states = world.status()
+    assert "pending" not in states.values() and "stale" not in states.values()
+    report = world.build(max_builds=50)
+    assert report.built == [] and report.removed == [] and not report.errors
+    assert report.renamed == len(before)
+    assert zones(world) == {key} and keys(world) == before          # same ids, one key
+    yesterday = call(world.ctx(), "trove_recent", period="yesterday", session_scope="all")
+    assert yesterday["used"] == ["rollups"] and "papaya" in json.dumps(yesterday)
+
+
+def test_a_period_both_names_hold_keeps_one_rollup_per_owner(world):
+    """Rollups under ``UTC`` and under the old ``utc``; Bob's under ``utc`` only. The
+    pass keeps ``UTC``'s, drops the duplicates (derived data: nothing raw is touched)
+    and files Bob's under ``UTC`` with their ids and their owner."""
+    world.build(max_builds=50)
+    canonical = keys(world)
+    bob = "telegram:user:8"
+    world.store.ensure_session("bob", source="telegram")
+    Owners(world.db).record("bob", bob, platform="telegram")
+    world.say("bob", 16, "durian secret", hour=15)
+    world.build(max_builds=50, time_zone="utc")
+    assert zones(world) == {"UTC", "utc"}
+    old = {(r["kind"], r["period_key"], r["owner"]): r["rollup_id"]
+           for r in world.timeline.all_rollups() if r["time_zone"] == "utc"}
+    bobs = {k: v for k, v in old.items() if k[2] == bob}
+    assert bobs and any(k[2] == OWNER for k in old)
+    with world.db.reading() as conn:
+        raw = conn.execute("SELECT count(*), sum(length(content)) FROM messages").fetchone()
+    report = world.build(max_builds=50)
+    assert not report.errors and report.renamed == len(bobs)
+    assert sorted(report.removed) == sorted(v for k, v in old.items() if k[2] == OWNER)
+    assert zones(world) == {"UTC"}
+    after = keys(world)
+    assert after == {**canonical, **bobs}
+    assert_one_owner_each(world)
+    with world.db.reading() as conn:
+        assert conn.execute("SELECT count(*), sum(length(content)) FROM messages"
+                            ).fetchone() == raw
+
+
+def test_operators_see_and_file_the_other_names(world):
+    """``/trove rollups`` names the other spelling; ``build apply`` files it even when
+    no period needs building (it was a no-op that never moved them)."""
+    world.build(max_builds=50, time_zone="utc")
+    target = ops.open_target(world.config)
+    shown = command.format_rollups(rollup_actions.status(target, now=world.now))
+    assert "also stored as utc" in shown and "pending" not in shown
+    preview = rollup_actions.build(target, apply=False, now=world.now)
+    assert preview["status"] == "preview" and preview["to_build"] == []
+    assert "would build nothing" in command.format_rollups(preview)
+    target = ops.open_target(world.config, writable=True)
+    done = rollup_actions.build(target, apply=True, now=world.now)
+    assert done["status"] == "built" and done["renamed"] > 0 and zones(world) == {"UTC"}
+    assert "under it" in command.format_rollups(done)
+
