@@ -688,3 +688,25 @@ def m012_image_payload_refs_searchable(conn: sqlite3.Connection) -> None:
     found only among the newest 200 rows showing ``[image]``, so older screenshots could
     no longer be expanded from the session that holds them."""
     reindex_image_payload_refs(conn)
+
+
+def drop_rollups_mixing_owners(conn) -> int:
+    """Delete every rollup holding a session that is not its owner's now, with every
+    rollup built on it; how many went. Before ``Owners.record`` dropped them, replacing a
+    session's provisional key (``gateway:user:<id>``, shared by a DM and a group chat)
+    left the old key's rollups holding both new owners' sessions, for good once their
+    period had left the lookback. Derived data: the next pass rebuilds what its window
+    holds, per owner. Both engines' migrations run this one function."""
+    from .timeline import delete_with_ancestors_in   # here: timeline needs database, which needs us
+    mixed = [r[0] for r in conn.execute(
+        "SELECT DISTINCT r.rollup_id FROM rollups r"
+        " JOIN rollup_sessions rs ON rs.rollup_id = r.rollup_id"
+        " LEFT JOIN session_owners o ON o.session_id = rs.session_id"
+        " WHERE o.owner IS NULL OR o.owner <> r.owner ORDER BY 1")]
+    return len(delete_with_ancestors_in(conn, mixed))
+
+
+@migration(13)
+def m013_rollups_of_one_owner(conn: sqlite3.Connection) -> None:
+    """No rollup holds another owner's session (``drop_rollups_mixing_owners``)."""
+    drop_rollups_mixing_owners(conn)

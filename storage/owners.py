@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from .database import Database
+from .timeline import delete_with_ancestors_in
 
 LOCAL_OWNER = "local"
 # Owner keys that stand for "nobody identified yet" and may be replaced once.
@@ -41,7 +42,8 @@ class Owners:
                conversation_id: str | None = None) -> str:
         """Set a session's owner if it has none (or only a provisional one,
         ``is_provisional``); fill blank attributes; return the owner in force. An owner, once real, never changes:
-        a session never moves from one person to another."""
+        a session never moves from one person to another. Replacing a provisional key
+        drops the rollups that held the session under it (``_drop_rollups_of_others``)."""
         now = time.time()
         with self.db.transaction() as conn:
             row = conn.execute("SELECT owner FROM session_owners WHERE session_id = ?",
@@ -55,6 +57,7 @@ class Owners:
             current = row[0]
             if is_provisional(current) and not is_provisional(owner):
                 current = owner
+                _drop_rollups_of_others(conn, session_id, owner)
             conn.execute(
                 "UPDATE session_owners SET owner = ?, platform = COALESCE(platform, ?),"
                 " user_id = COALESCE(user_id, ?), chat_id = COALESCE(chat_id, ?),"
@@ -107,3 +110,16 @@ class Owners:
                 " WHERE session_id = ?", (session_id,)).fetchone()
         return dict(zip(("owner", "platform", "user_id", "chat_id", "conversation_id"), row)) \
             if row else None
+
+
+def _drop_rollups_of_others(conn, session_id: str, owner: str) -> list[int]:
+    """Delete, inside the caller's transaction, every rollup holding this session under
+    another owner than ``owner`` (its replaced key's), with the weeks and months built
+    on it. Rollups are per owner: kept, a day of a replaced key shared by two chats
+    held both new owners' sessions, and once its period left the lookback no pass ever
+    looked at it again. Derived data: the next pass rebuilds what its window holds."""
+    doomed = [r[0] for r in conn.execute(
+        "SELECT rs.rollup_id FROM rollup_sessions rs JOIN rollups r"
+        " ON r.rollup_id = rs.rollup_id WHERE rs.session_id = ? AND r.owner <> ?",
+        (session_id, owner))]
+    return delete_with_ancestors_in(conn, doomed)

@@ -14,6 +14,7 @@ import pytest
 from hermes_trove import command
 from hermes_trove.operators import actions as ops, rollup_actions
 from hermes_trove.storage.owners import Owners
+from hermes_trove.storage.timeline import Timeline
 from test_rollups import OWNER, World, call, world  # noqa: F401 (fixture)
 
 
@@ -103,3 +104,67 @@ def test_operators_see_and_file_the_other_names(world):
     assert done["status"] == "built" and done["renamed"] > 0 and zones(world) == {"UTC"}
     assert "under it" in command.format_rollups(done)
 
+
+def test_a_rollup_never_holds_two_owners_when_an_owner_key_is_replaced(world):
+    """Two sessions first recorded under one replaceable key (``gateway:user:5``: set
+    before the platform was known, shared by one person's DM and group chat) get day,
+    week and month rollups together, in February and in March. Once the DM gets its
+    real key, no rollup may hold sessions of two owners: not March's (the pass found
+    those stale and rebuilt them) and not February's, which has left a short lookback
+    (no pass looks at it again: it kept both owners' sessions for good)."""
+    shared = "gateway:user:5"
+    for name, hour in (("dm", 8), ("group", 9)):
+        world.store.ensure_session(name, source="telegram")
+        Owners(world.db).record(name, shared, platform="telegram")
+        world.say(name, 10, f"{name} feijoa", hour=hour, month=2)
+        world.say(name, 17, f"{name} feijoa", hour=hour)
+    world.build(max_builds=50)
+    for key in ("2026-02-10", "2026-03-17"):
+        day = world.timeline.get_rollup("day", key, "UTC", shared)
+        assert world.timeline.sessions_of(day["rollup_id"]) == ["dm", "group"]
+    assert world.timeline.get_rollup("month", "2026-02", "UTC", shared)
+    assert Owners(world.db).record("dm", "telegram:conversation:dm-1",
+                                   platform="telegram") == "telegram:conversation:dm-1"
+    assert_one_owner_each(world)                                 # at once, not at a pass
+    report = world.build(max_builds=50, lookback_days=10)        # February is outside
+    assert not report.errors
+    assert_one_owner_each(world)
+    group_day = world.timeline.get_rollup("day", "2026-03-17", "UTC", shared)
+    assert world.timeline.sessions_of(group_day["rollup_id"]) == ["group"]
+    dm_day = world.timeline.get_rollup("day", "2026-03-17", "UTC", "telegram:conversation:dm-1")
+    assert world.timeline.sessions_of(dm_day["rollup_id"]) == ["dm"]
+
+
+def test_the_migration_drops_rollups_already_mixing_owners(tmp_path, backend, monkeypatch):
+    """Rollups a replaced key left holding two owners' sessions (before ``Owners.record``
+    dropped them) are deleted once, on both engines (SQLite's 13, the server's 7), with
+    the rollups built on them; every other rollup, and every message, stays."""
+    from hermes_trove.storage import database, migrations
+    from hermes_trove.storage.postgres import schema as pg_schema
+    engine, target = backend
+    module, last = (migrations, 12) if engine == "sqlite" else (pg_schema, 6)
+    shared = "gateway:user:5"
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "MIGRATIONS", [m for m in module.MIGRATIONS if m[0] <= last])
+        world = World(tmp_path, target)
+        for name in ("dm", "group"):
+            world.store.ensure_session(name, source="telegram")
+            Owners(world.db).record(name, shared, platform="telegram")
+            world.say(name, 10, f"{name} feijoa", month=2)
+        world.build(max_builds=50)
+        mixed = {r["rollup_id"] for r in world.timeline.all_rollups() if r["owner"] == shared}
+        assert len(mixed) >= 3                                   # day, week, month
+        kept = {r["rollup_id"] for r in world.timeline.all_rollups()} - mixed
+        with world.db.transaction() as conn:    # a replacement as the code before made it
+            conn.execute("UPDATE session_owners SET owner = 'telegram:conversation:dm-1'"
+                         " WHERE session_id = 'dm'")
+            raw = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        database.forget_database(target)
+    world.db = database.get_database(target)
+    world.timeline = Timeline(world.db)
+    assert {r["rollup_id"] for r in world.timeline.all_rollups()} == kept and kept
+    assert_one_owner_each(world)
+    with world.db.reading() as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == raw
+        assert conn.execute("SELECT max(version) FROM trove_migrations").fetchone()[0] \
+            == module.latest_version() > last

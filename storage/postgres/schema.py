@@ -22,7 +22,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..migrations import apply_pending, registrar, reindex_image_payload_refs
+from ..migrations import (apply_pending, drop_rollups_mixing_owners, registrar,
+                          reindex_image_payload_refs)
 from .connection import Connection
 
 FTS_CHARS = 262_144
@@ -403,6 +404,13 @@ def pg006_image_payload_refs_searchable(conn: Connection) -> None:
     token of its row (``migrations.reindex_image_payload_refs``; the UPDATE recomputes
     each changed row's generated ``fts``)."""
     reindex_image_payload_refs(conn)
+
+
+@migration(7)
+def pg007_rollups_of_one_owner(conn: Connection) -> None:
+    """SQLite's migration 13 on the server: no rollup holds another owner's session
+    (``migrations.drop_rollups_mixing_owners``)."""
+    drop_rollups_mixing_owners(conn)
 
 
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
