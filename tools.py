@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from .storage import codec, faults, timekeys
 from .storage.timekeys import iso
-from .diagnostics import brief, health
+from .diagnostics import brief, caller, health
 from .evidence import handlers as evidence_handlers, refs as evidence_refs
 from .config import MIN_TOOL_RESPONSE_TOKENS, TroveConfig
 from .dag import Dag
@@ -46,7 +46,8 @@ from .store import Store
 from .toolkit.expand_query import tool_expand_query
 from .toolkit.read_tools import tool_describe, tool_expand, tool_load_session, tool_recent
 from .toolkit.render import _mark_more
-from .toolkit.scope import Access, _load_message, _unbound, bound_session
+from .toolkit.scope import (Access, _load_message, _unbound, bound_session,
+                            operator_view)
 from .toolkit.search_tools import tool_grep, tool_recall
 
 TOOL_NAMES: tuple[str, ...] = tuple(SCHEMAS_BY_NAME)
@@ -128,9 +129,12 @@ def _status_snapshot(ctx: ToolContext) -> dict:
 
 
 def tool_status(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """What matters now, compactly (``brief.model_status``); the inventory is trove_inspect."""
-    report = brief.model_status(ctx.store, ctx.dag, ctx.config, _status_snapshot(ctx),
-                                session_id=bound_session(ctx))
+    """What matters now, compactly (``brief.model_status``); the inventory is trove_inspect.
+    A caller who is not the operator (``operator_view``) sees no database-wide figure."""
+    current, status = bound_session(ctx), _status_snapshot(ctx)
+    report = brief.model_status(ctx.store, ctx.dag, ctx.config, status, session_id=current)
+    if not operator_view(ctx, current):   # a gateway user: no database-wide figure or path
+        report = caller.model_status(report, status)
     if report["last_compaction"] and report["last_compaction"].get("at"):
         report["last_compaction"]["at"] = iso(report["last_compaction"]["at"])
     return report, Shape(optional=("last_compaction", "background_prepare"))
@@ -138,15 +142,17 @@ def tool_status(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
 
 def tool_inspect(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     """Operator inventory of this session: frontier, carried nodes, counts, last decisions,
-    plus the full status (engine snapshot, database, token counter, every setting)."""
+    plus the full status (engine snapshot, database, token counter, every setting); a
+    caller who is not the operator (``operator_view``) gets its own engine's status only."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_inspect", "frontier")
     status = _status_snapshot(ctx)
     counter = getattr(getattr(ctx.count_tokens, "__self__", None), "name", None)
-    report = {**health.inspect_report(ctx.store, ctx.dag, status, current),
-              "status": health.status_report(ctx.store, ctx.dag, ctx.config, status,
-                                             session_id=current, counter_name=counter)}
+    full = (health.status_report(ctx.store, ctx.dag, ctx.config, status, session_id=current,
+                                 counter_name=counter) if operator_view(ctx, current) else
+            caller.status_report(status, session_id=current, counter_name=counter))
+    report = {**health.inspect_report(ctx.store, ctx.dag, status, current), "status": full}
     for node in report["frontier"]:
         node["time_from"], node["time_to"] = iso(node["time_from"]), iso(node["time_to"])
     return report, Shape(items="frontier", on_trim=_mark_more,
@@ -154,9 +160,12 @@ def tool_inspect(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]
 
 
 def tool_doctor(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
-    """Read-only health checks (see ``health.run_doctor``)."""
+    """Read-only health checks (see ``health.run_doctor``; its own engine's only for a
+    caller who is not the operator, ``operator_view``)."""
+    current = bound_session(ctx)
     report = health.run_doctor(ctx.store, ctx.dag, ctx.config, _status_snapshot(ctx),
-                               session_id=bound_session(ctx), full=bool(params.get("full")))
+                               session_id=current, full=bool(params.get("full")),
+                               operator=operator_view(ctx, current))
     return report, Shape(items="checks", on_trim=_mark_more, texts=("detail",))
 
 

@@ -24,7 +24,7 @@ from ..dag import Dag
 from ..storage.database import Database
 from ..storage.timeline import Timeline
 from ..store import Store
-from . import host
+from . import caller, host
 
 QUICK_CHECK_MAX_BYTES = 256 * 1024 * 1024
 LARGE_ROW_WARN_CHARS = 200_000
@@ -239,16 +239,21 @@ def check_fts(store: Store, dag: Dag, config: TroveConfig, now: float | None = N
 # ---------------------------------------------------------------- engine
 def check_config(config: TroveConfig, status: Mapping) -> list[dict]:
     """Configuration warnings, and whether compaction can work for the current window."""
-    results = [check("config_warnings", "warn" if config.warnings else "ok",
-                     f"{len(config.warnings)} warning(s)" if config.warnings else "no warnings",
-                     warnings=list(config.warnings))]
+    return [check("config_warnings", "warn" if config.warnings else "ok",
+                  f"{len(config.warnings)} warning(s)" if config.warnings else "no warnings",
+                  warnings=list(config.warnings))] + check_reachable(config, status)
+
+
+def check_reachable(config: TroveConfig, status: Mapping) -> list[dict]:
+    """Whether compaction can free room in the calling engine's window (its own state,
+    so a caller who is not the operator gets it too)."""
     window = status.get("context_length")
-    if isinstance(window, int) and window > 0:
-        problems = check_reachability(config, window)
-        results.append(check("compaction_reachable", "fail" if problems else "ok",
-                             "; ".join(problems) if problems else
-                             f"compaction can free room in a {window}-token window"))
-    return results
+    if not (isinstance(window, int) and window > 0):
+        return []
+    problems = check_reachability(config, window)
+    return [check("compaction_reachable", "fail" if problems else "ok",
+                  "; ".join(problems) if problems else
+                  f"compaction can free room in a {window}-token window")]
 
 
 def check_lifecycle(status: Mapping, session_nodes: int | None,
@@ -344,21 +349,31 @@ def check_rollup_lineage(db: Database, config: TroveConfig) -> list[dict]:
 
 def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | None = None, *,
                session_id: str | None = None, full: bool = False,
-               now: float | None = None, offline: bool = False) -> dict:
+               now: float | None = None, offline: bool = False,
+               operator: bool = True) -> dict:
     """Every check, in the order an operator reads them; ``overall`` is the worst status.
 
-    ``offline`` when no engine runs (see ``check_lifecycle``)."""
+    ``offline`` when no engine runs (see ``check_lifecycle``). ``operator`` False: a
+    caller who is not the profile's operator (a messaging gateway's user asking the
+    agent, ``toolkit.scope.operator_view``) gets the checks of its own engine and
+    session only; the database, index, rollup, settings and host checks show every
+    owner's figures, the file's path and the host's config (``diagnostics.caller``)."""
     status = dict(status or {})
     session_nodes = dag.stats(session_id)["nodes"] if session_id else None
     checks: list[dict] = []
-    for part in (lambda: check_database(store, full=full),
-                 lambda: check_fts(store, dag, config, now),
-                 lambda: check_config(config, status),
-                 lambda: check_lifecycle(status, session_nodes, offline),
-                 lambda: check_pressure(status, config),
-                 lambda: check_summaries(status),
-                 lambda: check_rollup_lineage(store.db, config),
-                 lambda: host.check_host(config.hermes_home)):
+    every = (lambda: check_database(store, full=full),
+             lambda: check_fts(store, dag, config, now),
+             lambda: check_config(config, status))
+    own = (lambda: check_lifecycle(status, session_nodes, offline),
+           lambda: check_pressure(status, config),
+           lambda: check_summaries(status))
+    if not operator:
+        every = (lambda: check_reachable(config, status),)
+        own += (lambda: [check("operator_checks", "skipped", caller.OPERATOR_VIEW)],)
+    else:
+        own += (lambda: check_rollup_lineage(store.db, config),
+                lambda: host.check_host(config.hermes_home))
+    for part in every + own:
         try:
             checks += part()
         except Exception as exc:  # one broken check must not hide the others

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..storage import codec, faults, host_sessions, integrity
-from ..diagnostics import health, host, startup
+from ..diagnostics import caller, health, host, startup
 from ..compaction import tokens
 from .. import tools
 from ..schemas import COUNT_LIMITS
@@ -236,13 +236,15 @@ def caller_status(target: Target, session_id: str | None) -> dict:
     whole. Totals, the path, the embedding index's counts and the backup's path are
     every owner's (and a total that grows tells a group member when someone else
     chats), so they stay the operator's; with no session known there is nothing of
-    the caller's to show, and nothing is."""
+    the caller's to show, and nothing is. Its engine is ``diagnostics.caller.engine``:
+    the same allow-list the status tools give a gateway user."""
     session = target.session_id or (target.store.canonical_session(session_id)
                                     if session_id else None)
     engine = target.engine
     return {"database": "in use",
             "session": session_summary(target, session) if session else None,
-            "engine": json_safe(engine.get_status()) if engine is not None else None}
+            "engine": caller.engine(json_safe(engine.get_status())) if engine is not None
+            else None}
 
 
 def database_notes(config: TroveConfig) -> list[str]:

@@ -427,3 +427,75 @@ def test_trove_status_in_a_gateway_chat_shows_no_other_owners_figures(two_users,
     assert f"session: {a.session_id}" in mine and f"{own:,} messages" in mine
     assert a.session_id not in unknown and "not known" in unknown
     assert not any(ch.isdigit() for ch in unknown.replace("0.19", "")), unknown
+
+
+# The agent's own status tools: a gateway chat member can ask the agent to call them.
+DATABASE_WIDE_CHECKS = {"journal_mode", "schema_objects", "quick_check", "space", "largest_rows",
+                        "server", "search_extensions", "messages_fts_rows", "nodes_fts_rows",
+                        "fts_integrity", "rollup_lineage", "config_warnings"}
+INDEX_TOTALS = {"indexed": 7, "pending": 3, "texts_this_process": 11}
+
+
+def values_of(data, key):
+    """Every value stored under ``key`` anywhere in a JSON answer."""
+    if isinstance(data, dict):
+        return [v for k, v in data.items() if k == key] + [
+            x for v in data.values() for x in values_of(v, key)]
+    if isinstance(data, list):
+        return [x for v in data for x in values_of(v, key)]
+    return []
+
+
+def test_status_tools_show_a_gateway_user_no_database_wide_figures(two_users, tmp_path,
+                                                                   monkeypatch):
+    """trove_inspect's ``status`` gave any gateway chat member (through the agent) the
+    database's path, size and every owner's message and node totals, the embedding index's
+    totals, the host's home and every setting; trove_doctor listed the largest rows of the
+    whole database (another owner's store ids), the FTS and rollup totals and the host's
+    config; trove_status the index totals and the plugin's folder. A gateway user's
+    session now gets its own session's figures only; the profile's CLI user (the local
+    owner, the operator) keeps the full view."""
+    from pathlib import Path
+
+    from hermes_trove import tools as tools_module
+    from hermes_trove.recall import semantic
+    monkeypatch.setattr(semantic, "status_of", lambda config, found: {
+        "enabled": True, "provider": "openai", "model": "m", "available": True,
+        **INDEX_TOTALS})
+    a, b = two_users
+    db = str(a.config.resolved_database_path)
+    home = str(a.config.hermes_home)
+    plugin = str(Path(tools_module.__file__).resolve().parent)   # the plugin's folder
+    total = a.store.count_messages()
+    theirs = {r["store_id"] for r in b.store.session_messages(b.canonical_id, limit=1000)}
+    answers = {name: call(a, name, {}) for name in ("trove_status", "trove_inspect",
+                                                     "trove_doctor")}
+    for name, text in answers.items():
+        answer = json.loads(text)
+        assert "error" not in answer, (name, text[:300])
+        assert db not in text and home not in text and plugin not in text, (name, text[:300])
+        assert b.canonical_id not in text and "dm:222" not in text, name
+        assert not theirs & set(values_of(answer, "store_id")), name
+        assert total not in values_of(answer, "messages"), name
+        for key in INDEX_TOTALS:
+            assert not values_of(answer, key), (name, key)
+    inspect = json.loads(answers["trove_inspect"])
+    assert inspect["messages"] == a.store.count_messages(a.canonical_id)   # still its own
+    assert inspect["frontier"] and not {"database", "config"} & set(inspect.get("status", {}))
+    doctor = json.loads(answers["trove_doctor"])
+    names = {c["name"] for c in doctor["checks"]}
+    assert "session_bound" in names and not names & DATABASE_WIDE_CHECKS, names
+    assert not any(n.startswith("host_") for n in names), names
+    assert json.loads(answers["trove_status"])["stored"]["messages"] == \
+        a.store.count_messages(a.canonical_id)
+    # the profile's own CLI session on the same database: the operator's full view
+    cli = make_engine(tmp_path, session="cli-1")
+    assert cli.owner == LOCAL_OWNER
+    full = json.loads(call(cli, "trove_inspect", {}))["status"]
+    assert full["database"]["messages"] == total and full["database"]["path"] == db
+    assert full["engine"]["embeddings"]["indexed"] == INDEX_TOTALS["indexed"]
+    checks = {c["name"] for c in json.loads(call(cli, "trove_doctor", {}))["checks"]}
+    assert {"space", "largest_rows", "messages_fts_rows", "rollup_lineage"} <= checks
+    status = json.loads(call(cli, "trove_status", {}))
+    assert status["embeddings"]["pending"] == 3 and status["plugin"].startswith(plugin)
+

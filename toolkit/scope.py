@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..binding.owners import local_operator
 from ..schemas import ArgumentError, Shape
-from ..storage.owners import Owners
+from ..storage.owners import LOCAL_OWNER, Owners
 
 
 def bound_session(ctx: Any) -> str | None:
@@ -20,6 +21,28 @@ def bound_session(ctx: Any) -> str | None:
     if not ctx.session_id:
         return None
     return ctx.store.canonical_session(ctx.session_id)
+
+
+def operator_view(ctx: Any, current: str | None) -> bool:
+    """Whether this call may see the database as a whole (its path, totals, settings,
+    every owner's figures): an operator command, or a session of the profile's local
+    owner (``is_operator``). In a messaging gateway any chat member can ask the agent to
+    call a status tool, so another owner's session sees its own figures only
+    (``diagnostics.caller``)."""
+    if ctx.operator:
+        return True
+    return is_operator(Owners(ctx.store.db).owner_of(current) if current else None)
+
+
+def is_operator(owner: str | None) -> bool:
+    """Whether the owner of the calling session is the profile's operator: the local
+    owner (the CLI user, ``binding.owners``) is, any other owner is not. With no owner
+    known (an unbound engine, a session whose owner was never recorded, a database that
+    cannot be read) whoever runs the process decides (``binding.owners.local_operator``:
+    the CLI yes, a messaging gateway no: fail closed where other people type)."""
+    if owner is not None:
+        return owner == LOCAL_OWNER
+    return local_operator()
 
 
 def _unbound(tool: str, key: str) -> tuple[dict, Shape]:

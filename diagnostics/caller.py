@@ -1,0 +1,80 @@
+"""What a caller who is not the profile's operator sees of trove_status, trove_inspect,
+trove_doctor and a messaging gateway's ``/trove status``.
+
+In a messaging gateway any chat member can ask the agent to call a tool, so the
+status tools answer the calling session's owner (``toolkit.scope.operator_view``
+decides who that is). The database is every owner's: its path, size, totals, the
+embedding index's counts, the host's home, every setting (paths among them), the
+largest rows of the whole file, the FTS and rollup totals and the host's own
+config are the operator's view; a total that grows even tells a group member when
+someone else chats. What is left is the caller's own engine and session.
+
+The engine snapshot is filtered by an allow-list (fail closed: a key added to
+``TroveEngine.get_status`` later stays the operator's until it is listed here).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+# The calling engine's own state: its session, window, trigger, compactions, binding.
+ENGINE_KEYS = ("engine", "session_id", "canonical_session_id", "binding", "platform",
+               "conversation_id", "context_length", "threshold_tokens", "trigger_rule",
+               "last_prompt_tokens", "last_checked_tokens", "usage_percent",
+               "compression_count", "overhead_tokens", "last_compaction",
+               "reachability_problems", "token_counter", "session_mode", "review_fork",
+               "owner", "last_switch", "background_prepare", "tools")
+# Whether semantic search works here; the index's counts and rate are every owner's.
+EMBEDDING_KEYS = ("enabled", "provider", "model", "available")
+OPERATOR_VIEW = ("database totals, paths, backups, settings, engine errors and the database "
+                 "and host checks are the profile operator's view (trove_inspect or "
+                 "/trove status in the Hermes CLI, scripts/trove.py on the host)")
+
+
+def embeddings(block: Mapping | None) -> dict | None:
+    """The embedding side without the index's totals (every owner's messages)."""
+    if not isinstance(block, Mapping):
+        return None
+    return {k: block[k] for k in EMBEDDING_KEYS if k in block}
+
+
+def engine(status: Mapping) -> dict:
+    """The engine snapshot a caller may see: its own session's state (``ENGINE_KEYS``),
+    whether embeddings work, and how many errors the engine noted (their texts can
+    name the database's path or another session: the operator reads them)."""
+    view = {k: status[k] for k in ENGINE_KEYS if k in status}
+    if "embeddings" in status:
+        view["embeddings"] = embeddings(status["embeddings"])
+    view["errors"] = len(status.get("errors") or ())
+    return view
+
+
+def status_report(status: Mapping, *, session_id: str | None,
+                  counter_name: str | None = None) -> dict:
+    """trove_inspect's ``status`` for a caller: in place of ``health.status_report``'s
+    database statistics and settings, the caller's engine and a line saying where the
+    rest is."""
+    return {"bound": bool(session_id), "session_id": session_id, "engine": engine(status),
+            "token_counter": status.get("token_counter") or counter_name or "unknown",
+            "operator_view": OPERATOR_VIEW}
+
+
+def model_status(report: dict, status: Mapping) -> dict:
+    """trove_status (``brief.model_status``) for a caller: the plugin's version without
+    its folder, embeddings without the index's totals, and the problems of the caller's
+    own session (reachability, its session mode); engine errors and the operator's config
+    warnings become one line pointing to the operator."""
+    report = dict(report)
+    plugin = report.get("plugin")
+    if isinstance(plugin, str):   # "<folder> v<version> @ <commit> (...)": drop the folder
+        report["plugin"] = plugin.split(" ", 1)[1] if " " in plugin else "hermes-trove"
+    report["embeddings"] = embeddings(report.get("embeddings"))
+    own = [p for p in report.get("problems") or ()
+           if p.startswith(("compaction cannot free room", "this session is"))]
+    hidden = len(status.get("errors") or ()) + (1 if "status_error" in status else 0)
+    if hidden:
+        own.append(f"{hidden} engine error(s): the operator sees them (trove_doctor in the "
+                   "Hermes CLI)")
+    report["problems"] = own
+    return report
+
