@@ -46,7 +46,7 @@ from .store import Store
 from .toolkit.expand_query import tool_expand_query
 from .toolkit.read_tools import tool_describe, tool_expand, tool_load_session, tool_recent
 from .toolkit.render import _mark_more
-from .toolkit.scope import (Access, _load_message, _unbound, bound_session,
+from .toolkit.scope import (Access, _load_message, _unbound, bound_session, is_operator,
                             operator_view)
 from .toolkit.search_tools import tool_grep, tool_recall
 
@@ -94,9 +94,20 @@ def dispatch(name: str, args: Any, ctx: ToolContext) -> str:
     except Exception as exc:  # any failure is an answer, never a traceback
         if isinstance(exc, sqlite3.Error):  # say what is wrong with the file and the fix
             fault = faults.describe(ctx.config.database_display, exc, str(name)[:60])
-            return error_json(name, f"{fault['problem']}; repair: {fault['repair']}",
-                              ctx.count_tokens, cap)
+            text = f"{fault['problem']}; repair: {fault['repair']}"
+            if not _operator_or_unknown(ctx):   # a gateway user: what is wrong, not where
+                text = caller.without_paths(text, ctx.config.database_display)
+            return error_json(name, text, ctx.count_tokens, cap)
         return error_json(name, f"{type(exc).__name__}: {exc}", ctx.count_tokens, cap)
+
+
+def _operator_or_unknown(ctx: ToolContext) -> bool:
+    """``operator_view`` for a call that failed on the database: when the owner cannot be
+    read either, whoever runs the process decides (``is_operator(None)``)."""
+    try:
+        return operator_view(ctx, bound_session(ctx))
+    except Exception:
+        return bool(ctx.operator) or is_operator(None)
 
 
 def _response_cap(ctx: ToolContext) -> int:

@@ -15,6 +15,7 @@ The engine snapshot is filtered by an allow-list (fail closed: a key added to
 
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 # The calling engine's own state: its session, window, trigger, compactions, binding.
@@ -78,3 +79,25 @@ def model_status(report: dict, status: Mapping) -> dict:
     report["problems"] = own
     return report
 
+
+def without_paths(value, database: str):
+    """``value`` (a fault's text, an answer) with the database's path or server name and
+    its folder (the backups' too) replaced by words: a caller learns what is wrong, the
+    operator where."""
+    if isinstance(value, str):
+        folder = os.path.dirname(database)
+        value = value.replace(database, "the trove database") if database else value
+        return value.replace(folder, "the trove data folder") if len(folder) > 1 else value
+    if isinstance(value, Mapping):
+        return {k: without_paths(v, database) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_paths(v, database) for v in value]
+    return value
+
+
+def unusable_answer(answer: dict, database: str) -> dict:
+    """A tool's answer while the database cannot be used (``unavailable.tool_answer``)
+    for a caller: the engine as ``engine`` shows it, no path."""
+    if isinstance(answer.get("engine"), Mapping):
+        answer = {**answer, "engine": engine(answer["engine"])}
+    return without_paths(answer, database)

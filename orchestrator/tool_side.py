@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 
 from ..config import NOT_LISTED
-from ..diagnostics import unavailable
+from ..diagnostics import caller, unavailable
 from ..recall import semantic
 from ..storage import faults
+from ..toolkit.scope import is_operator
 
 ENGINE_NAME = "trove"
 
@@ -55,8 +56,11 @@ class ToolSide:
             fault = self._note_fault(exc, str(name)[:60])
             context = None
         if context is None:
-            return json.dumps(unavailable.tool_answer(str(name), self.database_fault or fault
-                                                      or {}, self.get_status()), default=str)
+            answer = unavailable.tool_answer(str(name), self.database_fault or fault or {},
+                                             self.get_status())
+            if not is_operator(self.owner):   # a gateway user: what is wrong, not where
+                answer = caller.unusable_answer(answer, self.config.database_display)
+            return json.dumps(answer, default=str)
         return tools.dispatch(name, args, context)
 
     def _hidden_tool_answer(self, name: str) -> str:

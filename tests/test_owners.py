@@ -499,3 +499,53 @@ def test_status_tools_show_a_gateway_user_no_database_wide_figures(two_users, tm
     status = json.loads(call(cli, "trove_status", {}))
     assert status["embeddings"]["pending"] == 3 and status["plugin"].startswith(plugin)
 
+
+def test_a_broken_database_is_reported_to_a_gateway_user_without_its_path(tmp_path,
+                                                                          monkeypatch):
+    """While the database cannot be used every tool answers what is wrong and the repair
+    (``unavailable.tool_answer``), with the file's path, its backups' folder and the
+    whole engine snapshot: any chat member asking the agent read where the operator
+    keeps the database. A gateway process now says what is wrong without a path; the
+    CLI's operator still gets the path to repair."""
+    import sqlite3
+    import sys
+    import types
+
+    from hermes_trove import tools
+    from hermes_trove.storage import database
+    first = make_engine(tmp_path, session="cli-0")
+    first.ingest([{"role": "user", "content": "hello"}])
+    path = str(first.config.resolved_database_path)
+    folder = str(tmp_path)
+    database.forget_database(path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")     # every page in the file itself
+    conn.close()
+    with open(path, "r+b") as f:
+        f.write(b"\0" * 100)                                  # a damaged header
+    monkeypatch.setitem(sys.modules, "gateway.run",           # a gateway process
+                        types.SimpleNamespace(_gateway_runner_ref=lambda: object()))
+    user = gateway_engine(tmp_path, "111")
+    for name in ("trove_status", "trove_doctor", "trove_grep", "trove_inspect"):
+        text = call(user, name, {"query": "hello"})
+        assert "repair" in text and "damaged" in text, (name, text[:300])
+        assert folder not in text, (name, text[:400])
+    assert "database_path" not in json.loads(call(user, "trove_status", {}))["engine"]
+    monkeypatch.delitem(sys.modules, "gateway.run")           # the CLI: the operator
+    cli = make_engine(tmp_path, session="cli-1")
+    assert path in call(cli, "trove_status", {})
+    # a statement that fails inside a tool on a usable database: the same rule
+    database.forget_database(path)
+    import os
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    a = gateway_engine(tmp_path, "111")
+    monkeypatch.setitem(sys.modules, "gateway.run",
+                        types.SimpleNamespace(_gateway_runner_ref=lambda: object()))
+
+    def broken(params, ctx, cap):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+    monkeypatch.setitem(tools.HANDLERS, "trove_grep", broken)
+    text = call(a, "trove_grep", {"query": "x"})
+    assert "repair" in text and folder not in text, text
