@@ -121,6 +121,13 @@ class KnownTail:
 
 
 
+def _block_before(fps: list, flags: list, ack_at, start: int) -> str | None:
+    """The fingerprint of the engine's block nearest before ``start`` in a list,
+    or None when none precedes it (its acknowledgement is no block)."""
+    return next((fps[k] for k in range(start - 1, -1, -1)
+                 if flags[k] and k not in ack_at), None)
+
+
 class Alignment:
     """The identity half of ``store.Store`` (a mixin: it uses only the connection
     the caller passes and ``self.db``)."""
@@ -242,6 +249,7 @@ class Alignment:
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         rendered: dict[str, int | None] = {}   # per block shown: read once per list
+        beside: dict[str, frozenset[int]] = {}
         for start, end, before, after in reading.gaps:
             run, matched = fps[start:end], before
             # After the engine's block only rows no summary covers are candidates: the
@@ -250,10 +258,11 @@ class Alignment:
             if after is None and reading.view is not None:
                 # after a returned list: not onto rows that compaction saw and dropped
                 before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
+            block = _block_before(fps, flags, shown.ack_at, start)
             candidates = {"fresh_only": any(flags[:start]),
-                          "rendered": self._rendered_nodes(conn, session_id, fps, flags,
-                                                           shown.ack_at, start, rendered)
-                          if before is not None else None}
+                          "rendered": self._rendered_nodes(conn, session_id, block, rendered)
+                          if before is not None else None,
+                          "beside": self._shown_beside(conn, session_id, block, beside)}
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                                   **candidates)
@@ -517,13 +526,10 @@ class Alignment:
         return None
 
     @staticmethod
-    def _rendered_nodes(conn, session_id: str, fps: list, flags: list, ack_at,
-                        start: int, known: dict) -> int | None:
-        """The newest node when the block nearest before ``start`` was rendered (its
-        frontier's highest node: every node then was under it), or None when the
+    def _rendered_nodes(conn, session_id: str, block: str | None, known: dict) -> int | None:
+        """The newest node when ``block`` (the block nearest before a gap) was rendered
+        (its frontier's highest node: every node then was under it), or None when the
         engine recorded no frontier with it; ``known`` keeps the answer per block."""
-        block = next((fps[k] for k in range(start - 1, -1, -1)
-                      if flags[k] and k not in ack_at), None)
         if block is None:
             return None
         if block not in known:
@@ -535,21 +541,54 @@ class Alignment:
         return known[block]
 
     @staticmethod
+    def _shown_beside(conn, session_id: str, block: str | None,
+                      known: dict) -> frozenset[int]:
+        """The rows some view of the session lists raw after ``block`` (the block
+        nearest before a gap); ``known`` keeps the answer per block.
+
+        Why: a second process's compaction keeps raw beside the block the exchange
+        its list showed before its newest turn, rows the first process had summarized
+        into that very block (``compaction/tail_rows``, the second-process rule). A
+        later list showing the block with such a row after it, read against a view
+        without it (the first CLI's, restored merged from the host's state.db), found
+        it refused as summarized and stored it again. A row a list with the block
+        showed raw beside it is no row the block dropped from the prompt."""
+        if block is None:
+            return frozenset()
+        if block not in known:
+            rows: set[int] = set()
+            for view in views.each(conn, session_id):
+                ids = [sid for _, sid in view.entries]
+                at = next((k for k, (fp, sid) in enumerate(view.entries)
+                           if fp == block and sid == identity.BLOCK_ID), None)
+                if at is not None:
+                    rows.update(sid for sid in ids[at + 1:] if sid > 0)
+            known[block] = frozenset(rows)
+        return known[block]
+
+    @staticmethod
     def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
-                  limit: int, *, fresh_only: bool,
-                  rendered: int | None = None) -> list[tuple[int, str]]:
+                  limit: int, *, fresh_only: bool, rendered: int | None = None,
+                  beside: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
         """``(store_id, fingerprint)`` of the session's rows a gap may be: between
         its neighbours' rows, before the first (the newest of them) or after the last;
         with ``fresh_only`` only rows no summary covers, or, given ``rendered`` (the
         newest node when the list's block was rendered), no summary up to it covers:
-        a row a later compaction summarized is still the stale list's message."""
+        a row a later compaction summarized is still the stale list's message; and,
+        whatever covers them, the rows ``beside`` (a view showed them raw after the
+        list's block: ``_shown_beside``)."""
         columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
-        fresh = (" AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
-                 " WHERE e.child_store_id = m.store_id"
-                 + (" AND e.parent_id <= ?)" if rendered is not None else ")")
-                 if fresh_only else "")
+        first: tuple = (session_id,)
+        fresh = ""
+        if fresh_only:
+            shown = sorted(sid for sid in beside if (before is None or sid > before)
+                           and (after is None or sid < after))
+            fresh = (" AND (NOT EXISTS (SELECT 1 FROM node_edges AS e"
+                     " WHERE e.child_store_id = m.store_id"
+                     + (" AND e.parent_id <= ?)" if rendered is not None else ")")
+                     + (f" OR store_id IN ({','.join('?' * len(shown))}))" if shown else ")"))
+            first = (session_id, *(() if rendered is None else (rendered,)), *shown)
         head = f"SELECT {columns} FROM messages AS m WHERE session_id = ?{fresh}"
-        first = (session_id, rendered) if fresh_only and rendered is not None else (session_id,)
         if before is not None and after is not None:
             rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
                                 f" ORDER BY store_id LIMIT ?",

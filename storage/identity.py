@@ -34,7 +34,9 @@ reply it matched after an element it could not is no evidence). Then:
    last matched element against the rows after it, stopping at the first
    element that does not line up: from there on everything is new. After a
    block, rows a summary written before that block covers are none of them, but
-   one a later compaction summarized still is. A list whose block the engine
+   one a later compaction summarized still is, and so is one a view of the session
+   lists raw after that same block (a second process's compaction kept it beside
+   the block that summarized it). A list whose block the engine
    returned but none of whose other elements a view holds (the views of the lists
    that went on from it have left the rings) goes on from that returned list: what
    follows the block is a run after the newest row that list was shown.

@@ -731,3 +731,45 @@ def test_a_second_copys_old_list_after_a_returned_block_keeps_rows_summarized_si
     texts = [content for _, content in stored(a)]
     assert len(stored(a)) == rows + 1 and texts[-1] == "from the second CLI"
     assert sum(1 for text in texts if text.startswith("topic ")) == 6
+
+
+def test_a_row_a_second_copys_compaction_kept_beside_the_block_is_that_row_later(tmp_path):
+    """Two CLIs on one session. The first compacts its list; the second, whose list was
+    built before, compacts too and keeps raw beside the same block the exchange before
+    its newest turn, rows the first had summarized into it (``tail_rows``, the
+    second-process rule). The host's state.db then holds the second's compacted list
+    followed by the first's later turns; the first CLI restarted reads it against its
+    own view, which holds the block but not that reply. Only rows no summary covered
+    were candidates after the block: the reply was stored again."""
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=1)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=2)
+    history = [m for t in range(6) for m in turn(f"question {t} " + "word " * 200,
+                                                 "ok" if t % 2 else f"answer {t}")]
+    first.ingest(history)
+    second.ingest(history)
+    asked = {"role": "user", "content": "the first CLI asks on"}
+    first.note_user_turn(asked)
+    listed = compact(first, history + [asked]) + [{"role": "assistant", "content": "first reply"}]
+    first.ingest(listed)
+    first.turn_done()
+    other = {"role": "user", "content": "the second CLI asks on"}
+    second.note_user_turn(other)
+    out = compact(second, history + [other])
+    assert out[0] == listed[0] and out[-2:] == [history[-1], other]   # the reply kept raw
+    assert first.dag.covered_store_ids(second.ingest(history[-1:]))
+    out = out + [{"role": "assistant", "content": "second reply"}]
+    second.ingest(out)
+    second.turn_done()
+    for t in range(3):
+        listed = listed + turn(f"first CLI turn {t}", "ok")
+        first.note_user_turn(listed[-2])
+        first.ingest(listed)
+        first.turn_done()
+    rows = len(stored(first))
+    restored = copy.deepcopy(out + listed[len(listed) - 6:])      # the host's state.db
+    again = make_engine(tmp_path, window=64_000, fresh_tail_count=1)   # the first restarted
+    restored.append({"role": "user", "content": "after the restart"})
+    again.note_user_turn(restored[-1])
+    again.ingest(restored)
+    assert len(stored(first)) == rows + 1 and stored(first)[-1][1] == "after the restart"
+    assert sum(1 for role, _ in stored(first) if role == "assistant") == 6 + 5
