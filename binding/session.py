@@ -18,11 +18,13 @@ engine's back. The order of precedence:
    never taken over.
 
 Hooks (``pre_llm_call``, ``post_llm_call``) name their session and reach only
-an engine bound to it now (``find_engine``).
+an engine bound to it now (``find_engine``); when several copies are, the one a
+bind in the hook's own context made (its agent's), else the one bound last.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 import weakref
@@ -39,6 +41,14 @@ _live_lock = threading.Lock()
 # Session ids some engine of this process was bound to by a host call: the lazy
 # HERMES_SESSION_ID check never moves an engine onto a session another agent owns.
 _claimed_ids: set[str] = set()
+# Session id -> the engine copy bound to it in this context (weak). The host builds an
+# agent (which binds its copy) and runs its turns in that context or a copy of it
+# (cron/scheduler.py ``run_job``: ``contextvars.copy_context()`` after ``AIAgent(...)``),
+# so a hook tells apart two copies bound to one id: two cron runs of a job started in
+# the same second share ``cron_<job>_<stamp>``, and the copy bound last took both
+# runs' hooks, storing the first run's turns in the second run's session.
+_bound_here: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "trove_bound_here", default=None)
 
 
 def register(engine, session_id: str, *, previous: str | None, by_host: bool) -> None:
@@ -51,6 +61,9 @@ def register(engine, session_id: str, *, previous: str | None, by_host: bool) ->
         _live_engines.setdefault(session_id, []).append(weakref.ref(engine))
         if by_host:
             _claimed_ids.add(session_id)
+    here = {k: r for k, r in (_bound_here.get() or {}).items() if r() not in (None, engine)}
+    here[session_id] = weakref.ref(engine)
+    _bound_here.set(here)
     _hold_bound(engine)
 
 
@@ -128,12 +141,19 @@ def claimed(session_id: str) -> bool:
 
 def find_engine(session_id: str | None = None):
     """The live engine bound to a session now (default: the host's
-    ``HERMES_SESSION_ID``), the one bound last when several are; None when every
+    ``HERMES_SESSION_ID``); when several are, the one bound in the caller's context
+    (``_bound_here``: the hook's own agent), else the one bound last; None when every
     engine registered under that id has since switched to another session."""
     key = session_id or forks.host_session_hint() or ""
     with _live_lock:
         engines = [r() for r in reversed(_live_engines.get(key, ()))]
-    return next((e for e in engines if e is not None and e.session_id == key), None)
+    engines = [e for e in engines if e is not None and e.session_id == key]
+    if len(engines) > 1:
+        ref = (_bound_here.get() or {}).get(key)
+        mine = ref() if ref is not None else None
+        if any(e is mine for e in engines):
+            return mine
+    return engines[0] if engines else None
 
 
 def live_engines() -> list:

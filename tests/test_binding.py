@@ -3,6 +3,7 @@
 The real-host proofs are in test_host_sessions.py; these pin the rules fast.
 """
 
+import contextvars
 import json
 import time
 
@@ -384,3 +385,25 @@ def test_one_cron_run_stays_one_session_across_rebinds_and_compactions(tmp_path)
     assert stored_texts(second, f"{CRON_RUN}-2") == ["run two", "more"]
     assert stored_texts(first, CRON_RUN) == ["run one"]
     assert make_engine(tmp_path, session="cron-notes").canonical_id == "cron-notes"
+
+
+def test_hooks_of_two_runs_sharing_one_host_id_reach_each_runs_own_copy(tmp_path):
+    """cron/scheduler.py builds each run's agent and runs its turn in one context (a
+    copy of it): the hooks name only the host id, and reached the copy bound last, so
+    the first run's turn was stored in the second run's session."""
+    from hermes_trove import on_post_llm_call, on_pre_llm_call
+    contexts = [contextvars.copy_context() for _ in range(2)]
+    first, second = (ctx.run(cron_run, tmp_path) for ctx in contexts)
+    turns = {first: turn("run one", "a"), second: turn("run two", "b")}
+    ctx_of = dict(zip((first, second), contexts))
+    for engine in (first, second):   # both turns start before either ends
+        ctx_of[engine].run(on_pre_llm_call, session_id=CRON_RUN,
+                           conversation_history=turns[engine][:1], platform="cron")
+    for engine in (first, second):
+        ctx_of[engine].run(on_post_llm_call, session_id=CRON_RUN,
+                           conversation_history=turns[engine], platform="cron")
+    assert (first.canonical_id, second.canonical_id) == (CRON_RUN, f"{CRON_RUN}-2")
+    assert stored_texts(first, CRON_RUN) == ["run one", "a"]
+    assert stored_texts(first, f"{CRON_RUN}-2") == ["run two", "b"]
+    assert find_engine(CRON_RUN) is second   # outside both contexts: the copy bound last
+
