@@ -8,6 +8,11 @@ two runs of one job started in the same second (a scheduled tick and a manual
 messages landed in one session, interleaved. The host's id cannot change, so
 the second run is stored under a session of its own, ``<id>-2`` (``-3`` ...),
 that this engine copy keeps for the whole run (compaction boundaries included).
+A run takes its session in the step that finds it free (``taken``: this process's
+copies, and other processes through ``storage.locks.claim_run``), so two runs
+bound at once, on two threads or in two processes, never both take one; the
+hooks of both name the same host id and reach each run's own copy
+(``binding.session.find_engine``).
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ def run_session(store, dag, session_id: str, canonical: str, taken,
     """The canonical session a cron run that starts under ``session_id`` stores into.
 
     ``canonical`` is the one the host's id names. It is this run's when no earlier
-    run used it: no messages, no summary nodes, and no other live engine copy of
-    this process bound to it (``taken(candidate)``: a run started in the same
-    second that has stored nothing yet). Otherwise the first free ``<id>-N``. Not a
+    run used it: no messages, no summary nodes, and no other run has it
+    (``taken(candidate)``: a run started in the same second that has stored nothing
+    yet, in this process or another; when it answers False the candidate is this
+    run's). Otherwise the first free ``<id>-N``. Not a
     cron run's id: ``canonical`` unchanged. ``bound``: the (host id, canonical) the
     engine copy is bound to now; a copy already bound to this id is this run (agent
     init binds, then ``on_session_start``; an in-place compaction) and keeps its own."""

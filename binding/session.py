@@ -61,6 +61,7 @@ def register(engine, session_id: str, *, previous: str | None, by_host: bool) ->
         _live_engines.setdefault(session_id, []).append(weakref.ref(engine))
         if by_host:
             _claimed_ids.add(session_id)
+        _drop_run_claims(engine, getattr(engine, "canonical_id", None))
     here = {k: r for k, r in (_bound_here.get() or {}).items() if r() not in (None, engine)}
     here[session_id] = weakref.ref(engine)
     _bound_here.set(here)
@@ -102,9 +103,25 @@ def _hold_bound(engine) -> None:
                  if getattr(e, "canonical_id", None) and getattr(e, "stores", False)
                  and getattr(e, "_config", None) is not None
                  and str(e.store.db.path) == path}
+        with _live_lock:   # a run's session taken and not bound yet keeps its claim
+            bound |= {canonical for (db, canonical), ref in _run_claims.items()
+                      if db == path and ref() is not None}
         locks.hold_sessions(path, bound | {engine.canonical_id} - {None})
     except Exception as exc:  # bookkeeping must never break a session
         getattr(engine, "errors", []).append(f"session hold: {exc}")
+
+
+# (database, canonical session) -> the engine copy that took it for a cron run
+# (``cron.run_session``), from its choice until it binds elsewhere: two runs whose
+# agents are built at once on two threads choose in turn, never the same session.
+_run_claims: dict[tuple[str, str], weakref.ref] = {}
+
+
+def _drop_run_claims(engine, keep: str | None) -> None:
+    """Forget ``engine``'s run claims but the one on ``keep`` (and dead ones; lock held)."""
+    for key, ref in list(_run_claims.items()):
+        if ref() is None or (ref() is engine and key[1] != keep):
+            del _run_claims[key]
 
 
 # The turn in progress of each (database, canonical session) in this process: the
@@ -230,17 +247,28 @@ class SessionBinding:
         """Where this copy stores ``session_id``: ``canonical``, except for a cron run
         whose host id an earlier run of the same second used (``cron.run_session``)."""
         return cron.run_session(self.store, self.dag, session_id, canonical,
-                                self._bound_elsewhere, (self.session_id, self.canonical_id))
+                                self._run_taken, (self.session_id, self.canonical_id))
 
-    def _bound_elsewhere(self, canonical: str) -> bool:
-        """Whether another live engine copy of this process stores into ``canonical``
-        in this database."""
+    def _run_taken(self, canonical: str) -> bool:
+        """Whether another run has ``canonical`` in this database: another live engine
+        copy of this process stores into it or took it, or another process took it
+        (``locks.claim_run``). When none has, this copy takes it, in the same step:
+        two runs choosing at once never both find it free."""
         path = str(self.store.db.path)
         with _live_lock:
-            engines = _all_engines()
-        return any(e is not self and getattr(e, "canonical_id", None) == canonical
+            claim = _run_claims.get((path, canonical))
+            holder = claim() if claim is not None else None
+            if holder is not None and holder is not self:
+                return True
+            if any(e is not self and getattr(e, "canonical_id", None) == canonical
                    and getattr(e, "_config", None) is not None
-                   and str(e.store.db.path) == path for e in engines)
+                   and str(e.store.db.path) == path for e in _all_engines()):
+                return True
+            if not locks.claim_run(path, canonical):
+                return True
+            _drop_run_claims(self, None)
+            _run_claims[(path, canonical)] = weakref.ref(self)
+            return False
 
     def _forget_session_memory(self) -> None:
         """What one session's compactions taught this copy; wrong for any other."""

@@ -142,9 +142,10 @@ _holds: dict[str, set[str]] = {}
 
 def hold_sessions(db_path: str, session_ids: set[str]) -> None:
     """Make this process hold exactly ``session_ids`` of a database (shared locks):
-    new ones are taken, ones no engine is bound to any more are let go. A byte
-    another process is testing right now is simply not held this time (the next
-    bind takes it)."""
+    new ones are taken, ones no engine is bound to any more are let go (their run
+    claims too). A byte another process is testing right now is simply not held this
+    time (the next bind takes it)."""
+    _release_runs(db_path, session_ids)
     if is_url(db_path):
         _hold_on_server(db_path, session_ids)
         return
@@ -163,6 +164,62 @@ def hold_sessions(db_path: str, session_ids: set[str]) -> None:
                 held.add(session_id)
             except OSError:
                 pass
+
+
+# A third byte range: an EXCLUSIVE lock on the byte of every cron run's session an
+# engine of this process took (``claim_run``). Two processes that bind runs of one job
+# started in the same second (one host id) test and take it in one step, so the
+# second one stores under ``<id>-2`` even when neither has stored anything yet.
+RUN_BASE = 2 * SLOTS
+_runs: dict[str, set[str]] = {}
+
+
+def claim_run(db_path: str, session_id: str) -> bool:
+    """Take ``session_id`` for a run of this process (an exclusive lock, kept while an
+    engine of this process is bound to it: ``hold_sessions`` lets it go); False when
+    another process has it. Threads of this process are told apart by the caller
+    (``binding.session``): a process never conflicts with its own locks. Without
+    locks (no ``fcntl``, an in-memory database, a lock file that cannot be opened)
+    every claim succeeds: runs are then told apart only within this process."""
+    with _guard:
+        if session_id in _runs.get(db_path, ()):
+            return True
+    if is_url(db_path):
+        from .database import get_database
+        taken = pg_locks.try_lock(get_database(db_path), pg_locks.RUN, _slot(session_id))
+    else:
+        try:
+            fd = _lock_file(db_path)
+        except OSError:   # no lock file (a read-only folder): the run binds as before
+            return True
+        if fd is None:
+            return True
+        try:
+            with _guard:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1,
+                            RUN_BASE + _slot(session_id), os.SEEK_SET)
+            taken = True
+        except OSError:
+            taken = False
+    if taken:
+        with _guard:
+            _runs.setdefault(db_path, set()).add(session_id)
+    return taken
+
+
+def _release_runs(db_path: str, keep: set[str]) -> None:
+    """Let go of the run claims of sessions no engine of this process is bound to."""
+    with _guard:
+        gone = _runs.get(db_path, set()) - keep
+        _runs.get(db_path, set()).difference_update(gone)
+    for session_id in gone:
+        if is_url(db_path):
+            from .database import get_database
+            pg_locks.unlock(get_database(db_path), pg_locks.RUN, _slot(session_id))
+        else:
+            fd = _lock_file(db_path)
+            with _guard:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, RUN_BASE + _slot(session_id), os.SEEK_SET)
 
 
 def _hold_on_server(db_path: str, session_ids: set[str]) -> None:

@@ -5,7 +5,12 @@ The real-host proofs are in test_host_sessions.py; these pin the rules fast.
 
 import contextvars
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -407,3 +412,74 @@ def test_hooks_of_two_runs_sharing_one_host_id_reach_each_runs_own_copy(tmp_path
     assert stored_texts(first, f"{CRON_RUN}-2") == ["run two", "b"]
     assert find_engine(CRON_RUN) is second   # outside both contexts: the copy bound last
 
+
+def test_two_runs_bound_at_once_on_two_threads_choose_two_sessions(tmp_path, monkeypatch):
+    """Both runs' copies found the host id free (neither bound yet) before either bound
+    it, and both stored into one session."""
+    from hermes_trove.binding import cron
+    real = cron.run_session
+    both_checked = threading.Barrier(2, timeout=10)
+
+    def run_session(store, dag, session_id, canonical, taken, bound=(None, None)):
+        def taken_then_wait(candidate):
+            found = taken(candidate)
+            if not getattr(waited, "done", False):
+                waited.done = True
+                try:
+                    both_checked.wait()
+                except threading.BrokenBarrierError:
+                    pass
+            return found
+        return real(store, dag, session_id, canonical, taken_then_wait, bound)
+
+    waited = threading.local()
+    monkeypatch.setattr(cron, "run_session", run_session)
+    engines = []
+    threads = [threading.Thread(target=lambda: engines.append(cron_run(tmp_path)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(e.canonical_id for e in engines) == [CRON_RUN, f"{CRON_RUN}-2"]
+
+
+CHILD_RUN = """
+import os, sys, time
+sys.path[:0] = [{scripts!r}, {tests!r}]
+from _bootstrap import load_package
+load_package()
+from enginekit import make_engine
+engine = make_engine({home!r}, session=None)
+engine.bind_session_state(None, {run!r})
+engine.on_session_start({run!r}, platform="cron")
+print(engine.canonical_id, flush=True)
+while not os.path.exists({go!r}):
+    time.sleep(0.01)
+engine.ingest([{{"role": "user", "content": "run one"}}, {{"role": "assistant", "content": "a"}}])
+print("stored", flush=True)
+"""
+
+
+def test_a_run_in_another_process_that_stored_nothing_yet_keeps_its_session(tmp_path):
+    """A scheduler's tick and a manual ``hermes cron run`` are two processes: the second
+    run took the host id's session while the first had stored nothing, and the two
+    runs' messages landed in one session."""
+    tests = Path(__file__).resolve().parent
+    go = tmp_path / "go"
+    code = CHILD_RUN.format(scripts=str(tests.parent / "scripts"), tests=str(tests),
+                            home=str(tmp_path), run=CRON_RUN, go=str(go))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "HERMES_HOME": str(tmp_path)})
+    try:
+        assert child.stdout.readline().strip() == CRON_RUN, child.stderr.read()
+        here = cron_run(tmp_path)
+        here.ingest(turn("run two", "b"))
+        go.touch()
+        assert child.communicate(timeout=60)[0].strip() == "stored"
+    finally:
+        child.kill()
+    assert here.canonical_id == f"{CRON_RUN}-2"
+    assert stored_texts(here, CRON_RUN) == ["run one", "a"]
+    assert stored_texts(here, f"{CRON_RUN}-2") == ["run two", "b"]

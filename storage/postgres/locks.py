@@ -4,7 +4,8 @@
 locks on ``<database>.locks``; hosts that share one PostgreSQL database share no
 file, so the same two locks are session-level advisory locks on the server,
 keyed by (schema, purpose) and the session's slot: an exclusive one while a
-session is compacted, a shared one while an engine is bound to it. The server
+session is compacted, a shared one while an engine is bound to it, an exclusive
+one while a cron run has taken it (``RUN``). The server
 drops a dead process's locks with its connection (a kill -9 included).
 """
 
@@ -14,6 +15,7 @@ import zlib
 
 COMPACTION = "compaction"
 HOLD = "hold"
+RUN = "run"
 
 
 def _key(conn, purpose: str, slot: int) -> tuple[int]:
