@@ -32,6 +32,7 @@ from typing import Sequence
 
 from ..config import TroveConfig
 from ..storage.database import Database, open_private
+from ..storage.payloads import without_placeholders
 from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import callmemo, ranking, vectorscan
 from .meter import RateMeter
@@ -48,13 +49,14 @@ QUERY_MEMO = 32               # query vectors kept for searches that ask again (
 
 
 def message_text(row: dict) -> str:
-    """A raw message as embedded: ``"Speaker: text"`` (empty when not embedded)."""
+    """A raw message as embedded: ``"Speaker: text"`` (empty when not embedded); payload
+    placeholders are not words (``payloads.without_placeholders``)."""
     if row["role"] not in EMBEDDED_ROLES:
         return ""
     text = row["search_text"] if row.get("search_text") is not None else (row["content"] or "")
     if row.get("content_format") not in ("text", "json") and row.get("search_text") is None:
         text = ""
-    name, body = ranking.speaker_of(row, text)
+    name, body = ranking.speaker_of(row, without_placeholders(text))
     body = body.strip()
     return f"{name or row['role']}: {body}" if body else ""
 

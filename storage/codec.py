@@ -91,6 +91,7 @@ def safe_text(text: str) -> str:
 
 
 IMAGE_PART_TYPES = ("image_url", "input_image", "image")
+IMAGE_MARKER = "[image]"      # how an image part reads in a row's text
 
 
 def flatten_content(content: Any, *, payload_refs: bool = False) -> str:
@@ -111,7 +112,7 @@ def flatten_content(content: Any, *, payload_refs: bool = False) -> str:
                 if isinstance(part.get("text"), str):
                     pieces.append(part["text"])
                 elif part.get("type") in IMAGE_PART_TYPES:
-                    pieces.append(_image_text(part) if payload_refs else "[image]")
+                    pieces.append(_image_text(part) if payload_refs else IMAGE_MARKER)
                 else:
                     pieces.append(dump_json(part))
             elif isinstance(part, str):
@@ -123,7 +124,7 @@ def flatten_content(content: Any, *, payload_refs: bool = False) -> str:
 def _image_text(part: dict) -> str:
     """``[image]`` and the refs of the payload placeholders inside an image part."""
     from .payloads import refs_in   # payloads builds on this module: imported when used
-    return " ".join(["[image]", *refs_in(dump_json(part))])
+    return " ".join([IMAGE_MARKER, *refs_in(dump_json(part))])
 
 
 def tool_call_text(tool_calls: Any) -> str:

@@ -710,3 +710,11 @@ def drop_rollups_mixing_owners(conn) -> int:
 def m013_rollups_of_one_owner(conn: sqlite3.Connection) -> None:
     """No rollup holds another owner's session (``drop_rollups_mixing_owners``)."""
     drop_rollups_mixing_owners(conn)
+
+
+@migration(14)
+def m014_placeholders_are_not_embedded(conn: sqlite3.Connection) -> None:
+    """Messages embedded with their payload placeholders as words are embedded again
+    without them (``VectorStore.drop_placeholder_vectors_in``)."""
+    from .vectors import VectorStore   # here: vectors needs database, which needs us
+    VectorStore.drop_placeholder_vectors_in(conn)

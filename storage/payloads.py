@@ -356,6 +356,22 @@ def tool_output_placeholder(text: str, ref: str, head: int = PREVIEW_HEAD,
     return f"{header}\n{text[:head]}\n{marker}\n{text[len(text) - tail:]}"
 
 
+_IMAGE_LINE = re.compile(rf"^{re.escape(codec.IMAGE_MARKER)}(?: {_REF_RE.pattern})*[ \t]*$",
+                         re.MULTILINE)
+
+
+def without_placeholders(text: str) -> str:
+    """``text`` without its payload placeholders, bare refs and image-part lines
+    (``codec.flatten_content``): the words a message says, for a text model.
+
+    Why: a placeholder is the same header and a 64-digit hash in every row that has
+    one, so embedding it made every image-only turn look alike to the vector search
+    (and put a hash among a message's words). Full text keeps finding a row by its
+    ref; this is only for what is embedded."""
+    text = _IMAGE_LINE.sub("", _HEADER_RE.sub("", text))
+    return _REF_RE.sub("", text) if REF_PREFIX in text else text
+
+
 def refs_in(text: str) -> list[str]:
     """Refs of every placeholder header in ``text``, first occurrence order, no duplicates."""
     return list(dict.fromkeys(m.group("ref") for m in _HEADER_RE.finditer(text)))

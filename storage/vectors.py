@@ -154,6 +154,23 @@ class VectorStore:
                 (kind, *ids)).rowcount
         return removed
 
+    @staticmethod
+    def drop_placeholder_vectors_in(conn) -> int:
+        """Delete every space's vectors of raw messages whose text holds a payload
+        placeholder, a payload ref or an image part, inside the caller's transaction
+        (a migration); how many went.
+
+        Why: such rows were embedded with the placeholder as their words
+        (``payloads.without_placeholders`` now keeps it out); with no row in a space
+        they are pending again, and the worker or ``embed backfill`` embeds their
+        words alone (a row of placeholders only gets the NULL vector)."""
+        roles = ",".join("?" * len(EMBEDDED_ROLES))
+        return conn.execute(
+            "DELETE FROM embedding_vectors WHERE kind = 'm' AND ref_id IN (SELECT store_id "
+            f"FROM messages WHERE role IN ({roles}) AND (COALESCE(search_text, content) "
+            "LIKE ? OR COALESCE(search_text, content) LIKE ?))",
+            (*EMBEDDED_ROLES, "%trove-payload:%", "%[image]%")).rowcount
+
     def scope_counts(self, space_id: int, sessions: Sequence[str] | None,
                      hidden: tuple[str, int] | None = None) -> tuple[int, int]:
         """(embeddable messages in the sessions, how many of them have a row in the space).

@@ -15,7 +15,7 @@ from hermes_trove.ingest.redaction import redact_for
 from hermes_trove.recall import callmemo, embeddings, search, semantic
 from hermes_trove.storage import database
 from hermes_trove.storage.database import Database
-from hermes_trove.storage.vectors import SpaceIdentity, VectorStore
+from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore
 from hermes_trove.store import Store
 
 COUNTER = tokens.get_counter()
@@ -581,3 +581,113 @@ def test_the_engine_hands_its_redactor_to_the_embedding_side(tmp_path, fake):
         assert any("[REDACTED:" in t for t in sent) and secret not in json.dumps(sent)
     finally:
         semantic.forget_shared()
+
+
+def _guarded(tmp_path, messages):
+    """The messages as their rows hold them: big payloads externalized (the ingest guard)."""
+    from hermes_trove.storage import payloads
+    store = payloads.PayloadStore(tmp_path / "payloads")
+    return [payloads.guard_message(m, store, large_threshold_chars=None).message
+            for m in messages]
+
+
+def test_payload_placeholders_are_never_embedded_as_content(chat, tmp_path, fake):
+    """An image or pasted data URI is stored as a placeholder (``[trove externalized
+    ... trove-payload:<hash>]``, an image part as ``[image] trove-payload:<hash>``): that
+    text was embedded as the message's words, so every image-only turn had a vector of
+    alike placeholders (one was even filed under the speaker "image"), and a message's
+    words came mixed with a 64-digit hash. Now only the words are embedded; a message of
+    placeholders alone has nothing to embed (full text still finds it by its hash)."""
+    import base64
+    import random
+    db, store, dag, ids = chat
+    uri = "data:image/png;base64," + base64.b64encode(random.Random(3).randbytes(6000)).decode()
+    image = {"type": "image_url", "image_url": {"url": uri}}
+    rows = store.ingest("s", _guarded(tmp_path, [
+        {"role": "user", "content": [{"type": "text", "text": "the kiln photo"}, image]},
+        {"role": "user", "content": [image]},
+        {"role": "assistant", "content": uri},
+        {"role": "user", "content": f"[Mel] here it is {uri}"}])).store_ids
+    config = openai_config(tmp_path, fake)
+    provider = embeddings.open_provider(config).provider
+    assert semantic.backfill(db, provider, config, apply=True)["pending"] == 0
+    sent = [t for r in fake.requests if r["path"].endswith("embeddings")
+            for t in r["body"]["input"]]
+    assert "user: the kiln photo" in sent and "Mel: here it is" in sent
+    assert not any("trove-payload" in t or "externalized" in t or "[image]" in t
+                   or t.startswith("image:") for t in sent)
+    space = semantic.Indexer(db, provider, config).space()
+    empty = {r[0] for r in db.conn.execute(
+        "SELECT ref_id FROM embedding_vectors WHERE space_id = ? AND kind = 'm' AND "
+        "vector IS NULL", (space,))}
+    assert {rows[1], rows[2]} <= empty and not {rows[0], rows[3]} & empty
+
+
+def test_transcript_gc_placeholders_are_never_embedded(chat, tmp_path, fake):
+    """Transcript GC rewrites a summarized tool row to its placeholder: tool rows are
+    left to full text (a NULL vector), before the rewrite and after it, so no placeholder
+    of a GC'd row is ever embedded and no stale vector of its original is searched."""
+    from hermes_trove.storage.payloads import encode_text, ref_for, tool_output_placeholder
+    db, store, dag, ids = chat
+    log = "".join(f"line {i} of the build log\n" for i in range(400))
+    [before, after] = store.ingest("s", [
+        {"role": "tool", "content": log, "tool_call_id": "c7"},
+        {"role": "tool", "content": log + "again", "tool_call_id": "c8"}]).store_ids
+    config = openai_config(tmp_path, fake)
+    provider = embeddings.open_provider(config).provider
+    indexer = semantic.Indexer(db, provider, config)
+    indexer.step()                                   # the first row is indexed before GC
+    for sid, text in ((before, log), (after, log + "again")):
+        assert store.replace_with_placeholder(
+            sid, text, tool_output_placeholder(text, ref_for(encode_text(text))))
+    assert semantic.backfill(db, provider, config, apply=True)["pending"] == 0
+    sent = [t for r in fake.requests if r["path"].endswith("embeddings")
+            for t in r["body"]["input"]]
+    assert not any("build log" in t or "trove-payload" in t for t in sent)
+    assert VectorStore(db).vectors(indexer.space(), "m", None) and not [
+        ref for ref, _ in VectorStore(db).vectors(indexer.space(), "m", None)
+        if ref in (before, after)]
+
+
+def test_the_migration_drops_vectors_embedded_from_placeholders(tmp_path, backend, fake,
+                                                                monkeypatch):
+    """Rows embedded before placeholders were left out (their vector is of the
+    placeholder's words) lose it in SQLite's migration 14 (the server's 8), in every
+    space; the backfill then embeds their words alone. Other rows keep theirs."""
+    import base64
+    import random
+    from hermes_trove.storage import migrations
+    from hermes_trove.storage.postgres import schema as pg_schema
+    engine, target = backend
+    module, last = (migrations, 13) if engine == "sqlite" else (pg_schema, 7)
+    uri = "data:image/png;base64," + base64.b64encode(random.Random(4).randbytes(6000)).decode()
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "MIGRATIONS", [m for m in module.MIGRATIONS if m[0] <= last])
+        db = database.open_private(target)
+        store = Store(db)
+        store.ensure_session("s")
+        plain, image, pasted = store.ingest("s", _guarded(tmp_path, [
+            {"role": "user", "content": "the kiln is ready"},
+            {"role": "user", "content": [{"type": "text", "text": "look"},
+                                         {"type": "image_url", "image_url": {"url": uri}}]},
+            {"role": "assistant", "content": uri}])).store_ids
+        vectors = VectorStore(db)
+        spaces = [vectors.space_id(SpaceIdentity("openai", name, "u", 2)) for name in "ab"]
+        for space in spaces:                       # as the code before wrote them
+            vectors.write(space, [VectorRow("m", ref, 0, f"h{ref}", b"\0" * 8)
+                                  for ref in (plain, image, pasted)])
+        db.close()
+    db = database.open_private(target)
+    try:
+        with db.reading() as conn:
+            left = conn.execute("SELECT space_id, ref_id FROM embedding_vectors "
+                                "ORDER BY 1, 2").fetchall()
+        assert [tuple(r) for r in left] == [(space, plain) for space in spaces]
+        config = openai_config(tmp_path, fake)
+        provider = embeddings.open_provider(config).provider
+        assert semantic.backfill(db, provider, config, apply=True)["pending"] == 0
+        sent = [t for r in fake.requests if r["path"].endswith("embeddings")
+                for t in r["body"]["input"]]
+        assert "user: look" in sent and not any("trove-payload" in t for t in sent)
+    finally:
+        db.close()

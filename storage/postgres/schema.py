@@ -413,6 +413,16 @@ def pg007_rollups_of_one_owner(conn: Connection) -> None:
     drop_rollups_mixing_owners(conn)
 
 
+
+@migration(8)
+def pg008_placeholders_are_not_embedded(conn: Connection) -> None:
+    """SQLite's migration 14 on the server: messages embedded with their payload
+    placeholders as words are embedded again without them
+    (``VectorStore.drop_placeholder_vectors_in``)."""
+    from ..vectors import VectorStore   # here: vectors needs database, which needs us
+    VectorStore.drop_placeholder_vectors_in(conn)
+
+
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
                     "session_carry", "trove_meta", "session_views", "session_owners")
 
