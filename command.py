@@ -39,7 +39,7 @@ COMMAND_NAME = "trove"
 DESCRIPTION = "hermes-trove: status, doctor, backup and rotate of the lossless context store"
 ARGS_HINT = ("[status|grep QUERY|doctor [clean|repair|source|retention] [apply]|backup|rotate [apply]|"
              "rollups [status|build [apply]]|"
-             "embed warmup|embed backfill [apply]|help]")
+             "embed warmup|embed backfill [apply]|embed prune [apply]|help]")
 MARK = {"ok": "ok", "skipped": "--", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -593,5 +593,9 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
            lambda t: embed.backfill(t, apply=True,
                                     progress=LogProgress("embed backfill", log)),
            embed.format_report),
+    Action(("embed", "prune"), "list the vectors other embedding models left",
+           embed.prune, embed.format_report),
+    Action(("embed", "prune", "apply"), "delete the vectors other embedding models left",
+           lambda t: embed.prune(t, apply=True), embed.format_report),
     Action(("help",), "this list", lambda t: {}, lambda r: help_text(), gateway_ok=True),
 )}

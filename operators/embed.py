@@ -1,10 +1,12 @@
-"""``/trove embed warmup | backfill [apply]`` and ``scripts/trove.py embed``.
+"""``/trove embed warmup | backfill [apply] | prune [apply]`` and ``scripts/trove.py embed``.
 
 Operators prepare semantic search ahead of time, never inside a turn:
 ``warmup`` loads (for fastembed: downloads) the configured model; ``backfill``
 counts what the index lacks (dry run) and with ``apply`` embeds it in bounded
 batches, one transaction each, for at most ``max_seconds``. Run it again to
 resume; rows already embedded are never redone (see ``recall.semantic``).
+``prune`` lists the vectors other models left (never searched by this one) and
+with ``apply`` deletes them.
 """
 
 from __future__ import annotations
@@ -43,13 +45,40 @@ def backfill(target: Target, apply: bool = False,
                              progress=progress, redact=redact_for(target.config))
 
 
+def prune(target: Target, apply: bool = False) -> dict:
+    """Dry run: the vectors of models other than the configured one; ``apply``: delete
+    them (switching back to such a model then embeds everything again)."""
+    provider = _provider(target)
+    return semantic.prune(get_database(target.config.database_target), provider,
+                          target.config, apply=apply)
+
+
+def _prune_report(report: dict) -> str:
+    """``trove embed prune``: each other model's vectors, and what apply does or did."""
+    lines = [f"  {s['provider']} {s['model']} ({s['dim']} dimensions): {s['vectors']:,} vectors"
+             for s in report["spaces"]]
+    if not lines:
+        return "trove embed prune: no vectors of other models"
+    if report["status"] == "preview":
+        head = f"trove embed prune: {report['vectors']:,} vectors of other models, never searched"
+        tail = "apply: /trove embed prune apply (deletes them; switching back embeds again)"
+    else:
+        head, tail = f"trove embed prune: deleted {report['vectors']:,} vectors of other models", ""
+    return "\n".join([head, *lines] + ([tail] if tail else []))
+
+
 def format_report(report: dict) -> str:
     """One or two lines for the chat and the command line."""
     if "detail" in report:
         return f"trove embed warmup: {report['detail']}"
+    if "spaces" in report:
+        return _prune_report(report)
     identity = report.get("identity") or {}
     head = (f"trove embed backfill ({identity.get('provider')} {identity.get('model')}): "
             f"{report['indexed']:,} indexed, {report['pending']:,} pending")
+    if report.get("other_vectors"):
+        head += (f"\n{report['other_vectors']:,} vectors of other models are kept (never "
+                 "searched): /trove embed prune lists them")
     if report["status"] == "preview":
         return head + "\napply: /trove embed backfill apply (resumable; run again to continue)"
     rate = report["rows"] / report["seconds"] if report.get("seconds") else 0.0

@@ -211,7 +211,8 @@ def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bo
     called after each batch so long work can show how far it is."""
     indexer = Indexer(db, provider, config, redact)
     before = indexer.vectors.counts(indexer.space())
-    report = {"identity": vars(provider.identity), **before}
+    report = {"identity": vars(provider.identity), **before, "other_vectors": sum(
+        s["vectors"] for s in indexer.vectors.other_spaces(indexer.space()))}
     if not apply:
         return {**report, "status": "preview", "note": "pass apply to embed the pending rows"}
     started, total = time.monotonic(), BatchOutcome()
@@ -230,6 +231,26 @@ def backfill(db: Database, provider: Provider, config: TroveConfig, *, apply: bo
             "rows": total.rows, "texts_embedded": total.embedded, "texts_reused": total.reused,
             "rows_refused": total.refused,
             "seconds": round(time.monotonic() - started, 2)}
+
+
+def prune(db: Database, provider: Provider, config: TroveConfig, *, apply: bool) -> dict:
+    """The vectors of other models (spaces other than the provider's): a dry run lists
+    them, ``apply`` deletes them, one space per transaction.
+
+    Why: a model switch starts a new space and never compares it with the old one, so
+    the old vectors are dead weight (1.5 KB a row at 384 dimensions) unless the
+    operator switches back; keeping them is the default, freeing them is this."""
+    if not provider.identity.dim:          # an endpoint's space is known from its answer
+        provider.query("dimension probe", config.embedding_batch_timeout_ms / 1000.0)
+    vectors = VectorStore(db)
+    spaces = vectors.other_spaces(vectors.space_id(provider.identity, create=False))
+    report = {"identity": vars(provider.identity), "spaces": spaces,
+              "vectors": sum(s["vectors"] for s in spaces)}
+    if not apply:
+        return {**report, "status": "preview"}
+    for space in spaces:
+        vectors.drop_space(space["space_id"])
+    return {**report, "status": "done"}
 
 
 class EmbeddingWorker(threading.Thread):

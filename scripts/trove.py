@@ -82,10 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
                  "a backup)")
     rollup.add_argument("what", nargs="?", choices=("status", "build"), default="status")
     rollup.add_argument("--apply", action="store_true", help="build (backup first)")
-    embed = add("embed", "embedding index: warmup (load the model) or backfill (dry run; "
-                "--apply embeds, resumable)")
-    embed.add_argument("what", choices=["warmup", "backfill"])
-    embed.add_argument("--apply", action="store_true", help="embed the pending rows")
+    embed = add("embed", "embedding index: warmup (load the model), backfill (dry run; "
+                "--apply embeds, resumable) or prune (other models' vectors; --apply deletes)")
+    embed.add_argument("what", choices=["warmup", "backfill", "prune"])
+    embed.add_argument("--apply", action="store_true",
+                       help="embed the pending rows (backfill), delete (prune)")
     grep = add("grep", "search messages (trove_grep)")
     grep.add_argument("query")
     scope = grep.add_mutually_exclusive_group()
@@ -327,12 +328,13 @@ def cmd_replay(args) -> tuple[dict, str, int]:
 
 
 def cmd_embed(args) -> tuple[dict, str, int]:
-    """``embed warmup`` and ``embed backfill [--apply]``; an apply shows its progress on
-    stderr (a bar on a terminal, a line per batch otherwise) and says when it is done."""
-    if args.apply and args.what != "backfill":
-        raise ops.OperatorError("--apply needs 'embed backfill'")
+    """``embed warmup``, ``embed prune [--apply]`` and ``embed backfill [--apply]``; a
+    backfill's apply shows its progress on stderr (a bar on a terminal, a line per batch
+    otherwise) and says when it is done."""
+    if args.apply and args.what == "warmup":
+        raise ops.OperatorError("--apply needs 'embed backfill' or 'embed prune'")
     if not (args.what == "backfill" and args.apply):
-        return run_words(("embed", args.what), args)
+        return run_words(("embed", args.what) + (("apply",) if args.apply else ()), args)
     target = ops.open_target(ops.config_for(args.db), writable=True)
     bar = Progress("embed backfill")
     report = embed.backfill(target, apply=True, progress=None if args.json else bar)

@@ -70,6 +70,27 @@ class VectorStore:
                                (provider, model, revision)).fetchone()
         return row[0] if row else None
 
+    def other_spaces(self, keep: int | None) -> list[dict]:
+        """Every space but ``keep`` that still holds rows, with its identity and how many
+        vectors it has (``vectors``) and rows in all (``rows``, the empty ones too): what
+        a model switch left behind, never searched again until switched back."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT s.space_id, s.provider, s.model, s.revision, s.dim, COUNT(e.vector), "
+                "COUNT(*) FROM embedding_spaces s JOIN embedding_vectors e ON e.space_id = "
+                "s.space_id WHERE s.space_id <> ? GROUP BY s.space_id, s.provider, s.model, "
+                "s.revision, s.dim ORDER BY s.space_id", (-1 if keep is None else keep,)
+            ).fetchall()
+        names = ("space_id", "provider", "model", "revision", "dim", "vectors", "rows")
+        return [dict(zip(names, row)) for row in rows]
+
+    def drop_space(self, space_id: int) -> int:
+        """Delete every row of one space in one transaction; how many went. The space's
+        own row stays (a process still using it keeps a valid id and embeds again)."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM embedding_vectors WHERE space_id = ?",
+                                (space_id,)).rowcount
+
     def pending_messages(self, space_id: int, limit: int, after: int = 0) -> list[dict]:
         """Oldest raw messages above ``after`` with no row in this space yet (any role:
         others are recorded as having nothing to embed). ``after`` is the caller's

@@ -230,6 +230,8 @@ def test_dag_writes_a_page(home, tmp_path):
     (["export", "nope"], "session 'nope' not found"),
     (["grep", "x", "--session", "nope"], "session 'nope' not found"),
     (["doctor", "retention", "--apply"], "--apply needs"),
+    (["embed", "warmup", "--apply"], "--apply needs"),
+    (["embed", "prune", "--apply"], "TROVE_EMBEDDINGS_ENABLED"),
     (["doctor", "clean", "--apply"], "TROVE_DOCTOR_CLEAN_APPLY_ENABLED=true"),
     (["replay", "/nonexistent/chat.jsonl"], "No such file"),
 ])

@@ -691,3 +691,54 @@ def test_the_migration_drops_vectors_embedded_from_placeholders(tmp_path, backen
         assert "user: look" in sent and not any("trove-payload" in t for t in sent)
     finally:
         db.close()
+
+
+def test_a_same_dimension_model_swap_never_mixes_and_prune_frees_the_old_vectors(
+        chat, tmp_path, fake, monkeypatch):
+    """TROVE_EMBEDDING_MODEL names another model of the same dimension: its vectors go
+    to a space of their own, a query of the new model is never compared with the old
+    model's vectors (full text with a note until the new space covers the scope), the
+    status shows every row pending again, and the backfill embeds them anew. The old
+    model's vectors stayed in the database for good (1.5 KB a row at 384 dimensions);
+    ``embed prune`` now lists them and, with apply, deletes them."""
+    import types
+    import fake_openai
+    from hermes_trove import command
+    from hermes_trove.operators.search import open_semantic
+    from hermes_trove.operators import actions as ops
+    db, store, dag, ids = chat
+    first = openai_config(tmp_path, fake)
+    semantic.backfill(db, embeddings.open_provider(first).provider, first, apply=True)
+    old = fake_openai.fake_embedding          # the other model: same size, other geometry
+    monkeypatch.setattr(fake_openai, "fake_embedding", lambda text: old(text)[::-1])
+    where = "TROVE_DATABASE_URL" if db.dialect == "postgresql" else "TROVE_DATABASE_PATH"
+    config = openai_config(tmp_path, fake, TROVE_EMBEDDING_MODEL="other-embed",
+                           **{where: db.path})
+    found = open_semantic(types.SimpleNamespace(database=db, config=config))
+    assert found.status()["indexed"] == 0 and found.status()["pending"] == len(CHAT)
+    grep = {"query": "ceramics workshop", "mode": "semantic"}
+    out = json.loads(tools.dispatch("trove_grep", grep,
+                                    ctx_for(store, dag, tmp_path, config, found)))
+    assert out["mode"] == "full_text" and "no vectors" in out["notes"][0]
+    target = ops.open_target(config)
+    preview = command.ACTIONS[("embed", "backfill")]
+    report = preview.run(target)
+    assert report["pending"] == len(CHAT) and report["other_vectors"] == 4
+    assert "embed prune" in preview.render(report)
+    command.ACTIONS[("embed", "backfill", "apply")].run(target)
+    found = open_semantic(types.SimpleNamespace(database=db, config=config))   # a new read
+    out = json.loads(tools.dispatch("trove_grep", grep,
+                                    ctx_for(store, dag, tmp_path, config, found)))
+    assert out["mode"] == "semantic" and out["results"][0]["store_id"] == ids[0]
+    prune = command.ACTIONS[("embed", "prune")]
+    listed = prune.run(target)
+    assert listed["status"] == "preview" and [(s["model"], s["vectors"]) for s in
+                                              listed["spaces"]] == [("fake-embed", 4)]
+    assert "fake-embed" in prune.render(listed) and "apply" in prune.render(listed)
+    done = command.ACTIONS[("embed", "prune", "apply")].run(target)
+    assert done["status"] == "done" and done["vectors"] == 4
+    assert "fake-embed" in command.ACTIONS[("embed", "prune", "apply")].render(done)
+    assert prune.run(target)["spaces"] == [] and found.status()["indexed"] == len(CHAT)
+    assert db.conn.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0] == len(CHAT)
+    back = open_semantic(types.SimpleNamespace(database=db, config=first))  # switching back
+    assert back.status()["indexed"] == 0 and back.status()["pending"] == len(CHAT)
