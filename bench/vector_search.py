@@ -119,7 +119,7 @@ def measure(n: int) -> dict:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
     if n > vectorscan.PRESCREEN_MIN:
-        found.bits.warm(store, space, "m")
+        found.bits.warm(store, space, "m", found.provider.identity.dim)
     load_s = time.perf_counter() - started
     held = found.bits.tables.get((space, "m"))
     bits_mb = (sum(a.nbytes for a in (held.ids, held.codes, held.words)) / 1e6

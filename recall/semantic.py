@@ -325,7 +325,8 @@ class EmbeddingWorker(threading.Thread):
         space = indexer.space()
         for kind in ("m", "n"):
             if indexer.vectors.count_vectors(space, kind) > vectorscan.PRESCREEN_MIN:
-                self.semantic.bits.warm(indexer.vectors, space, kind)
+                self.semantic.bits.warm(indexer.vectors, space, kind,
+                                        indexer.provider.identity.dim)
 
 
 def _lower_priority() -> None:
@@ -436,15 +437,19 @@ class Semantic:
         return vector
 
     def _scope_matrix(self, store: VectorStore, space: int, kind: str,
-                      sessions: Sequence[str] | None):
+                      sessions: Sequence[str] | None, dim: int):
         """``(refs, matrix)`` of every vector of the scope, read once per tool call
         (``callmemo``: one recall searches the same scope's vectors several times)."""
         key = ("vectors", id(self.db), space, kind,
-               None if sessions is None else tuple(sessions))
-        return callmemo.kept(key, lambda: self._matrix(store.vectors(space, kind, sessions)))
+               None if sessions is None else tuple(sessions), dim)
+        return callmemo.kept(key, lambda: self._matrix(store.vectors(space, kind, sessions),
+                                                       dim))
 
-    def _matrix(self, rows: list) -> tuple[list, object]:
-        """``(refs, n x dim float32 matrix)`` of ``(ref, vector bytes)`` rows."""
+    def _matrix(self, rows: list, dim: int) -> tuple[list, object]:
+        """``(refs, n x dim float32 matrix)`` of ``(ref, vector bytes)`` rows; a vector
+        of another size is left out (``vectorscan.sized``: one torn row made every
+        search of its scope fail with numpy's reshape error)."""
+        rows = vectorscan.sized(rows, 1, dim)
         if not rows:
             return [], None
         np = self.provider.np
@@ -474,14 +479,15 @@ class Semantic:
         total = self.bits.size(space, kind)
         if total is None:
             total = self._vector_count(store, space, kind)
+        np = self.provider.np
+        dim = int(np.asarray(vector).size)
         if total > vectorscan.PRESCREEN_MIN:
             nearest = self.bits.search(store, space, kind, vector, sessions)
-            refs, matrix = self._matrix(store.vectors_of(space, kind, nearest))
+            refs, matrix = self._matrix(store.vectors_of(space, kind, nearest), dim)
         else:
-            refs, matrix = self._scope_matrix(store, space, kind, sessions)
+            refs, matrix = self._scope_matrix(store, space, kind, sessions, dim)
         if not refs:
             return []
-        np = self.provider.np
         scores = matrix @ np.asarray(vector, dtype=np.float32)
         return _distinct_best(refs, matrix, scores, np.argsort(-scores, kind="stable"),
                               limit)

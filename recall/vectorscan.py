@@ -44,6 +44,7 @@ class _Bits:
     mean: object = None           # float32 (dim,) centering vector
     sessions: dict = field(default_factory=dict)
     upto: int = 0                 # highest ref_id loaded
+    skipped: int = 0              # chunks read but left out: not of the space's size
     checked: float = 0.0          # when the counts were last compared
 
 
@@ -60,7 +61,7 @@ class BitIndex:
         """Ref ids of the ``keep`` rows of the scope whose bits are nearest the query's."""
         np = self.np
         with self.lock:
-            bits = self._caught_up(vectors, space, kind)
+            bits = self._caught_up(vectors, space, kind, int(np.asarray(query).size))
         if bits.ids is None or not len(bits.ids):
             return []
         qwords = _words(np, (np.asarray(query, np.float32) - bits.mean) > 0)
@@ -78,18 +79,19 @@ class BitIndex:
         bits = self.tables.get((space, kind))
         return None if bits is None or bits.ids is None else len(bits.ids)
 
-    def warm(self, vectors: VectorStore, space: int, kind: str) -> None:
+    def warm(self, vectors: VectorStore, space: int, kind: str, dim: int) -> None:
         """Load or catch up the bits now (the worker does it when idle)."""
         with self.lock:
-            self._caught_up(vectors, space, kind)
+            self._caught_up(vectors, space, kind, dim)
 
-    def _caught_up(self, vectors: VectorStore, space: int, kind: str) -> _Bits:
+    def _caught_up(self, vectors: VectorStore, space: int, kind: str, dim: int) -> _Bits:
         np = self.np
         bits = self.tables.get((space, kind))
         now = time.monotonic()
         if bits is not None and bits.ids is not None and now - bits.checked > RECHECK_SECONDS:
             bits.checked = now      # rows embedded late (lower ids) or removed: reload
-            if vectors.count_vectors(space, kind) != len(bits.ids) + self._newer(
+            loaded = len(bits.ids) + bits.skipped
+            if vectors.count_vectors(space, kind) != loaded + self._newer(
                     vectors, space, kind, bits.upto):
                 bits = None
         if bits is None:
@@ -101,6 +103,12 @@ class BitIndex:
                 rows = [r for r in rows if r[0] != last]
             if not rows:
                 break
+            upto, read = rows[-1][0], len(rows)
+            rows = sized(rows, 3, dim)
+            bits.skipped += read - len(rows)
+            bits.upto = upto
+            if not rows:
+                continue
             matrix = np.frombuffer(b"".join(r[3] for r in rows), np.float32).reshape(len(rows), -1)
             if bits.mean is None:
                 bits.mean = matrix.mean(axis=0)
@@ -114,13 +122,23 @@ class BitIndex:
                 bits.ids = np.concatenate([bits.ids, ids])
                 bits.codes = np.concatenate([bits.codes, codes])
                 bits.words = np.concatenate([bits.words, words])
-            bits.upto = rows[-1][0]
         return bits
 
     @staticmethod
     def _newer(vectors: VectorStore, space: int, kind: str, upto: int) -> int:
         """Chunks above ``upto`` (not loaded yet, and not a sign of late rows)."""
         return len(vectors.scan(space, kind, upto, LOAD_BATCH))
+
+
+def sized(rows: list, at: int, dim: int) -> list:
+    """The rows whose vector (``row[at]``, float32 bytes) has ``dim`` dimensions.
+
+    Why: a space's vectors all have its dimension, but one row that does not (a torn
+    or foreign write, a restore from another build) made the matrix of every search
+    of its scope fail to build (numpy's reshape error as the tool's answer). Such a
+    row is left out of vector search; full text still finds it."""
+    size = 4 * dim
+    return [row for row in rows if len(row[at]) == size]
 
 
 def _popcount(np, words):

@@ -742,3 +742,39 @@ def test_a_same_dimension_model_swap_never_mixes_and_prune_frees_the_old_vectors
     assert db.conn.execute("SELECT count(*) FROM embedding_vectors").fetchone()[0] == len(CHAT)
     back = open_semantic(types.SimpleNamespace(database=db, config=first))  # switching back
     assert back.status()["indexed"] == 0 and back.status()["pending"] == len(CHAT)
+
+
+def test_a_vector_of_the_wrong_size_is_left_out_not_a_failed_search(chat, tmp_path, fake,
+                                                                   monkeypatch):
+    """A vector row whose size is not its space's dimension (a torn or foreign write, a
+    restore from another build): the scope's matrix could not be built and the tool
+    call answered with numpy's reshape error, full-text hits and all; the prescreen's
+    load failed the same way. Now that row is left out of vector search (full text
+    still finds it), the others are searched, and the prescreen does not reload the
+    whole space at every recheck because of it."""
+    import types
+    from hermes_trove.operators.search import open_semantic
+    from hermes_trove.recall import vectorscan
+    db, store, dag, ids = chat
+    config = openai_config(tmp_path, fake)
+    provider = embeddings.open_provider(config).provider
+    semantic.backfill(db, provider, config, apply=True)
+    space = semantic.Indexer(db, provider, config).space()
+    with db.transaction() as conn:
+        conn.execute("UPDATE embedding_vectors SET vector = ? WHERE space_id = ? AND ref_id = ?",
+                     (b"\0" * 12, space, ids[1]))
+    found = open_semantic(types.SimpleNamespace(database=db, config=config))
+    grep = {"query": "ceramics workshop", "mode": "semantic"}
+    out = json.loads(tools.dispatch("trove_grep", grep,
+                                    ctx_for(store, dag, tmp_path, config, found)))
+    assert "error" not in out and out["mode"] == "semantic"
+    assert out["results"][0]["store_id"] == ids[0]
+    vector = found.query_vector("ceramics workshop")
+    exact = found.search(vector, "m", None, 5)
+    assert {ref for ref, _ in exact} == {ids[0], ids[2], ids[4]}   # ids[1]'s vector is torn
+    monkeypatch.setattr(vectorscan, "PRESCREEN_MIN", 0)
+    assert found.search(vector, "m", None, 5) == exact
+    bits = found.bits.tables[(space, "m")]
+    monkeypatch.setattr(vectorscan, "RECHECK_SECONDS", -1.0)     # recheck now
+    found.search(vector, "m", None, 5)
+    assert found.bits.tables[(space, "m")] is bits              # not reloaded
