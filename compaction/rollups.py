@@ -5,11 +5,13 @@ Rollups are kept per owner (``storage.owners``: the CLI user, each gateway
 conversation): a summarizer prompt never holds two people's words, and each
 person's agent can read its own rollups. A session without a recorded owner
 feeds none. A day rollup summarizes, for every session of the owner that may
-feed rollups (no ignore or stateless pattern), the leaf summaries that start
-that local day and the raw messages of that day no summary has taken in yet; a
-day whose messages all sit in a leaf that began the day before has nothing of
-its own (that day's rollup holds them), and a rollup left over for such a day
-is removed with the weeks and months on it (rebuilt in turn). A week rollup
+feed rollups (no ignore or stateless pattern), the leaf summaries lying wholly
+inside that local day and the day's other messages raw (``timeline.WHOLE_LEAF``):
+a leaf spanning midnight is split, each day reading its own part, so every
+message reaches the day it was said, once, and the weeks and months built on
+the days count it once. A rollup left over for a day with nothing left (its
+sessions removed) is removed with the weeks and months on it (rebuilt in
+turn). A week rollup
 summarizes its day rollups; a month rollup its whole ISO weeks and the days
 of the weeks it shares with the next or previous month (``timekeys.children_of``),
 so a month's lineage never leaves the month. Every rollup keeps its exact
@@ -38,7 +40,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from typing import Callable
 
 from ..config import canonical_zone
@@ -170,10 +172,9 @@ def status(timeline: Timeline, settings: Settings, eligible: Eligible, now: floa
 
 
 def emptied(timeline: Timeline, settings: Settings, eligible: Eligible, now: float) -> list[int]:
-    """Rollups of the lookback window whose period has nothing of its own to roll up
-    any more (every message of a day now sits in a summary that began the day
-    before, or its sessions were removed): kept, they would be stale forever and
-    block their week and month."""
+    """Rollups of the lookback window whose period has nothing to roll up any more
+    (its sessions were removed, or stopped feeding rollups): kept, they would be
+    stale forever and block their week and month."""
     since, _ = _window(settings, now)
     found = []
     for owner in timeline.rollup_owners(settings.time_zone, since):
@@ -280,8 +281,7 @@ class _Builder:
             raise ValueError("no sources")
         sizes = [self.count(i.text) for i in items]
         result = self._summarize(items, sizes, depth)
-        header = f"[{kind} {key}, {len(set(sessions))} session(s), {count} message(s)]\n"
-        text = header + result.text
+        text = self._header(kind, key, span, len(set(sessions)), count) + result.text
         return self.timeline.save_rollup(NewRollup(
             kind=kind, period_key=key, time_zone=self.settings.time_zone, owner=owner,
             period_start=start, period_end=end, text=text, token_count=self.count(text),
@@ -289,11 +289,24 @@ class _Builder:
             model=result.model, message_count=count, time_from=span[0], time_to=span[1],
             watermark=mark, sources=sources, session_ids=sessions), now)
 
+    def _header(self, kind: str, key: str, span: tuple, sessions: int, count: int) -> str:
+        """The first line of a rollup's text: what it covers, so a reader (the model, an
+        operator) never has to guess the zone of its day or whether the small hours
+        are in it: the period and zone, for a day the local times of its first and
+        last message, and how many sessions and messages lie under it."""
+        said = ""
+        if kind == "day" and span[0] is not None:
+            first, last = (datetime.fromtimestamp(t, self.tz).strftime("%H:%M") for t in span)
+            said = f", said {first}-{last}"
+        return (f"[{kind} {key} ({self.settings.time_zone}){said}, {sessions} session(s),"
+                f" {count} message(s)]\n")
+
     def _day_sources(self, start: float, end: float, owner: str):
         sessions = self.timeline.feeding_sessions(start, end, self.eligible, owner)
-        nodes = self.dag.get_nodes(self.timeline.leaf_ids_starting_between(start, end, sessions))
-        ids = self.timeline.message_ids_between(start, end, sessions, uncovered=True,
-                                                limit=SOURCE_SCAN, newest_first=False)
+        nodes = self.dag.get_nodes(self.timeline.leaf_ids_within(start, end, sessions))
+        ids = self.timeline.message_ids_between(start, end, sessions, uncovered=False,
+                                                loose=True, limit=SOURCE_SCAN,
+                                                newest_first=False)
         rows = self.store.get_messages(ids)
         timed = [(n["time_from"], "node", n) for n in nodes.values()]
         timed += [(_when(rows[i]), "message", rows[i]) for i in ids if i in rows]

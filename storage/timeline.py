@@ -20,6 +20,14 @@ from .database import Database, row_limit
 Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
 MESSAGE_TIME = "COALESCE(message_at, created_at)"
+# The one rule of which leaves a window (a day) rolls up as summaries: those lying wholly
+# inside it (bound: start, end). A leaf's time range is its messages' (``Dag.add_node``),
+# so the rest of the window's messages, the day's part of a leaf spanning midnight among
+# them, are read raw: each message reaches the day it was said, exactly once.
+WHOLE_LEAF = "n.depth = 0 AND n.time_from >= ? AND n.time_to < ?"
+_NOT_IN_WHOLE_LEAF = (" AND NOT EXISTS (SELECT 1 FROM node_edges e JOIN nodes n"
+                      " ON n.node_id = e.parent_id WHERE e.child_store_id = m.store_id"
+                      f" AND {WHOLE_LEAF})")
 ROLLUP_COLUMNS = ("rollup_id, kind, period_key, time_zone, owner, period_start, period_end, text,"
                   " token_count, source_token_count, level, model, message_count, session_count,"
                   " time_from, time_to, watermark, built_at")
@@ -107,13 +115,19 @@ class Timeline:
                 f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (width, start, end))]
 
     def message_ids_between(self, start: float, end: float, sessions: Sequence[str] | None, *,
-                            uncovered: bool, limit: int, newest_first: bool = True) -> list[int]:
+                            uncovered: bool, limit: int, newest_first: bool = True,
+                            loose: bool = False) -> list[int]:
         """Messages of these sessions (None = all) in the window, by time; with
-        ``uncovered`` only those no summary node has taken in yet."""
+        ``uncovered`` only those no summary node has taken in yet; with ``loose`` only
+        those no leaf lying wholly inside the window holds (``WHOLE_LEAF``): a day
+        rollup's raw sources, including the day's part of a leaf spanning midnight."""
         where, params = _session_filter("m.session_id", sessions)
         if uncovered:
             where += (" AND NOT EXISTS (SELECT 1 FROM node_edges e"
                       " WHERE e.child_store_id = m.store_id)")
+        elif loose:
+            where += _NOT_IN_WHOLE_LEAF
+            params += [start, end]
         order = "DESC" if newest_first else "ASC"
         with self.db.reading() as conn:
             return [r[0] for r in conn.execute(
@@ -122,22 +136,25 @@ class Timeline:
                 f" ORDER BY {MESSAGE_TIME} {order}, m.store_id {order} LIMIT ?",
                 [start, end, *params, limit])]
 
-    def leaf_ids_starting_between(self, start: float, end: float,
-                                  sessions: Sequence[str] | None) -> list[int]:
-        """Depth-0 nodes of these sessions whose coverage starts in the window, oldest
-        first: each leaf belongs to exactly one day (the one it starts in)."""
+    def leaf_ids_within(self, start: float, end: float,
+                        sessions: Sequence[str] | None) -> list[int]:
+        """Depth-0 nodes of these sessions lying wholly inside the window (``WHOLE_LEAF``),
+        oldest first. A leaf spanning the window's edge is none of its leaves: the
+        window takes its own part of it as raw messages (``loose``), so each message
+        reaches the day it was said, and only that day."""
         where, params = _session_filter("session_id", sessions)
         with self.db.reading() as conn:
             return [r[0] for r in conn.execute(
-                f"SELECT node_id FROM nodes WHERE depth = 0 AND time_from >= ? AND time_from < ?"
-                f"{where} ORDER BY time_from, node_id", [start, end, *params])]
+                f"SELECT node_id FROM nodes n WHERE {WHOLE_LEAF}{where}"
+                f" ORDER BY time_from, node_id", [start, end, *params])]
 
     def material_mark(self, start: float, end: float, sessions: Sequence[str]) -> tuple[str, bool]:
         """A fingerprint of what a window holds for these sessions: message count and
-        newest id, leaves starting in it and newest id, uncovered messages. Any late
-        message, new leaf or newly summarized message changes it. Also whether the
-        window has sources of its own (a leaf starting in it, or an uncovered message):
-        without, all its messages sit in a summary that began earlier."""
+        newest id, leaves wholly inside it and newest id, loose messages (in no such
+        leaf). Any late message, new leaf inside the window or message newly taken into
+        one changes it; a leaf spanning the window's edge changes nothing (the window
+        reads its part raw before and after). Also whether the window has sources at
+        all (a leaf or a loose message)."""
         where, params = _session_filter("session_id", sessions)
         with self.db.reading() as conn:
             messages = conn.execute(
@@ -145,15 +162,14 @@ class Timeline:
                 f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?{where}",
                 [start, end, *params]).fetchone()
             leaves = conn.execute(
-                f"SELECT count(*), COALESCE(max(node_id), 0) FROM nodes WHERE depth = 0"
-                f" AND time_from >= ? AND time_from < ?{where}", [start, end, *params]).fetchone()
-            uncovered = conn.execute(
+                f"SELECT count(*), COALESCE(max(node_id), 0) FROM nodes n WHERE {WHOLE_LEAF}"
+                f"{where}", [start, end, *params]).fetchone()
+            loose = conn.execute(
                 f"SELECT count(*) FROM messages m WHERE {MESSAGE_TIME} >= ?"
                 f" AND {MESSAGE_TIME} < ?{where.replace('session_id', 'm.session_id')}"
-                " AND NOT EXISTS (SELECT 1 FROM node_edges e WHERE e.child_store_id = m.store_id)",
-                [start, end, *params]).fetchone()[0]
-        return (f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|u{uncovered}",
-                bool(leaves[0] or uncovered))
+                f"{_NOT_IN_WHOLE_LEAF}", [start, end, *params, start, end]).fetchone()[0]
+        return (f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|l{loose}",
+                bool(leaves[0] or loose))
 
     # ------------------------------------------------------------------ watermarks
     def feeding_sessions(self, start: float, end: float, eligible: Eligible,
@@ -173,9 +189,9 @@ class Timeline:
         """What a period's rollup of ``owner`` would be built from now ("" = nothing
         to roll up).
 
-        A day: the material fingerprint of the owner's feeding sessions, "" when the
-        day has no leaf starting in it and no uncovered message (every message sits
-        in a summary that began the day before: that day's rollup holds them). A week
+        A day: the material fingerprint of the owner's feeding sessions, "" when they
+        have nothing in it (``material_mark``: leaves wholly inside the day, and the
+        day's other messages, a spanning leaf's part among them, raw). A week
         or a month: each child period's rollup id and a digest of the child's own
         watermark (not a clock), ``pending`` for a child with material but no rollup
         yet, ``-`` for an empty child; so a rebuilt day changes its week's mark and

@@ -521,45 +521,98 @@ def test_recent_lists_everything_of_the_period_and_nothing_out_of_scope(tmp_path
     world.db.close()
 
 
-# ---------------------------------------------------------------- issue 25
-def test_a_day_held_by_a_leaf_of_the_day_before_never_blocks_its_week(world):
-    """Sunday's messages sit in a leaf that began on Saturday: Sunday has nothing of its
-    own (Saturday's rollup holds the leaf), so no "no sources" error and the week builds."""
-    world.store.ensure_session("late", source="telegram")
-    Owners(world.db).record("late", OWNER, platform="telegram")
-    ids = world.store.ingest("late", [
-        {"role": "user", "content": "Saturday night: persimmon idea", "timestamp": at(14, 23, 50)},
-        {"role": "assistant", "content": "Noted the persimmon idea.", "timestamp": at(15, 0, 10)}],
-        now=STORED_AT).store_ids
-    world.ids["late"] = ids
-    world.leaf("late", "Summary: persimmon idea over midnight (leaf)")
+# ---------------------------------------------------------------- leaves spanning days
+def late_session(world, session, turns):
+    """A session of the owner whose ``turns`` are ``(text, time)`` pairs."""
+    world.store.ensure_session(session, source="telegram")
+    Owners(world.db).record(session, OWNER, platform="telegram")
+    world.ids[session] = world.store.ingest(session, [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": text, "timestamp": when}
+        for i, (text, when) in enumerate(turns)], now=STORED_AT).store_ids
+    return world.ids[session]
+
+
+def under(world, kind, key):
+    rollup = world.timeline.get_rollup(kind, key, "UTC", OWNER)
+    assert rollup is not None, (kind, key)
+    return rollup, world.timeline.descendant_store_ids(rollup["rollup_id"])
+
+
+def test_a_leaf_spanning_midnight_feeds_each_day_what_was_said_that_day(world):
+    """Saturday 23:50 and Sunday 00:10 sit in one leaf: Saturday's rollup holds the
+    Saturday turn, Sunday's the Sunday turn (it used to have none: the whole leaf went to
+    Saturday, and "what did I do on Sunday" never saw its own words), each exactly once
+    in the week, which counts every message once."""
+    ids = late_session(world, "late", [("Saturday night: persimmon idea", at(14, 23, 50)),
+                                       ("Sunday: durian answer", at(15, 0, 10))])
+    world.leaf("late", "Summary: persimmon idea and durian answer over midnight (leaf)")
     report = world.build(max_builds=50)
     assert not report.errors, report.errors
     status = world.status()
-    assert ("day", "2026-03-15") not in status and status[("day", "2026-03-14")] == "ready"
+    assert status[("day", "2026-03-14")] == status[("day", "2026-03-15")] == "ready"
     assert status[("week", "2026-W11")] == "ready"
-    saturday = world.timeline.get_rollup("day", "2026-03-14", "UTC", OWNER)
-    assert set(ids) <= set(world.timeline.descendant_store_ids(saturday["rollup_id"]))
+    saturday, sat_ids = under(world, "day", "2026-03-14")
+    sunday, sun_ids = under(world, "day", "2026-03-15")
+    assert sat_ids == [ids[0]] and sun_ids == [ids[1]]
+    assert "durian" in sunday["text"] and "durian" not in saturday["text"]
+    assert saturday["message_count"] == sunday["message_count"] == 1
+    assert sunday["time_from"] == sunday["time_to"] == at(15, 0, 10)
+    # each day's text says what it covers: its zone, the local times, the counts
+    assert sunday["text"].startswith(
+        "[day 2026-03-15 (UTC), said 00:10-00:10, 1 session(s), 1 message(s)]\n")
+    assert saturday["text"].startswith("[day 2026-03-14 (UTC), said 23:50-23:50,")
+    week, week_ids = under(world, "week", "2026-W11")
+    assert sorted(week_ids) == sorted(set(week_ids)) and set(ids) <= set(week_ids)
+    assert week["message_count"] == len(week_ids)
+    # "yesterday" seen from Monday is Sunday: its own turn, from its rollup
+    world.now = at(16, 9)
+    sunday_view = call(world.ctx("mon"), "trove_recent", period="yesterday",
+                       session_scope="all")
+    assert "durian" in json.dumps(sunday_view)
+    assert [i["key"] for i in sunday_view["items"] if i["kind"] == "rollup"] == ["2026-03-15"]
 
 
-def test_a_raw_built_day_covered_later_by_an_earlier_leaf_is_removed_not_stale_forever(world):
-    """Wednesday is rolled up from raw rows; then a leaf that began on Tuesday takes them
-    in. Wednesday's rollup has nothing of its own left: it goes (with its week, rebuilt),
-    Tuesday's rollup is rebuilt over the leaf, and nothing stays stale."""
+def test_a_leaf_spanning_several_days_is_split_across_every_day_it_touches(world):
+    """A leaf from Friday the 13th to Sunday: Saturday, which only that leaf holds, has
+    its rollup too (it used to have none), and the week holds every turn once."""
+    ids = late_session(world, "long", [("Friday: zucchini start", at(13, 22)),
+                                       ("Saturday: feijoa middle", at(14, 12)),
+                                       ("Sunday: durian end", at(15, 8))])
+    world.leaf("long", "Summary: a three-day thread (leaf)")
+    assert not world.build(max_builds=50).errors
+    for key, store_id, word in (("2026-03-13", ids[0], "zucchini"),
+                                ("2026-03-14", ids[1], "feijoa"),
+                                ("2026-03-15", ids[2], "durian")):
+        rollup, reached = under(world, "day", key)
+        assert reached == [store_id] and word in rollup["text"]
+    week, week_ids = under(world, "week", "2026-W11")
+    assert len(week_ids) == len(set(week_ids)) and set(ids) <= set(week_ids)
+    assert week["message_count"] == len(week_ids)
+
+
+def test_a_late_leaf_spanning_into_built_days_keeps_them_exact(world):
+    """Wednesday is rolled up from raw rows; then a late Tuesday-night turn and a leaf
+    over it and Wednesday's rows arrive. Tuesday goes stale (a message of its own was
+    added) and its rebuild holds that turn only; Wednesday keeps exactly its own rows;
+    nothing stays stale and nothing is removed."""
     world.build(max_builds=50)
     wednesday = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
-    assert wednesday is not None
     early = world.say("wed", 17, "papaya prelude", hour=23)
     world.ids["wed"] = early + world.ids["wed"]
     world.leaves["wed"] = world.leaf("wed", "Summary: papaya prelude and rollback (leaf)")
+    assert world.status()[("day", "2026-03-17")] == "stale"
     report = world.build(max_builds=50)
-    assert not report.errors, report.errors
-    assert wednesday["rollup_id"] in report.removed
-    assert world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER) is None
+    assert not report.errors and not report.removed, (report.errors, report.removed)
     assert "stale" not in world.status().values()
-    tuesday = world.timeline.get_rollup("day", "2026-03-17", "UTC", OWNER)
-    assert {"kind": "node", "id": world.leaves["wed"]} in [
-        {"kind": s["kind"], "id": s["id"]} for s in world.timeline.sources(tuesday["rollup_id"])]
+    tuesday, tue_ids = under(world, "day", "2026-03-17")
+    assert set(early) <= set(tue_ids) and not set(world.ids["wed"][2:]) & set(tue_ids)
+    again, wed_ids = under(world, "day", "2026-03-18")
+    assert again["rollup_id"] == wednesday["rollup_id"] and wed_ids == world.ids["wed"][2:]
+    world.now = at(23, 9)                                  # the week is over
+    assert not world.build(max_builds=50).errors
+    week, week_ids = under(world, "week", "2026-W12")
+    assert len(week_ids) == len(set(week_ids)) and set(world.ids["wed"]) <= set(week_ids)
+    assert week["message_count"] == len(week_ids)
 
 
 def test_rollups_are_per_owner_and_no_prompt_mixes_two_people(world):

@@ -10,8 +10,8 @@ already rolled up; late leaves; a session removed as ``doctor clean`` removes it
 provisional owner becoming real; the clock moving on. After each step the oracle
 holds:
 
-- a message belongs to the local day its leaf starts in (or its own time when no leaf
-  took it in); every finished day of the lookback window with material of an owner has
+- a message belongs to the local day it was said (its own time, whatever leaf took it
+  in, one spanning midnight or several days too); every finished day of the lookback window with material of an owner has
   that owner's day rollup whose lineage is exactly those messages, none twice;
 - a rollup holds one owner's sessions and text only;
 - a week or month reaches exactly the messages of its days, is ready, and exists for
@@ -132,16 +132,13 @@ class Generated:
         with self.db.reading() as conn:
             rows = conn.execute("SELECT store_id, session_id,"
                                 " COALESCE(message_at, created_at) FROM messages").fetchall()
-            starts = dict(conn.execute(
-                "SELECT e.child_store_id, n.time_from FROM node_edges e JOIN nodes n"
-                " ON n.node_id = e.parent_id WHERE e.child_store_id IS NOT NULL").fetchall())
             owner_of = dict(conn.execute("SELECT session_id, owner FROM session_owners").fetchall())
         expected: dict[tuple[str, str], set[int]] = {}
         for store_id, session, when in rows:
             owner = owner_of.get(session)
             if owner is None or not self.eligible(session, self.sources[session]):
                 continue
-            day = timekeys.local_date(starts.get(store_id, when), self.tz)
+            day = timekeys.local_date(when, self.tz)
             start, end = timekeys.bounds("day", day.isoformat(), self.tz)
             if start >= since and end <= self.now:
                 expected.setdefault((owner, day.isoformat()), set()).add(store_id)
