@@ -17,7 +17,9 @@ order of preference:
    what the rollups cover (bounded by ``message_cap``), newest first.
 
 A rollup covers only its own sessions in its period: another owner's material in
-the same period is listed as if there were no rollup. Scope decisions are the
+the same period is listed as if there were no rollup. Material the chosen rollups
+hold together within the window (``held``: a summary spanning midnight between two
+rolled-up days) is not listed again. Scope decisions are the
 caller's (``node_ok`` / ``message_ok`` / ``session_ok`` / ``rollup_ok``, from
 ``tools.Access``); this module only selects and orders.
 """
@@ -65,9 +67,21 @@ class _Cover:
     sessions: frozenset[str]
     owner: str
 
-    def holds(self, session: str, first: float | None, last: float | None) -> bool:
-        return (session in self.sessions and first is not None and last is not None
-                and self.start <= first and last < self.end)
+
+def held(covers: Sequence[_Cover], session: str, first: float | None, last: float | None,
+         start: float, end: float) -> bool:
+    """Whether the chosen rollups hold a session's material from ``first`` to ``last``
+    (inclusive) as far as it lies in the window ``[start, end)``: together, not one
+    alone. A leaf spanning midnight is in its two days' rollups (each holds its own
+    day's part), and a summary reaching past the window is only asked for its part in
+    it; before, neither counted as held, and the leaf was listed again beside them."""
+    if first is None or last is None:
+        return False
+    point, moved = max(first, start), False
+    for lo, hi in sorted((c.start, c.end) for c in covers if session in c.sessions):
+        if lo <= point < hi:
+            point, moved = hi, True
+    return moved and (last < point or point >= end)
 
 
 def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float, *,
@@ -97,7 +111,7 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
                                  rollup["owner"]))
 
     def covered(session: str, first: float | None, last: float | None) -> bool:
-        return any(c.holds(session, first, last) for c in covers)
+        return held(covers, session, first, last, start, end)
 
     nodes = dag.nodes_in_period(start, end, session_ids=sessions, limit=NODE_SCAN)
     nodes += [n for n in extra_nodes if n["time_to"] is not None
