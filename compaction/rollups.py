@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 BUCKET_SECONDS = 900          # finer than any zone offset (+05:45, +12:45)
 ITEM_CHARS = 4000             # a source's text as the summarizer sees it (lineage stays whole)
 SOURCE_SCAN = 100_000         # raw messages of one day read at most
-EPOCH_FLOOR = 40 * 86400.0    # a lookback never reaches before February 1970 (any zone)
 _running: set[str] = set()
 _dirty: dict[str, tuple] = {}       # database -> the newest request made while a pass ran
 _running_lock = threading.Lock()
@@ -120,7 +119,8 @@ def _window(settings: Settings, now: float) -> tuple[float, date]:
     week and month listed has all its days scanned (a week never waits forever for a
     day outside the window)."""
     tz = timekeys.zone(settings.time_zone)
-    oldest = timekeys.local_date(max(now - settings.lookback_days * 86400.0, EPOCH_FLOOR), tz)
+    oldest = timekeys.local_date(max(now - settings.lookback_days * 86400.0,
+                                     timekeys.CLOCK_FLOOR), tz)   # no message before it
     month = timekeys.month_first(oldest.year, oldest.month)
     return timekeys.midnight(timekeys.week_monday(month), tz), month
 

@@ -15,6 +15,9 @@ import re
 from datetime import date, datetime, timedelta, timezone, tzinfo
 
 MIN_YEAR, MAX_YEAR = 1970, 9998          # outside this a period is absurd, not a timestamp
+# No message trove stores was written before 2000: an earlier time is a clock never set
+# (a device booting at the epoch, a counter read as seconds), like the epoch's zero.
+CLOCK_FLOOR = datetime(2000, 1, 1, tzinfo=timezone.utc).timestamp()
 KINDS = ("day", "week", "month")
 _WEEK_KEY = re.compile(r"(\d{4})-w(\d{1,2})")
 _MONTH_KEY = re.compile(r"(\d{4})-(\d{1,2})")
@@ -155,7 +158,8 @@ EPOCH_MS_FLOOR = 1e11      # larger epoch numbers are milliseconds (1e11 s is th
 
 def message_time(value: object, writer_zone: tzinfo | None = None) -> float | None:
     """When a message says it was written, as Unix seconds, or None when it does not
-    say (or says something impossible: a bool, NaN, a year outside 1970..9998).
+    say (or says something impossible: a bool, NaN, a time before ``CLOCK_FLOOR``
+    or after the year 9998).
 
     Accepted: epoch seconds or milliseconds (a number, or a string of one), and
     ISO-8601 strings with an offset or ``Z``, or naive. The one rule for a naive
@@ -205,10 +209,13 @@ def settled_time(message_at: float | None, stored_at: float) -> float | None:
 
 
 def _plausible(seconds: float) -> float | None:
-    """``seconds`` when its year is within MIN_YEAR..MAX_YEAR, else None; the epoch's
-    zero itself is the value of an unset field (a default, a missing column), never
-    when a message was written."""
-    if seconds == 0:
+    """``seconds`` when it lies from ``CLOCK_FLOOR`` to the year MAX_YEAR, else None.
+    The epoch's zero is the value of an unset field (a default, a missing column), and
+    any other time before 2000 a clock never set: kept, such a message fell in no
+    day of the lookback (no rollup, no recent period showed it), or, with a lookback
+    reaching back that far, made day, week and month rollups of 1970. The storage
+    time stands in, as for a message with no time."""
+    if seconds < CLOCK_FLOOR:
         return None
     try:
         year = datetime.fromtimestamp(seconds, timezone.utc).year

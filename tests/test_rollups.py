@@ -284,7 +284,11 @@ def test_a_late_message_makes_its_day_and_week_stale_and_the_rebuild_includes_it
 
 
 @pytest.mark.parametrize("stamp", [0, "0", "1970-01-01T00:00:00Z", at(19, 14, 59) + 400 * 86400,
-                                   int((at(19, 14, 59) + 3 * 3600) * 1000)])
+                                   int((at(19, 14, 59) + 3 * 3600) * 1000),
+                                   # a clock never set (a device booting at the epoch,
+                                   # a counter read as seconds): 1970, not "zero"
+                                   15_000_000, "1970-06-23T10:00:00Z", 1, 86_400_000,
+                                   "1999-12-31T23:59:59Z"])
 def test_a_message_time_of_zero_or_after_its_storage_is_no_time(world, stamp):
     """A message cannot have been written at the epoch's zero (an unset field) nor
     after trove stored it (a clock far ahead, a misread zone). Such a time used to
@@ -302,6 +306,23 @@ def test_a_message_time_of_zero_or_after_its_storage_is_no_time(world, stamp):
     [kept] = world.store.ingest("wed", [{"role": "user", "content": "feijoa small skew",
                                          "timestamp": stored + 600}], now=stored).store_ids
     assert world.store.get_messages([kept])[kept]["message_at"] == stored + 600
+
+
+def test_a_clock_reset_never_builds_a_1970_rollup(tmp_path):
+    """With a lookback reaching back to the epoch, a message stamped in June 1970 (a
+    clock never set) built day, week and month rollups of 1970 and sat in no rollup
+    of the day it was stored; it now counts on that day, and no period before the
+    first possible message time is ever built."""
+    world = World(tmp_path, rollups_lookback_days=36600)
+    [odd] = world.store.ingest("wed", [{"role": "user", "content": "durian clock reset",
+                                        "timestamp": 15_000_000}], now=at(18, 12)).store_ids
+    report = world.build(max_builds=500)
+    assert not report.errors
+    assert all(b["key"].startswith("2026") for b in report.built), report.built
+    assert {r["period_key"][:4] for r in world.timeline.all_rollups()} == {"2026"}
+    day = world.timeline.get_rollup("day", "2026-03-18", "UTC", OWNER)
+    assert odd in world.timeline.descendant_store_ids(day["rollup_id"])
+    assert "durian" in day["text"]
 
 
 def test_a_new_leaf_over_raw_rollup_sources_makes_the_day_stale(world):
