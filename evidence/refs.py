@@ -250,8 +250,8 @@ def folded_with_origins(text: str) -> tuple[str, list[int]]:
     """``fold(text)`` and, for each of its characters, the offset in ``text`` of the
     character it came from.
 
-    Why: folding changes lengths ("…" is "...", a Hangul syllable is two or three jamo,
-    "ﬁ" is "fi", a combining accent is dropped), so an offset found in the folded text
+    Why: folding changes lengths (a combining accent is dropped, "İ" lowers to two
+    characters and folds to "i"), so an offset found in the folded text
     is not an offset of the original; read as one, it cut a long sentence's ref away
     from the word that matched, or past the sentence's end (an empty quote). Folding
     works character by character (its one context rule, a final sigma, keeps the

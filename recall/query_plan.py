@@ -80,6 +80,13 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _CJK = re.compile("[\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
                   "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003ffff]+")
 _QUOTED = re.compile(r'"([^"]*)"')
+_MARKS = re.compile("[\u0300-\u036f]+")     # combining accents: unicode61 drops them
+# A precomposed Latin letter (its decomposition an ASCII letter and accents) folds to
+# that letter, as unicode61's remove_diacritics does; a final sigma to a sigma.
+_LATIN_BASES = {0x3C2: 0x3C3, **{
+    cp: ord(parts[0]) for cp in [*range(0xC0, 0x250), *range(0x1E00, 0x1F00)]
+    for parts in [unicodedata.normalize("NFD", chr(cp))]
+    if len(parts) > 1 and parts[0].isascii() and parts[0].isalpha() and _MARKS.fullmatch(parts[1:])}}
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _EDGE_PUNCT = "\"'`.,;:!?()[]{}<>"
 _CONTRACTION = re.compile(r"([^\W\d_]+)['\u2019]([^\W\d_]{1,2})")
@@ -123,12 +130,16 @@ class QueryPlan:
 
 
 def fold(text: str) -> str:
-    """Lower-case and strip diacritics the way the index (unicode61, remove_diacritics 2) does."""
+    """Lower-case and strip diacritics the way the index (unicode61, remove_diacritics 2)
+    does, so a query's words are the index's words: a combining accent is dropped, a
+    precomposed Latin letter loses its accents ("é" is "e"), a final sigma is a sigma;
+    Greek "ώ", Cyrillic "ё" and "й", Hangul syllables and compatibility forms such as
+    "ﬁ" stay themselves. Character by character (``evidence.refs`` maps offsets so).
+    The server's ``trove_words`` (storage/postgres/schema.py) is the same rule in SQL."""
     text = text.lower()
     if text.isascii():
         return text
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    return _MARKS.sub("", text).translate(_LATIN_BASES)
 
 
 def fts_tokens(text: str) -> list[str]:

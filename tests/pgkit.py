@@ -39,31 +39,63 @@ def require_pg() -> None:
         pytest.skip(reason)
 
 
-def schema_url(schema: str) -> str:
-    """The test server's URL with ``schema`` alone on the search path (a table missing
-    from it must never be found in ``public``)."""
+def schema_url(schema: str, base: str | None = None) -> str:
+    """The test server's URL (or ``base``) with ``schema`` alone on the search path (a
+    table missing from it must never be found in ``public``)."""
+    base = base or PG_URL
     options = urllib.parse.quote(f"-csearch_path={schema}")
-    return PG_URL + ("&" if "?" in PG_URL else "?") + f"options={options}"
+    return base + ("&" if "?" in base else "?") + f"options={options}"
+
+
+C_LOCALE_DATABASE = "trove_test_c_locale"
+
+
+def c_locale_url() -> str:
+    """The URL of a database on the test server created with the C locale (made once,
+    kept): lower(), ILIKE and regex classes know no letter beyond ASCII there, a
+    server's database may well be made so, and search must find the same rows on it.
+    Skips (fails under PG_TROVE_REQUIRE=1) when the server cannot make one."""
+    require_pg()
+    import psycopg
+    parts = urllib.parse.urlsplit(PG_URL)
+    url = urllib.parse.urlunsplit(parts._replace(path="/" + C_LOCALE_DATABASE))
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                              (C_LOCALE_DATABASE,)).fetchone()
+        if not exists:
+            try:
+                conn.execute(f"CREATE DATABASE {C_LOCALE_DATABASE} TEMPLATE template0"
+                             " ENCODING 'UTF8' LOCALE 'C'")
+            except psycopg.errors.DuplicateDatabase:  # another test process made it
+                pass
+            except psycopg.Error as exc:
+                reason = f"cannot create a C-locale database on the test server: {exc}"
+                if os.environ.get("PG_TROVE_REQUIRE") == "1":
+                    pytest.fail(reason)
+                pytest.skip(reason)
+    return url
 
 
 class PgSchema:
-    """A fresh schema on the test server, created now and dropped by ``drop``."""
+    """A fresh schema on the test server (in the database of ``base``, the test
+    server's URL by default), created now and dropped by ``drop``."""
 
-    def __init__(self):
+    def __init__(self, base: str | None = None):
         import psycopg
+        self.base = base or PG_URL
         self.name = "t_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
+        with psycopg.connect(self.base, autocommit=True) as conn:
             # pg_trgm once per database, in public (no test schema's drop takes it along)
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
             conn.execute(f"CREATE SCHEMA {self.name}")
-        self.url = schema_url(self.name)
+        self.url = schema_url(self.name, self.base)
 
     def drop(self) -> None:
         """Close this process's connection to it and drop it with everything in it."""
         import psycopg
         from hermes_trove.storage import database
         database.forget_database(self.url)
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
+        with psycopg.connect(self.base, autocommit=True) as conn:
             conn.execute("SET lock_timeout = '30s'")  # a leaked connection fails, never hangs
             conn.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
 

@@ -20,7 +20,7 @@ from hermes_trove.store import Store, decode_row
 from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore
 from hermes_trove.operators import actions as ops, migrate
 
-from pgkit import PgSchema, require_pg
+from pgkit import PgSchema, c_locale_url, require_pg
 
 
 def turns(tag: str, count: int) -> list[dict]:
@@ -356,6 +356,35 @@ def test_migration_5_reindexes_the_words_after_a_nul_of_existing_rows(pg, monkey
     assert store.db.schema_version() == schema.latest_version() >= 5
     assert sorted(i for i, _ in store.match_message_ids('"zebra"', limit=5, ranked=False)) == ids
     assert store.get_messages(ids)[ids[0]]["content"] == "header\0zebra"
+
+
+def test_migration_9_finds_non_latin_words_of_a_c_locale_database(monkeypatch):
+    """On a database made with the C locale, lower() and [[:alnum:]] know no letter
+    beyond ASCII: before migration 9 no Greek, Cyrillic or Korean word of a message or
+    a summary was indexed. Its rows are found once it has run; the text is unchanged."""
+    created = PgSchema(c_locale_url())
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:8])
+            db = database.get_database(created.url)
+            ids = Store(db).ingest("A", [{"role": "user", "content": "ΛΌΓΟΣ Привет 한국어"},
+                                         {"role": "user", "content": "plain ascii"}]).store_ids
+            node = Dag(db).add_node(NewNode(session_id="A", depth=0, text="Ωμέγα ёлка",
+                                            token_count=5, source_token_count=10, level=1,
+                                            model="m", child_store_ids=ids))
+            assert db.schema_version() == 8
+            database.forget_database(created.url)
+        db = database.get_database(created.url)
+        store, dag = Store(db), Dag(db)
+        assert db.schema_version() == schema.latest_version() >= 9
+        for word in ('"λόγος"', '"ΛΌΓΟΣ"', '"привет"', '"한국어"'):
+            assert [i for i, _ in store.match_message_ids(word, limit=5, ranked=False)] == \
+                ids[:1], word
+        assert [n for n, _ in dag.match_node_ids('"ёлка"', limit=5, ranked=False)] == [node]
+        assert store.get_messages(ids)[ids[0]]["content"] == "ΛΌΓΟΣ Привет 한국어"
+    finally:
+        database.forget_database(created.url)
+        created.drop()
 
 
 def test_a_failed_search_inside_a_transaction_is_a_sqlite_error_and_rolls_back(pg):

@@ -54,6 +54,42 @@ TROVE_WORDS = (
     " = char_length(value) THEN lower(value) ELSE regexp_replace(normalize(lower("
     "regexp_replace(value, '\\ue000[0\\ue000]', ' ', 'g')), NFD), '[\\u0300-\\u036f]+',"
     " '', 'g') END, '[^[:alnum:]]+', ' ', 'g') $$")
+# Since migration 8 the words are those of SQLite's unicode61 tokenizer whatever the
+# database's locale: lower() and the [[:alnum:]] class run under a Unicode-aware
+# collation named here (``word_collation``; a database made with the C locale knows
+# no letter beyond ASCII, so it indexed no Greek, Cyrillic or CJK word at all, and a
+# Turkish one lowers "I" to a dotless i). As unicode61 does: a combining accent
+# (U+0300-U+036F) is dropped, a final sigma is a sigma, and a precomposed letter loses
+# its accents only when it is a Latin one (decomposed, an accent right after an ASCII
+# letter goes: "é" is "e", while Greek "ώ" and Cyrillic "ё", "й" keep theirs; NFC puts
+# them back together). ``recall/query_plan.fold`` is the same rule for the query side.
+# The escape pairs of a NUL are separators (migration 5).
+_TROVE_WORDS_V9 = (
+    "CREATE OR REPLACE FUNCTION trove_words(value text) RETURNS text LANGUAGE sql"
+    " IMMUTABLE PARALLEL SAFE AS $$ SELECT regexp_replace((CASE WHEN octet_length(value)"
+    " = char_length(value) THEN lower(value COLLATE {c}) ELSE normalize(regexp_replace("
+    "normalize(translate(lower(regexp_replace(regexp_replace(value, '\\ue000[0\\ue000]',"
+    " ' ', 'g'), '[\\u0300-\\u036f]+', '', 'g') COLLATE {c}), U&'\\03C2', U&'\\03C3'),"
+    " NFD), '([a-z])[\\u0300-\\u036f]+', '\\1', 'g'), NFC) END) COLLATE {c},"
+    " '[^[:alnum:]]+', ' ', 'g') $$")
+# Unicode-aware collations, best first: glibc's C.UTF-8 as initdb imports it (closest
+# to unicode61: letter numbers such as "Ⅻ" are word characters), then ICU's root
+# locale. A server with neither keeps its own locale.
+WORD_COLLATIONS = ("C.utf8", "C.UTF-8", "und-x-icu")
+
+
+def word_collation(conn: Connection) -> str:
+    """The quoted name of the collation ``trove_words`` lowers and splits under: the
+    first of ``WORD_COLLATIONS`` this database has for UTF-8, else ``"default"``."""
+    names = {r[0] for r in conn.execute(
+        "SELECT collname FROM pg_collation WHERE collencoding IN (-1, 6)")}
+    chosen = next((name for name in WORD_COLLATIONS if name in names), "default")
+    return '"' + chosen + '"'
+
+
+def trove_words_definition(conn: Connection) -> str:
+    """The statement that (re)creates ``trove_words`` the way this code splits words."""
+    return _TROVE_WORDS_V9.format(c=word_collation(conn))
 
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = []
 
@@ -421,6 +457,20 @@ def pg008_placeholders_are_not_embedded(conn: Connection) -> None:
     (``VectorStore.drop_placeholder_vectors_in``)."""
     from ..vectors import VectorStore   # here: vectors needs database, which needs us
     VectorStore.drop_placeholder_vectors_in(conn)
+
+
+@migration(9)
+def pg009_words_of_any_locale(conn: Connection) -> None:
+    """Words are split and folded as SQLite's FTS5 does them whatever the database's
+    locale (``_TROVE_WORDS_V9``): on a C-locale database no word beyond ASCII was
+    indexed or searchable, a final sigma was a letter of its own, and Greek and
+    Cyrillic accents were dropped where SQLite keeps them. Only rows holding a
+    non-ASCII character can change (ASCII text folds the same either way); they alone
+    are rewritten (an UPDATE recomputes a row's generated ``fts``)."""
+    conn.execute(trove_words_definition(conn))
+    conn.execute(f"UPDATE messages SET content = content"
+                 f" WHERE octet_length({MESSAGE_BODY}) <> char_length({MESSAGE_BODY})")
+    conn.execute("UPDATE nodes SET text = text WHERE octet_length(text) <> char_length(text)")
 
 
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
