@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from hermes_trove.dag import Dag, NewNode
+from hermes_trove.recall import query_plan, search as search_module
 from hermes_trove.recall.query_plan import scoped, tag_scope
 from hermes_trove.storage import alignment, database, locks, migrations
 from hermes_trove.storage.postgres import connection, schema, search
@@ -35,7 +36,8 @@ def turns(tag: str, count: int) -> list[dict]:
 def test_fts5_expressions_become_tsqueries_with_bound_text():
     expr = scoped('"staging port" OR "6543"', tag_scope(["A"], role="user"))
     sql, params = search.tsquery(expr)
-    assert sql.count("phraseto_tsquery") == 2 and sql.count("?::tsquery") == 2
+    assert sql.count("trove_phrase(") == 1 and sql.count("phraseto_tsquery(") == 1
+    assert sql.count("?::tsquery") == 2
     assert params == ["'s41':D", "'r75736572':D", "staging port", "6543"]
     sql, params = search.tsquery('"kumquat" NOT body : ("secret")')
     assert "&& !!" in sql and params == ["kumquat", "secret"]
@@ -198,6 +200,35 @@ def test_words_after_a_nul_byte_are_found_on_both_engines(backend):
     assert store.count_message_matches('"zebra"', cap=10) == 1
     assert [n for n, _ in dag.match_node_ids('"okapi"', limit=5, ranked=False)] == [node]
     assert dag.match_node_ids('"0okapi"', limit=5, ranked=False) == []
+
+
+def test_a_phrase_past_the_tsvectors_last_position_is_found_on_both_engines(backend):
+    """A tsvector keeps no position past 16,383: every later word of a long tool output
+    sat at that one position and no phrase there matched on the server (FTS5 finds it
+    anywhere); a quoted search fell back to "partial matches" with rows lacking it."""
+    store = Store(database.get_database(backend[1]))
+    filler = " ".join(f"w{i % 50}" for i in range(16_380))
+    ids = store.ingest("A", [
+        {"role": "tool", "tool_call_id": "c1", "content": filler + " x zebra okapi gnu"},
+        {"role": "tool", "tool_call_id": "c2", "content": filler + " zebra okapi gnu"},
+        {"role": "tool", "tool_call_id": "c3", "content": filler + " a b c d zebra okapi gnu"},
+        {"role": "user", "content": "zebra alone, okapi alone, gnu alone"},
+        {"role": "user", "content": "gnu zebra okapi in another order"}]).store_ids
+
+    def found(expr):
+        return sorted(i for i, _ in store.match_message_ids(expr, limit=10, ranked=False))
+
+    assert found('"zebra okapi gnu"') == ids[:3]             # crossing it, and past it
+    assert found('"zebra okapi"') == [*ids[:3], ids[4]]
+    assert found('"gnu zebra"') == [ids[4]]
+    assert found('"okapi zebra"') == found('"w3 zebra"') == []
+    assert found('"gnu" NOT body : ("okapi zebra")') == ids    # not the phrase: kept
+    assert found('"gnu" NOT body : ("okapi gnu")') == ids[3:]
+    assert store.count_message_matches('"zebra okapi gnu"', cap=10) == 3
+    corpus = search_module.MessageCorpus(store, search_module.MessageScope(
+        ("A",), current_session="A"))
+    outcome = search_module.ranked_search(corpus, query_plan.parse_query('"okapi gnu"'), 10)
+    assert sorted(h.key for h in outcome.hits) == ids[:3] and not outcome.notes
 
 
 # ---------------------------------------------------------------- PostgreSQL only

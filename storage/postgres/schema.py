@@ -91,6 +91,23 @@ def trove_words_definition(conn: Connection) -> str:
     """The statement that (re)creates ``trove_words`` the way this code splits words."""
     return _TROVE_WORDS_V9.format(c=word_collation(conn))
 
+# A phrase as a tsquery (since migration 9), over words already split by
+# ``trove_words``. A tsvector holds no position past 16,383: every later word of a long
+# message (a big tool output) sits at that one position, so "a <-> b" never matched a
+# phrase past it, while FTS5 finds it anywhere. So the phrase is also tried with its
+# last words sharing that position: "a <-> b <0> c" for a phrase crossing it, "a <0> b
+# <0> c" past it (a position two words share exists only there). Crossings after the
+# 16th word of a phrase are not tried (the query would grow as its square).
+TROVE_PHRASE = (
+    "CREATE OR REPLACE FUNCTION trove_phrase(words text) RETURNS tsquery LANGUAGE sql"
+    " IMMUTABLE PARALLEL SAFE AS $$ SELECT CASE WHEN cardinality(w) < 2"
+    " THEN phraseto_tsquery('simple', words) ELSE phraseto_tsquery('simple', words)"
+    " || to_tsquery('simple', (SELECT string_agg('(' || (SELECT string_agg(CASE WHEN i = 1"
+    " THEN '' WHEN i <= k THEN ' <-> ' ELSE ' <0> ' END || quote_literal(w[i]), '' ORDER BY i)"
+    " FROM generate_subscripts(w, 1) i) || ')', ' | ') FROM generate_series(1,"
+    " least(cardinality(w) - 1, 16)) k)) END FROM (SELECT array_remove(string_to_array("
+    "trim(words), ' '), '') AS w) words_of $$")
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = []
 
 
@@ -471,6 +488,13 @@ def pg009_words_of_any_locale(conn: Connection) -> None:
     conn.execute(f"UPDATE messages SET content = content"
                  f" WHERE octet_length({MESSAGE_BODY}) <> char_length({MESSAGE_BODY})")
     conn.execute("UPDATE nodes SET text = text WHERE octet_length(text) <> char_length(text)")
+
+
+@migration(9)
+def pg009_phrases_past_the_last_position(conn: Connection) -> None:
+    """A phrase past a tsvector's last position (16,383) is found, as FTS5 finds it
+    (``TROVE_PHRASE``; queries only, no row changes)."""
+    conn.execute(TROVE_PHRASE)
 
 
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
