@@ -54,7 +54,7 @@ TROVE_WORDS = (
     " = char_length(value) THEN lower(value) ELSE regexp_replace(normalize(lower("
     "regexp_replace(value, '\\ue000[0\\ue000]', ' ', 'g')), NFD), '[\\u0300-\\u036f]+',"
     " '', 'g') END, '[^[:alnum:]]+', ' ', 'g') $$")
-# Since migration 8 the words are those of SQLite's unicode61 tokenizer whatever the
+# Since migration 9 the words are those of SQLite's unicode61 tokenizer whatever the
 # database's locale: lower() and the [[:alnum:]] class run under a Unicode-aware
 # collation named here (``word_collation``; a database made with the C locale knows
 # no letter beyond ASCII, so it indexed no Greek, Cyrillic or CJK word at all, and a
@@ -91,7 +91,7 @@ def trove_words_definition(conn: Connection) -> str:
     """The statement that (re)creates ``trove_words`` the way this code splits words."""
     return _TROVE_WORDS_V9.format(c=word_collation(conn))
 
-# A phrase as a tsquery (since migration 9), over words already split by
+# A phrase as a tsquery (since migration 10), over words already split by
 # ``trove_words``. A tsvector holds no position past 16,383: every later word of a long
 # message (a big tool output) sits at that one position, so "a <-> b" never matched a
 # phrase past it, while FTS5 finds it anywhere. So the phrase is also tried with its
@@ -490,8 +490,8 @@ def pg009_words_of_any_locale(conn: Connection) -> None:
     conn.execute("UPDATE nodes SET text = text WHERE octet_length(text) <> char_length(text)")
 
 
-@migration(9)
-def pg009_phrases_past_the_last_position(conn: Connection) -> None:
+@migration(10)
+def pg010_phrases_past_the_last_position(conn: Connection) -> None:
     """A phrase past a tsvector's last position (16,383) is found, as FTS5 finds it
     (``TROVE_PHRASE``; queries only, no row changes)."""
     conn.execute(TROVE_PHRASE)
