@@ -219,8 +219,10 @@ def base_config(port: int, *, context_length: int = 65536, engine: str = "trove"
         "plugins": {"enabled": [plugin_name]},
         "compression": {"enabled": True, "in_place": True},
         "security": {"tirith_enabled": False, "allow_lazy_installs": False},
-        # deterministic system prompt; no python/pip/uv subprocess probes
-        "agent": {"environment_probe": False},
+        # deterministic system prompt; no python/pip/uv subprocess probes; no snapshot of
+        # the git checkout the tests run in (its last commit subjects and status went into
+        # the prompt, so a test near a trigger passed or failed by the commit messages)
+        "agent": {"environment_probe": False, "coding_context": "off"},
         # no built-in memory store, no memory-review fork, no provider plugin
         "memory": {"memory_enabled": False, "user_profile_enabled": False, "provider": "", "nudge_interval": 0},
         # no background skill-review fork after 10 tool iterations (it would call the fake model)
