@@ -246,6 +246,42 @@ def test_two_processes_on_one_session_store_once_and_see_each_others_summaries(t
         assert_stored_once(talk)
 
 
+def test_rows_a_second_clis_compaction_kept_beside_the_block_are_not_stored_again(tmp_path, server):
+    """A second CLI (B) resumes the session; the first (A) sends a big turn and
+    compacts, summarizing everything before it. B's next turn compacts its older list
+    into the same block and keeps the exchange before its turn raw beside it, rows
+    A's block covers (the second-process rule of compaction/tail_rows). The host
+    writes B's compacted list to its state.db, A's next turns go after it, and A
+    restarted restores that list: its own view holds the block but not those rows,
+    which were refused as summarized and stored again (3 rows)."""
+    model = wk.ScriptedModel(seed=4, long_reply_share=0.0)
+    rng = random.Random(5)
+    with ck.CliHost(tmp_path, server=server, responder=model) as host:
+        talk = Talk(host)
+        a = talk.cli
+        # sizes inside a region where every step below holds (T7 too big to stay in A's
+        # tail beside [T8], small enough to stay in B's beside [S1]); each step is checked
+        for n in range(1, 7):
+            talk.say(wk.make_text(rng, "prose", 1200, f"[T{n}]"))
+        talk.say(wk.make_text(rng, "prose", 2600, "[T7]"))
+        assert a.engine.compression_count == 0
+        b = host.cli(resume=a.session_id)
+        talk.say(wk.make_text(rng, "prose", 5500, "[T8]"))
+        talk.say(wk.make_text(rng, "prose", 2000, "[S1]"), cli=b)
+        assert a.engine.compression_count == 1 and b.engine.compression_count == 1
+        kept = [ck.text_of(m.get("content")) for m in b.history]
+        assert kept[0] == ck.text_of(a.history[0].get("content")), "B rendered a block of its own"
+        assert any(text.startswith("[T7]") for text in kept) and "[T7]" in covered_markers(
+            host.home, a.session_id), "B kept no row A's block covers: the test proves nothing"
+        for n in range(3):
+            talk.say(f"[A{n}] a short turn")
+        assert a.engine.compression_count == 1
+        talk.cli = host.restart(a)
+        assert any(ck.text_of(m.get("content")).startswith("[T7]") for m in talk.cli.history)
+        talk.say("[R] after the restart")
+        assert_stored_once(talk)
+
+
 # ---------------------------------------------------------------- case 5
 @pytest.mark.parametrize("path", ["undo_resend", "retry", "undo_retry"])
 def test_identical_resend_after_undo_or_retry_is_a_new_user_row(tmp_path, server, path):
