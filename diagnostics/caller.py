@@ -80,6 +80,22 @@ def model_status(report: dict, status: Mapping) -> dict:
     return report
 
 
+SPEND_GUARD_REACHED = ("the profile's hourly summary cap is reached: summaries use the "
+                       "deterministic digest until the rolling hour frees room (the operator "
+                       "sees the figures)")
+
+
+def summaries(status: Mapping) -> dict:
+    """The status ``health.check_summaries`` reads, for a caller: the spend guard is one
+    per process, so its calls, tokens, caps and the moment its hour frees room count
+    every owner's compactions; the caller learns only that it is reached."""
+    spend = status.get("summary_spend")
+    if not isinstance(spend, Mapping):
+        return dict(status)
+    return {**status, "summary_spend": {"exhausted": bool(spend.get("exhausted")),
+                                        "reason": SPEND_GUARD_REACHED}}
+
+
 def without_paths(value, database: str):
     """``value`` (a fault's text, an answer) with the database's path or server name and
     its folder (the backups' too) replaced by words: a caller learns what is wrong, the

@@ -366,7 +366,7 @@ def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | No
              lambda: check_config(config, status))
     own = (lambda: check_lifecycle(status, session_nodes, offline),
            lambda: check_pressure(status, config),
-           lambda: check_summaries(status))
+           lambda: check_summaries(status if operator else caller.summaries(status)))
     if not operator:
         every = (lambda: check_reachable(config, status),)
         own += (lambda: [check("operator_checks", "skipped", caller.OPERATOR_VIEW)],)

@@ -549,3 +549,31 @@ def test_a_broken_database_is_reported_to_a_gateway_user_without_its_path(tmp_pa
     monkeypatch.setitem(tools.HANDLERS, "trove_grep", broken)
     text = call(a, "trove_grep", {"query": "x"})
     assert "repair" in text and folder not in text, text
+
+
+def test_a_reached_spend_guard_is_shown_to_a_gateway_user_without_its_figures(tmp_path):
+    """The summary spend guard is one per process: its figures (calls and tokens in the
+    last hour, the caps) count every user's compactions, and trove_doctor's
+    ``summary_model`` check gave them to any gateway chat member, with the moment the
+    oldest call leaves the hour (when someone else compacted). A gateway user now reads
+    only that the guard is reached; the profile's CLI user (the operator) the figures."""
+    caps = {"summary_max_calls_per_hour": 3, "summary_max_tokens_per_hour": 9_876_543}
+    user = gateway_engine(tmp_path, "111", **caps)
+    cli = make_engine(tmp_path, session="cli-1", **caps)
+    guard = user.spend_guard
+    assert guard is cli.spend_guard                      # one guard for the process
+    for _ in range(3):                                   # another user's summaries
+        guard.record(4_321)
+    assert guard.state()["exhausted"]
+
+    def summary_check(engine):
+        checks = json.loads(call(engine, "trove_doctor", {}))["checks"]
+        return next(c for c in checks if c["name"] == "summary_model")
+
+    operator = summary_check(cli)
+    assert operator["status"] == "warn" and "3 calls in the last hour" in operator["detail"]
+    mine = summary_check(user)
+    assert mine["status"] == "warn" and "spend guard reached" in mine["detail"], mine
+    text = json.dumps(mine)
+    assert not any(ch.isdigit() for ch in text), text          # no count, cap or time
+    assert "TROVE_SUMMARY_MAX" not in text, text
