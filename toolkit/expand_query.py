@@ -43,7 +43,7 @@ def tool_expand_query(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     if budget != params.get("context_max_tokens", configured):
         payload["context_max_tokens_clamped_from"] = params["context_max_tokens"]
     sources = _evidence_sources(ctx, access, params, max_results, current)
-    blocks, truncated = _evidence_pack(ctx, sources, budget)
+    blocks, truncated = _evidence_pack(ctx, access, sources, budget)
     payload.update(truncated=truncated, evidence_tokens=sum(b["tokens"] for b in blocks),
                    evidence_refs=[b["ref"] for b in blocks])
     model = ctx.config.expansion_model or None
@@ -79,9 +79,12 @@ def _evidence_sources(ctx: Any, access: Access, params: dict, max_results: int,
     return [(f.key[0], hits[f.key].row) for f in fused[:max_results]]
 
 
-def _evidence_pack(ctx: Any, sources: list[tuple[str, dict]],
+def _evidence_pack(ctx: Any, access: Access, sources: list[tuple[str, dict]],
                    budget: int) -> tuple[list[dict], bool]:
-    """Blocks of exact evidence, in source order, until ``budget`` tokens are used."""
+    """Blocks of exact evidence, in source order, until ``budget`` tokens are used. A
+    row under a summary is packed only when the caller may read it (``message_ok``, as
+    trove_expand withholds it): a summary's lineage can reach rows of another session,
+    another owner's among them."""
     blocks: list[dict] = []
     seen: set[int] = set()
     used = 0
@@ -101,6 +104,8 @@ def _evidence_pack(ctx: Any, sources: list[tuple[str, dict]],
             for store_id in ids[start:start + 50]:
                 seen.add(store_id)
                 message = chunk[store_id]
+                if not access.message_ok(message):
+                    continue
                 text = (f"[m{store_id} {message['role']} {iso(_row_time(message))}]\n"
                         f"{codec.message_text(codec.decode_message(message))}")
                 used, full = _add_block(ctx, blocks, f"m{store_id}", text, used, budget)

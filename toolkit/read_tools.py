@@ -73,7 +73,8 @@ def tool_expand(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
                             content_offset=offset_arg(params, "content_offset"),
                             tool_calls_offset=offset_arg(params, "tool_calls_offset"),
                             exact_ref=exact_ref)
-        return {"message": item, "covering_nodes": ctx.dag.covering_nodes(row["store_id"])}, \
+        return {"message": item,
+                "covering_nodes": access.known_node_ids(ctx.dag.covering_nodes(row["store_id"]))}, \
             Shape(texts=("content", "tool_calls"), nested=("message",))
     node = _load_node(ctx, access, params["node_id"])
     payload: dict = {"node_id": node["node_id"], "depth": node["depth"],
@@ -139,6 +140,8 @@ def _render_children(ctx: Any, access: Access, children: list[dict], per_item: i
                  nodes if child["kind"] == "node" else rows).get(child["id"])
         if found is None:
             item = {"kind": child["kind"], "missing": True, "id": child["id"]}
+        elif not _known_child(access, child, found):
+            item = {"kind": child["kind"], "withheld": "out of scope"}
         elif child["kind"] == "rollup":
             if not (access.owns_rollup(found) and _rollup_readable(timeline, access, found)):
                 item = {"kind": "rollup", "withheld": "out of scope", "id": child["id"]}
@@ -159,6 +162,23 @@ def _render_children(ctx: Any, access: Access, children: list[dict], per_item: i
     return items
 
 
+def _known_child(access: Access, child: dict, found: dict) -> bool:
+    """Whether the caller may learn a child's id (``Access.known_node_ids``): another
+    owner's row, summary or rollup under a readable parent is withheld without it."""
+    if child["kind"] == "rollup":
+        return access.owns_rollup(found)
+    if child["kind"] == "node":
+        return bool(access.known_node_ids([found["node_id"]]))
+    return bool(access.known_store_ids([found["store_id"]]))
+
+
+def _known_range(access: Access, node: dict) -> dict:
+    """A summary's first and last row ids, each None when another owner's row."""
+    known = set(access.known_store_ids([node["first_store_id"], node["last_store_id"]]))
+    return {key: node[key] if node[key] in known else None
+            for key in ("first_store_id", "last_store_id")}
+
+
 def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     """Metadata and a short preview of a node or a message, without loading children."""
     current = bound_session(ctx)
@@ -176,7 +196,7 @@ def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
                 "time": iso(_row_time(row)), "content_format": row["content_format"],
                 "content_chars": len(row["content"] or ""),
                 "tool_calls_chars": len(row["tool_calls"] or ""), "tokens": row["token_count"],
-                "covering_nodes": ctx.dag.covering_nodes(row["store_id"]),
+                "covering_nodes": access.known_node_ids(ctx.dag.covering_nodes(row["store_id"])),
                 "preview": text[:PREVIEW_CHARS],
                 "expand": access.handle("store_id", row["store_id"], row["session_id"])}, \
             Shape(texts=("preview",))
@@ -190,9 +210,10 @@ def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
             "child_count": ctx.dag.child_count(node["node_id"]),
             "child_kind": first[0]["kind"] if first else None,
             "descendant_messages": node["message_count"],
-            "first_store_id": node["first_store_id"], "last_store_id": node["last_store_id"],
+            **_known_range(access, node),
             "tokens": node["token_count"], "source_tokens": node["source_token_count"],
-            "topics": node["topics"], "parents": ctx.dag.parents(node["node_id"]),
+            "topics": node["topics"],
+            "parents": access.known_node_ids(ctx.dag.parents(node["node_id"])),
             "preview": node["text"][:PREVIEW_CHARS],
             "expand": access.handle("node_id", node["node_id"], node["session_id"])}, \
         Shape(texts=("preview",), optional=("topics",))

@@ -128,6 +128,26 @@ class Access:
         """A node of an allowed session, or one under a node carried into this session."""
         return self.allows_session(node["session_id"]) or node["node_id"] in self.carried()
 
+    def known_node_ids(self, node_ids) -> list[int]:
+        """Of these node ids (a row's covering nodes, a node's parents), those whose
+        existence the caller may learn: a node of its owner's sessions, or one it may
+        read (carried lineage). Another owner's node is "not found" when named, so its
+        id is not listed either: a node of this session carried into another owner's
+        session and condensed there, or a leaf of another owner over a row of this
+        session, would name that owner's node."""
+        ids = list(node_ids)
+        nodes = self.ctx.dag.get_nodes(ids) if ids else {}
+        return [n for n in ids if n in nodes
+                and (self.owns(nodes[n]["session_id"]) or self.node_ok(nodes[n]))]
+
+    def known_store_ids(self, store_ids) -> list[int]:
+        """Of these store ids (a summary's first and last row), those the caller may learn
+        exist: a row of its owner's sessions, or one it may read (``known_node_ids``)."""
+        ids = [i for i in store_ids if i is not None]
+        rows = self.ctx.store.get_messages(ids) if ids else {}
+        return [i for i in ids if i in rows
+                and (self.owns(rows[i]["session_id"]) or self.message_ok(rows[i]))]
+
     def message_ok(self, row: dict) -> bool:
         """A message of an allowed session, or one under a carried node."""
         if self.allows_session(row["session_id"]):
