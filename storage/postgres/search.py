@@ -95,6 +95,23 @@ class _Parser:
         return ("tag", text) if column == "tags" else ("text", text, prefix)
 
 
+def _render(tree: tuple, params: list, leaf, ops: dict, negated: bool = False) -> str:
+    """An expression tree rendered with ``ops`` joining its ``or``/``and``/``not`` nodes
+    and ``leaf(tree, params, negated)`` rendering the rest; ``negated`` is true under
+    the right side of a NOT. Parameters are appended in the order the SQL reads them."""
+    kind = tree[0]
+    if kind in ("or", "and"):
+        return "(" + ops[kind].join(_render(t, params, leaf, ops, negated) for t in tree[1]) + ")"
+    if kind == "not":
+        left = _render(tree[1], params, leaf, ops, negated)
+        return ops["not"].format(left, _render(tree[2], params, leaf, ops, not negated))
+    return leaf(tree, params, negated)
+
+
+_TSQUERY_OPS = {"or": " || ", "and": " && ", "not": "({} && !!{})"}
+_RECHECK_OPS = {"or": " OR ", "and": " AND ", "not": "({} AND NOT {})"}
+
+
 def _render_tsquery(tree: tuple, params: list, negated: bool = False) -> str:
     """The tsquery of a parsed expression (the GIN index answers it): every row that
     matches, and (only where a phrase lies past a tsvector's last position) a few that
@@ -102,14 +119,11 @@ def _render_tsquery(tree: tuple, params: list, negated: bool = False) -> str:
     finds it past that position, except under a NOT (``negated``), where that form
     would drop rows holding the words there but not the phrase; a text that is surely
     one word stays a plain ``phraseto_tsquery`` (no phrase, no recheck)."""
-    kind = tree[0]
-    if kind in ("or", "and"):
-        joiner = " || " if kind == "or" else " && "
-        return "(" + joiner.join(_render_tsquery(t, params, negated) for t in tree[1]) + ")"
-    if kind == "not":
-        left = _render_tsquery(tree[1], params, negated)
-        return f"({left} && !!{_render_tsquery(tree[2], params, not negated)})"
-    if kind == "tag":  # a scope tag: one hex token, weight D
+    return _render(tree, params, _tsquery_leaf, _TSQUERY_OPS, negated)
+
+
+def _tsquery_leaf(tree: tuple, params: list, negated: bool) -> str:
+    if tree[0] == "tag":  # a scope tag: one hex token, weight D
         if not _TAG.match(tree[1]):
             return "''::tsquery"
         params.append(f"'{tree[1]}':D")
@@ -133,21 +147,16 @@ def _render_recheck(tree: tuple, params: list, body: str) -> str:
     tsquery, except that a phrase found only past the tsvector's last position
     (``schema.TROVE_PHRASE``, where any two words share one) is looked for in the
     row's words (``body``: its text column)."""
-    kind = tree[0]
-    if kind in ("or", "and"):
-        joiner = " OR " if kind == "or" else " AND "
-        return "(" + joiner.join(_render_recheck(t, params, body) for t in tree[1]) + ")"
-    if kind == "not":
-        left = _render_recheck(tree[1], params, body)
-        return f"({left} AND NOT {_render_recheck(tree[2], params, body)})"
-    if kind == "text" and not tree[2] and _may_be_phrase(tree[1]):
-        # the row's words are read only where the loose form alone matched: a long row
-        params += [tree[1]] * 3
-        words = WORDS.format("?")
-        return (f"(m.fts @@ phraseto_tsquery('simple', {words}) OR (m.fts @@ trove_phrase("
-                f"{words}) AND strpos(' ' || {WORDS.format(f'left({body}, {FTS_CHARS})')}"
-                f" || ' ', ' ' || trim({words}) || ' ') > 0))")
-    return f"m.fts @@ {_render_tsquery(tree, params)}"
+    def leaf(node: tuple, params: list, _negated: bool) -> str:
+        if node[0] == "text" and not node[2] and _may_be_phrase(node[1]):
+            # the row's words are read only where the loose form alone matched: a long row
+            params += [node[1]] * 3
+            words = WORDS.format("?")
+            return (f"(m.fts @@ phraseto_tsquery('simple', {words}) OR (m.fts @@ trove_phrase("
+                    f"{words}) AND strpos(' ' || {WORDS.format(f'left({body}, {FTS_CHARS})')}"
+                    f" || ' ', ' ' || trim({words}) || ' ') > 0))")
+        return f"m.fts @@ {_render_tsquery(node, params)}"
+    return _render(tree, params, leaf, _RECHECK_OPS)
 
 
 def _may_be_phrase(text: str) -> bool:
