@@ -248,8 +248,7 @@ class Alignment:
             limit = len(fps) if shown.turn_index is None else shown.turn_index
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
-        rendered: dict[str, int | None] = {}   # per block shown: read once per list
-        beside: dict[str, frozenset[int]] = {}
+        seen_with: dict = {}    # per block shown: its views read once per list
         for start, end, before, after in reading.gaps:
             run, matched = fps[start:end], before
             # After the engine's block only rows no summary covers are candidates: the
@@ -259,10 +258,10 @@ class Alignment:
                 # after a returned list: not onto rows that compaction saw and dropped
                 before = max(before or 0, int(reading.view.meta.get("seen") or 0)) or None
             block = _block_before(fps, flags, shown.ack_at, start)
+            rendered, beside = self._block_in_views(conn, session_id, block, seen_with)
             candidates = {"fresh_only": any(flags[:start]),
-                          "rendered": self._rendered_nodes(conn, session_id, block, rendered)
-                          if before is not None else None,
-                          "beside": self._shown_beside(conn, session_id, block, beside)}
+                          "rendered": rendered if before is not None else None,
+                          "beside": beside}
             rows = self._gap_rows(conn, session_id, before, after,
                                   sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                                   **candidates)
@@ -526,44 +525,34 @@ class Alignment:
         return None
 
     @staticmethod
-    def _rendered_nodes(conn, session_id: str, block: str | None, known: dict) -> int | None:
-        """The newest node when ``block`` (the block nearest before a gap) was rendered
-        (its frontier's highest node: every node then was under it), or None when the
-        engine recorded no frontier with it; ``known`` keeps the answer per block."""
-        if block is None:
-            return None
-        if block not in known:
-            known[block] = next((max(int(n) for n in view.meta["frontier"])
-                                 for view in views.each(conn, session_id)
-                                 if (view.meta or {}).get("frontier")
-                                 and any(fp == block and sid == identity.BLOCK_ID
-                                         for fp, sid in view.entries)), None)
-        return known[block]
+    def _block_in_views(conn, session_id: str, block: str | None,
+                        known: dict) -> tuple[int | None, frozenset[int]]:
+        """What the session's views say of ``block`` (the block nearest before a gap),
+        read in one pass and kept per block in ``known``:
 
-    @staticmethod
-    def _shown_beside(conn, session_id: str, block: str | None,
-                      known: dict) -> frozenset[int]:
-        """The rows some view of the session lists raw after ``block`` (the block
-        nearest before a gap); ``known`` keeps the answer per block.
-
-        Why: a second process's compaction keeps raw beside the block the exchange
-        its list showed before its newest turn, rows the first process had summarized
-        into that very block (``compaction/tail_rows``, the second-process rule). A
-        later list showing the block with such a row after it, read against a view
-        without it (the first CLI's, restored merged from the host's state.db), found
-        it refused as summarized and stored it again. A row a list with the block
-        showed raw beside it is no row the block dropped from the prompt."""
+        - the newest node when it was rendered (the highest node of the frontier the
+          first view holding it recorded: every node then was under it), or None;
+        - the rows some view lists raw after it. Why: a second process's compaction
+          keeps raw beside the block the exchange its list showed before its newest
+          turn, rows the first process had summarized into that very block
+          (``compaction/tail_rows``, the second-process rule). A later list showing
+          the block with such a row after it, read against a view without it (the
+          first CLI's, restored merged from the host's state.db), found it refused as
+          summarized and stored it again. A row a list with the block showed raw
+          beside it is no row the block dropped from the prompt."""
         if block is None:
-            return frozenset()
+            return None, frozenset()
         if block not in known:
-            rows: set[int] = set()
+            rendered, rows = None, set()
             for view in views.each(conn, session_id):
-                ids = [sid for _, sid in view.entries]
                 at = next((k for k, (fp, sid) in enumerate(view.entries)
                            if fp == block and sid == identity.BLOCK_ID), None)
-                if at is not None:
-                    rows.update(sid for sid in ids[at + 1:] if sid > 0)
-            known[block] = frozenset(rows)
+                if at is None:
+                    continue
+                if rendered is None and (view.meta or {}).get("frontier"):
+                    rendered = max(int(n) for n in view.meta["frontier"])
+                rows.update(sid for _, sid in view.entries[at + 1:] if sid > 0)
+            known[block] = (rendered, frozenset(rows))
         return known[block]
 
     @staticmethod
@@ -576,7 +565,7 @@ class Alignment:
         newest node when the list's block was rendered), no summary up to it covers:
         a row a later compaction summarized is still the stale list's message; and,
         whatever covers them, the rows ``beside`` (a view showed them raw after the
-        list's block: ``_shown_beside``)."""
+        list's block: ``_block_in_views``)."""
         columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
         first: tuple = (session_id,)
         fresh = ""
