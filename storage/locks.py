@@ -166,27 +166,40 @@ def hold_sessions(db_path: str, session_ids: set[str]) -> None:
                 pass
 
 
-# A third byte range: an EXCLUSIVE lock on the byte of every cron run's session an
-# engine of this process took (``claim_run``). Two processes that bind runs of one job
+# A third range: an EXCLUSIVE lock on the byte of every cron run's session an engine
+# of this process took (``claim_run``). Two processes that bind runs of one job
 # started in the same second (one host id) test and take it in one step, so the
 # second one stores under ``<id>-2`` even when neither has stored anything yet.
-RUN_BASE = 2 * SLOTS
+# Its offset is 62 bits of the id's hash (``_run_offset``), not a 20-bit slot: a run
+# whose slot another session's claim held went to ``<id>-2`` though nobody ran it.
+# The claim is kept while the run lasts: its engine lets it go when the host ends the
+# run (``release_run``), else at the process's next bind after the engine left it
+# (``hold_sessions``), and the kernel or the server when the process dies.
+RUN_BASE = 1 << 62
 _runs: dict[str, set[str]] = {}
 
 
+def _run_offset(session_id: str) -> int:
+    """The byte of a run's claim in the lock file: ``RUN_BASE`` plus 62 bits of the
+    full id's hash (the largest offset is the largest a lock can start at, 2^63 - 1)."""
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).digest()
+    return RUN_BASE + int.from_bytes(digest[:8], "big") % RUN_BASE
+
+
 def claim_run(db_path: str, session_id: str) -> bool:
-    """Take ``session_id`` for a run of this process (an exclusive lock, kept while an
-    engine of this process is bound to it: ``hold_sessions`` lets it go); False when
-    another process has it. Threads of this process are told apart by the caller
-    (``binding.session``): a process never conflicts with its own locks. Without
-    locks (no ``fcntl``, an in-memory database, a lock file that cannot be opened)
-    every claim succeeds: runs are then told apart only within this process."""
+    """Take ``session_id`` for a run of this process (an exclusive lock, kept until
+    ``release_run`` or until no engine of this process is bound to it:
+    ``hold_sessions``); False when another process has it. Threads of this process
+    are told apart by the caller (``binding.session``): a process never conflicts
+    with its own locks. Without locks (no ``fcntl``, an in-memory database, a lock
+    file that cannot be opened) every claim succeeds: runs are then told apart only
+    within this process."""
     with _guard:
         if session_id in _runs.get(db_path, ()):
             return True
     if is_url(db_path):
         from .database import get_database
-        taken = pg_locks.try_lock(get_database(db_path), pg_locks.RUN, _slot(session_id))
+        taken = pg_locks.try_lock(get_database(db_path), pg_locks.RUN, session_id)
     else:
         try:
             fd = _lock_file(db_path)
@@ -196,8 +209,8 @@ def claim_run(db_path: str, session_id: str) -> bool:
             return True
         try:
             with _guard:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1,
-                            RUN_BASE + _slot(session_id), os.SEEK_SET)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _run_offset(session_id),
+                            os.SEEK_SET)
             taken = True
         except OSError:
             taken = False
@@ -207,19 +220,34 @@ def claim_run(db_path: str, session_id: str) -> bool:
     return taken
 
 
+def release_run(db_path: str, session_id: str) -> None:
+    """Let go of this process's claim on a run (the run ended): a process that ran one
+    job and then idles must not keep it from every other process until its next bind."""
+    with _guard:
+        held = session_id in _runs.get(db_path, ())
+        _runs.get(db_path, set()).discard(session_id)
+    if held:
+        _unlock_run(db_path, session_id)
+
+
 def _release_runs(db_path: str, keep: set[str]) -> None:
     """Let go of the run claims of sessions no engine of this process is bound to."""
     with _guard:
         gone = _runs.get(db_path, set()) - keep
         _runs.get(db_path, set()).difference_update(gone)
     for session_id in gone:
-        if is_url(db_path):
-            from .database import get_database
-            pg_locks.unlock(get_database(db_path), pg_locks.RUN, _slot(session_id))
-        else:
-            fd = _lock_file(db_path)
-            with _guard:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, RUN_BASE + _slot(session_id), os.SEEK_SET)
+        _unlock_run(db_path, session_id)
+
+
+def _unlock_run(db_path: str, session_id: str) -> None:
+    """Unlock one run claim this process took (its ``_runs`` entry is gone already)."""
+    if is_url(db_path):
+        from .database import get_database
+        pg_locks.unlock(get_database(db_path), pg_locks.RUN, session_id)
+        return
+    fd = _lock_file(db_path)
+    with _guard:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, _run_offset(session_id), os.SEEK_SET)
 
 
 def _hold_on_server(db_path: str, session_ids: set[str]) -> None:
