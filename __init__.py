@@ -160,6 +160,25 @@ def on_post_llm_call(session_id: str = "", conversation_history=None, **_kwargs)
     return None
 
 
+def on_session_end(session_id: str = "", **_kwargs):
+    """The host finished running a conversation (fired at the end of every
+    ``run_conversation``). A cron run has one, so its end is the run's end: the run's
+    claim on its session goes at once (``SessionBinding.end_run``). Other sessions go
+    on; the engine's own ``on_session_end`` persists. Never raises into the host."""
+    from .binding import cron, host_input
+    from .engine import find_engine
+    from .storage import faults
+    try:
+        session_id = host_input.session_id(session_id)
+        if cron.job_of(session_id) is not None:
+            engine = find_engine(session_id)
+            if engine is not None:
+                engine.end_run()
+    except Exception as exc:
+        faults.report(None, "on_session_end", f"{type(exc).__name__}: {str(exc)[:200]}")
+    return None
+
+
 def register(ctx) -> None:
     """Register one engine template (the host deep-copies it per agent) and the rest."""
     from .config import load_config
@@ -170,6 +189,7 @@ def register(ctx) -> None:
     ctx.register_hook("pre_llm_call", on_pre_llm_call)
     ctx.register_hook("post_llm_call", on_post_llm_call)
     ctx.register_hook("post_tool_call", on_post_tool_call)
+    ctx.register_hook("on_session_end", on_session_end)
     register_skill = getattr(ctx, "register_skill", None)
     if callable(register_skill) and (SKILL_DIR / "SKILL.md").exists():
         try:

@@ -270,6 +270,23 @@ class SessionBinding:
             _run_claims[(path, canonical)] = weakref.ref(self)
             return False
 
+    def end_run(self) -> None:
+        """The host ended this copy's cron run (its ``on_session_end`` hook after the
+        run's one turn): let go of the run's claim at once (``locks.release_run``).
+        Kept until this process's next bind, a gateway that ran one job and then
+        idled kept it from every other process. What the run stored keeps its session
+        taken (``cron.run_session``); the copy stays bound to it."""
+        canonical = self.canonical_id
+        if not canonical or cron.job_of(canonical) is None or not self.stores:
+            return
+        path = str(self.store.db.path)
+        with _live_lock:
+            claim = _run_claims.get((path, canonical))
+            if claim is None or claim() is not self:
+                return
+            del _run_claims[(path, canonical)]
+        locks.release_run(path, canonical)
+
     def _forget_session_memory(self) -> None:
         """What one session's compactions taught this copy; wrong for any other."""
         self._known_tails = {}

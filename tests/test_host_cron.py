@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from claimkit import claimed_elsewhere
 from hostkit import fake_llm, trove_host  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.host
@@ -72,3 +73,31 @@ def test_two_concurrent_runs_of_one_job_in_one_second_keep_their_own_turns(trove
         mine = "one" if "run one" in prompt else "two"
         assert f"run {mine}" in prompt and reply == f"reply to {mine}"
         assert owners[session] == f"cron:job:{job['id']}"
+
+
+def test_a_finished_run_lets_its_claim_go_for_every_other_process(trove_host, monkeypatch,
+                                                                  tmp_path):
+    """A gateway that ran one job and then idled kept the run's claim on its session
+    until its next bind: no other process could take that session meanwhile. The claim
+    lasts the run (another process cannot take it while the model answers) and goes
+    when the host ends the run (its ``on_session_end`` hook)."""
+    from cron import jobs, scheduler
+    job = jobs.create_job("check the pump", "every 1h", deliver="local",
+                          origin={"platform": "telegram", "chat_id": "9", "user_id": "9"})
+    frozen = scheduler._hermes_now()
+    monkeypatch.setattr(scheduler, "_hermes_now", lambda: frozen)
+    run_id = f"cron_{job['id']}_{frozen.strftime('%Y%m%d_%H%M%S')}"
+    db = str(trove_host.hermes_home / "trove.db")
+    during = []
+
+    def responder(body):
+        during.extend(claimed_elsewhere(db, tmp_path, run_id))
+        return "pressure is fine"
+
+    trove_host.server.responder = responder
+    outcome = scheduler.run_job(dict(jobs.get_job(job["id"])))
+    assert outcome[0] is True, outcome
+    assert during and not any(during)            # held while the run lasted
+    assert claimed_elsewhere(db, tmp_path, run_id) == [True]
+    texts, _ = stored(trove_host.hermes_home)
+    assert [role for role, _ in texts[run_id]] == ["user", "assistant"]

@@ -13,8 +13,10 @@ import time
 
 import pytest
 
+import hermes_trove
 from hermes_trove.storage import database, locks
 from claimkit import answers, claimed_elsewhere, claimer
+from enginekit import make_engine
 
 pytestmark = pytest.mark.usefixtures("engines_on_backend")
 
@@ -96,3 +98,28 @@ def test_two_runs_whose_ids_shared_a_lock_slot_are_claimed_apart(backend, tmp_pa
         done.touch()
         child.communicate(timeout=30)
 
+
+def cron_run(tmp_path):
+    """One cron run's engine copy as AIAgent init binds it."""
+    engine = make_engine(tmp_path, session=None)
+    engine.bind_session_state(None, RUN)
+    engine.on_session_start(RUN, platform="cron")
+    return engine
+
+
+def test_a_finished_run_lets_its_claim_go_at_once(backend, tmp_path):
+    """The host fires the ``on_session_end`` hook at the end of every run; a cron run
+    has one. The run's claim was kept until this process bound another session, so a
+    long-lived gateway that ran one job and idled kept it from every other process."""
+    first = cron_run(tmp_path)
+    db = str(first.store.db.path)
+    second = cron_run(tmp_path)                        # the same second, in this process
+    assert (first.canonical_id, second.canonical_id) == (RUN, f"{RUN}-2")
+    assert claimed_elsewhere(db, tmp_path, RUN, f"{RUN}-2") == [False, False]
+    hermes_trove.on_session_end(session_id=RUN, platform="cron")    # the copy bound last: the second run
+    assert claimed_elsewhere(db, tmp_path, RUN, f"{RUN}-2") == [False, True]
+    first.ingest([{"role": "user", "content": "run one"}])
+    for other in ("cli-session", None, 7, ["odd"]):   # not a run (or not an id): nothing moves
+        hermes_trove.on_session_end(session_id=other, platform="cli")
+    assert claimed_elsewhere(db, tmp_path, RUN) == [False]
+    assert second.canonical_id == f"{RUN}-2"          # the copy itself stays bound
