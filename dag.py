@@ -200,6 +200,45 @@ class Dag:
                 """, (node_id,)).fetchall()
         return [r[0] for r in rows]
 
+    _SUBTREE = """
+        WITH RECURSIVE walk(node_id) AS (
+            SELECT CAST(? AS INTEGER)
+            UNION
+            SELECT e.child_node_id FROM node_edges e JOIN walk ON e.parent_id = walk.node_id
+            WHERE e.child_node_id IS NOT NULL
+        )"""
+
+    def subtree_sessions(self, node_id: int) -> set[str]:
+        """Every session owning a node or a raw message under a node (the node's own
+        too): whether a caller may count all of it is one question per session."""
+        with self.db.reading() as conn:
+            return {r[0] for r in conn.execute(
+                self._SUBTREE + """
+                SELECT n.session_id FROM walk JOIN nodes n ON n.node_id = walk.node_id
+                UNION
+                SELECT m.session_id FROM walk JOIN node_edges e ON e.parent_id = walk.node_id
+                JOIN messages m ON m.store_id = e.child_store_id
+                """, (node_id,))}
+
+    def subtree_edges(self, node_id: int) -> list[dict]:
+        """Every edge under a node: ``{parent, kind, id, session_id, time}`` (kind node |
+        message; ``session_id`` None for a child that no longer exists; ``time`` a raw
+        message's), so a caller's share of the node can be counted without a row's text."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                self._SUBTREE + """
+                SELECT e.parent_id, e.child_node_id, e.child_store_id,
+                       COALESCE(n.session_id, m.session_id),
+                       COALESCE(m.message_at, m.created_at)
+                FROM walk JOIN node_edges e ON e.parent_id = walk.node_id
+                LEFT JOIN nodes n ON n.node_id = e.child_node_id
+                LEFT JOIN messages m ON m.store_id = e.child_store_id
+                ORDER BY e.parent_id, e.ordinal
+                """, (node_id,)).fetchall()
+        return [{"parent": r[0], "kind": "node" if r[1] is not None else "message",
+                 "id": r[1] if r[1] is not None else r[2], "session_id": r[3], "time": r[4]}
+                for r in rows]
+
     def covering_nodes(self, store_id: int) -> list[int]:
         """Leaf nodes whose children include a raw message (usually zero or one)."""
         with self.db.reading() as conn:

@@ -154,16 +154,22 @@ def tool_status(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
 def tool_inspect(params: dict, ctx: ToolContext, cap: int) -> tuple[dict, Shape]:
     """Operator inventory of this session: frontier, carried nodes, counts, last decisions,
     plus the full status (engine snapshot, database, token counter, every setting); a
-    caller who is not the operator (``operator_view``) gets its own engine's status only."""
+    caller who is not the operator (``operator_view``) gets its own engine's status only,
+    its lifecycle keys among them. Frontier counts are what the caller may count
+    (``Access.coverage``)."""
     current = bound_session(ctx)
     if not current:
         return _unbound("trove_inspect", "frontier")
     status = _status_snapshot(ctx)
     counter = getattr(getattr(ctx.count_tokens, "__self__", None), "name", None)
+    operator = operator_view(ctx, current)
     full = (health.status_report(ctx.store, ctx.dag, ctx.config, status, session_id=current,
-                                 counter_name=counter) if operator_view(ctx, current) else
+                                 counter_name=counter) if operator else
             caller.status_report(status, session_id=current, counter_name=counter))
-    report = {**health.inspect_report(ctx.store, ctx.dag, status, current), "status": full}
+    report = {**health.inspect_report(ctx.store, ctx.dag, status if operator else
+                                      caller.engine(status), current,
+                                      cover=Access(ctx, {}, current).coverage),
+              "status": full}
     for node in report["frontier"]:
         node["time_from"], node["time_to"] = iso(node["time_from"]), iso(node["time_to"])
     return report, Shape(items="frontier", on_trim=_mark_more,

@@ -41,13 +41,42 @@ def embeddings(block: Mapping | None) -> dict | None:
 
 def engine(status: Mapping) -> dict:
     """The engine snapshot a caller may see: its own session's state (``ENGINE_KEYS``),
-    whether embeddings work, and how many errors the engine noted (their texts can
-    name the database's path or another session: the operator reads them)."""
+    whether embeddings work, and how many errors the engine and its background worker
+    noted (their texts can name the database's path, another session or a summary
+    endpoint: the operator reads them); its last compaction as ``last_compaction`` shows it."""
     view = {k: status[k] for k in ENGINE_KEYS if k in status}
     if "embeddings" in status:
         view["embeddings"] = embeddings(status["embeddings"])
+    if "last_compaction" in view:
+        view["last_compaction"] = last_compaction(view["last_compaction"])
+    worker = view.get("background_prepare")
+    if isinstance(worker, Mapping) and isinstance(worker.get("errors"), list):
+        view["background_prepare"] = {**worker, "errors": len(worker["errors"])}
     view["errors"] = len(status.get("errors") or ())
     return view
+
+
+def summary_problem(outcome: str) -> str:
+    """A failed summary attempt's outcome (``summarize.attempt_problems``) as a caller may
+    read it: its kind (``timeout``, ``error: ConnectError``, ``rejected: a refusal``,
+    ``skipped: breaker open``) without the error's text or the spend guard's figures,
+    which can name the operator's model route, its endpoint or every owner's spend."""
+    text = str(outcome)
+    if text.startswith("error:"):
+        return "error: " + text[len("error:"):].strip().split(":", 1)[0].strip()
+    return text.split(" (", 1)[0]
+
+
+def last_compaction(last):
+    """A compaction record (the engine's, or the one stored with the session) whose
+    ``summary_problems`` are reduced to their kinds (``summary_problem``)."""
+    if not isinstance(last, Mapping) or not isinstance(last.get("summary_problems"), Mapping):
+        return last
+    kinds: dict[str, int] = {}
+    for outcome, count in last["summary_problems"].items():
+        kind = summary_problem(outcome)
+        kinds[kind] = kinds.get(kind, 0) + (count if isinstance(count, int) else 0)
+    return {**last, "summary_problems": kinds}
 
 
 def status_report(status: Mapping, *, session_id: str | None,
@@ -85,15 +114,30 @@ SPEND_GUARD_REACHED = ("the profile's hourly summary cap is reached: summaries u
                        "sees the figures)")
 
 
+SUMMARY_ROUTES = "the operator's summary route(s)"
+
+
 def summaries(status: Mapping) -> dict:
-    """The status ``health.check_summaries`` reads, for a caller: the spend guard is one
-    per process, so its calls, tokens, caps and the moment its hour frees room count
-    every owner's compactions; the caller learns only that it is reached."""
+    """The status ``health.check_summaries`` reads, for a caller: whether summaries work
+    (reached, degraded), never which routes. The spend guard is one per process, so its
+    calls, tokens, caps and the moment its hour frees room count every owner's
+    compactions: the caller learns only that it is reached. The circuit breaker's routes
+    are the models and endpoints the operator configured: the caller learns only that
+    one is open. The last compaction's failed attempts keep their kinds
+    (``last_compaction``)."""
+    view = dict(status)
     spend = status.get("summary_spend")
-    if not isinstance(spend, Mapping):
-        return dict(status)
-    return {**status, "summary_spend": {"exhausted": bool(spend.get("exhausted")),
-                                        "reason": SPEND_GUARD_REACHED}}
+    if isinstance(spend, Mapping):
+        view["summary_spend"] = {"exhausted": bool(spend.get("exhausted")),
+                                 "reason": SPEND_GUARD_REACHED}
+    breaker = status.get("summary_breaker")
+    if isinstance(breaker, Mapping):
+        shut = any(isinstance(s, Mapping) and s.get("state") == "open"
+                   for s in breaker.values())
+        view["summary_breaker"] = {SUMMARY_ROUTES: {"state": "open"}} if shut else {}
+    if "last_compaction" in status:
+        view["last_compaction"] = last_compaction(status["last_compaction"])
+    return view
 
 
 def without_paths(value, database: str):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..storage import migrations
 from ..storage.postgres import catalog
@@ -98,18 +98,25 @@ LIFECYCLE_WORDS = ("compaction", "compression", "skip", "pattern", "ignore", "st
                    "pressure", "filter", "mode", "binding", "reachability", "usage")
 
 
-def inspect_report(store: Store, dag: Dag, status: Mapping, session_id: str) -> dict:
+def inspect_report(store: Store, dag: Dag, status: Mapping, session_id: str, *,
+                   cover: Callable[[dict], Mapping] = lambda node: node) -> dict:
     """A session's memory inventory, metadata only: frontier, carried nodes, counts, and
-    the engine's last compaction / skip decisions and matched patterns."""
+    the engine's last compaction / skip decisions and matched patterns. ``cover`` gives
+    a node's message count and time range as the caller may count them
+    (``toolkit.scope.Access.coverage``: a summary over another owner's rows counts only
+    the caller's)."""
     stats = dag.stats(session_id)
+    frontier = []
+    for n in dag.frontier(session_id):
+        seen = cover(n)
+        frontier.append({"node_id": n["node_id"], "depth": n["depth"], "tokens": n["token_count"],
+                         "message_count": seen["message_count"], "time_from": seen["time_from"],
+                         "time_to": seen["time_to"], "carried": n["session_id"] != session_id})
     return {
         "session_id": session_id,
         "messages": store.count_messages(session_id),
         "nodes_by_depth": {str(d): v for d, v in stats["by_depth"].items()},
-        "frontier": [{"node_id": n["node_id"], "depth": n["depth"], "tokens": n["token_count"],
-                      "message_count": n["message_count"], "time_from": n["time_from"],
-                      "time_to": n["time_to"], "carried": n["session_id"] != session_id}
-                     for n in dag.frontier(session_id)],
+        "frontier": frontier,
         "carried_node_ids": dag.carried_node_ids(session_id),
         "lifecycle": {k: v for k, v in status.items()
                       if any(word in k for word in LIFECYCLE_WORDS)},

@@ -241,8 +241,10 @@ def caller_status(target: Target, session_id: str | None) -> dict:
     session = target.session_id or (target.store.canonical_session(session_id)
                                     if session_id else None)
     engine = target.engine
-    return {"database": "in use",
-            "session": session_summary(target, session) if session else None,
+    summary = session_summary(target, session) if session else None
+    if summary and "last_compaction" in summary:   # its failed summary calls, by kind
+        summary["last_compaction"] = caller.last_compaction(summary["last_compaction"])
+    return {"database": "in use", "session": summary,
             "engine": caller.engine(json_safe(engine.get_status())) if engine is not None
             else None}
 

@@ -8,7 +8,10 @@ summary of Y, a leaf of Y over rows of both owners' sessions (what a summary cov
 rows of two sessions looks like), and summaries of X over Y's node and row. Seeded random calls of every tool from X's sessions,
 with ids and session ids drawn from both owners' real data and from guesses, must not
 show Y: Y's secret words (never an argument), Y's session ids, and Y's ids in any field
-that carries an id, unless the call itself passed that value.
+that carries an id, unless the call itself passed that value; and no figure X is shown
+counts Y's items (a node's child count, the messages under it, the tokens it was built
+from, a page's ordinals and cursor), nor does a status or health answer name the summary
+routes the operator configured (a model, an endpoint in an error text).
 """
 
 import json
@@ -28,6 +31,8 @@ Y_SECRET = "quokkalantern"          # in every row and summary of Y; never an ar
 STORE_KEYS = {"store_id", "first_store_id", "last_store_id", "next_cursor", "after_store_id"}
 NODE_KEYS = {"node_id", "covering_nodes", "parents", "node_ids", "carried_node_ids"}
 ROLLUP_KEYS = {"rollup_id"}
+# the operator's summary routes: a model name and an endpoint in a failed call's text
+ROUTE_MODEL, ROUTE_ENDPOINT = "routemodel-9431", "llm-9431.operator.example"
 
 
 def _rows(env, session, word):
@@ -41,7 +46,7 @@ def _rows(env, session, word):
 
 def _world(tmp_path):
     """Both owners' data and the cross-session links; the handles a caller could name."""
-    env = Env(tmp_path)
+    env = Env(tmp_path, summary_model=ROUTE_MODEL)
     owners, timeline = Owners(env.db), Timeline(env.db)
     x = {"sessions": set(X_SESSIONS), "store": set(), "node": set(), "rollup": set()}
     y = {"sessions": set(Y_SESSIONS), "store": set(), "node": set(), "rollup": set()}
@@ -79,7 +84,69 @@ def _world(tmp_path):
                            node_ids=[x["leaves"][X_SESSIONS[1]][0], y_leaf], depth=1))
     x["node"].add(env.node(X_SESSIONS[1], "staging mixed leaf xenial",
                            store_ids=[x["leaves"][X_SESSIONS[1]][1][0], y_rows[2]]))
+    # ... and one more level over both, so counts add up across levels
+    x["node"].add(env.node(X_SESSIONS[1], "staging top xenial", node_ids=sorted(x["node"])[-2:],
+                           depth=2))
     return env, x, y
+
+
+def _status(session):
+    """An engine snapshot whose summary routes failed: an open breaker on the operator's
+    model, and a last compaction whose model calls failed naming the endpoint."""
+    return lambda: {"session_id": session, "context_length": 64000, "last_prompt_tokens": 9000,
+                    "summary_breaker": {ROUTE_MODEL: {"state": "open", "failures": 3,
+                                                      "opened_at": NOW}},
+                    "last_compaction": {"outcome": "compacted", "at": NOW, "levels": [3, 3],
+                                        "summary_problems": {
+                                            f"error: ConnectError: https://{ROUTE_ENDPOINT}"
+                                            "/v1 refused": 2, "skipped: breaker open": 1}}}
+
+
+def _visible(env, y_only, node_id):
+    """What X may count under one of its nodes: its children that are not Y's, and the
+    raw rows reached through them (another owner's node hides what lies under it)."""
+    kids = [c for c in env.dag.children(node_id)
+            if ("node" if c["kind"] == "node" else "store", c["id"]) not in y_only]
+    rows = sum(1 if c["kind"] == "message" else _visible(env, y_only, c["id"])[1]
+               for c in kids)
+    mixed = len(kids) < env.dag.child_count(node_id) or any(
+        _visible(env, y_only, c["id"])[2] for c in kids if c["kind"] == "node")
+    return len(kids), rows, mixed
+
+
+def _count_leaks(env, y_only, value, found=None):
+    """Every figure of an answer that counts Y's items: a node's child count or message
+    count, the source tokens of a summary built over Y's material, a page of sources whose
+    ordinals skip (or hold a placeholder for) Y's children, a cursor past the count."""
+    found = [] if found is None else found
+    if isinstance(value, list):
+        for v in value:
+            _count_leaks(env, y_only, v, found)
+    if not isinstance(value, dict):
+        return found
+    for v in value.values():
+        _count_leaks(env, y_only, v, found)
+    node = value.get("node_id")
+    if isinstance(node, int) and ("node", node) not in y_only and env.dag.get_node(node):
+        kids, rows, mixed = _visible(env, y_only, node)
+        if "child_count" in value and value["child_count"] != kids:
+            found.append(("child_count", node, value["child_count"], kids))
+        for key in ("descendant_messages", "message_count"):
+            if key in value and value[key] != rows:
+                found.append((key, node, value[key], rows))
+        if mixed and value.get("source_tokens") is not None:
+            found.append(("source_tokens", node, value["source_tokens"]))
+    if isinstance(value.get("sources"), list) and "source_offset" in value:
+        start, page = value["source_offset"], value["sources"]
+        if [s.get("ordinal") for s in page] != list(range(start, start + len(page))):
+            found.append(("ordinals", [s.get("ordinal") for s in page], start))
+        for item in page:
+            if item.get("withheld") and not isinstance(item.get("id"), int):
+                found.append(("placeholder", item))
+        following = value.get("next_source_offset")
+        if following is not None and not start + len(page) == following < value["child_count"]:
+            found.append(("cursor", start, len(page), following, value["child_count"]))
+    return found
 
 
 def _ids(value, key=None, kind=None):
@@ -161,13 +228,33 @@ def test_no_answer_to_one_owner_shows_another_owners_text_or_ids(tmp_path):
             name = rng.choice(tools.TOOL_NAMES)
             caller = rng.choice(X_SESSIONS)
             args = _arguments(rng, name, x, y)
-            text = tools.dispatch(name, args, env.ctx(caller))
+            text = tools.dispatch(name, args, env.ctx(caller, status=_status(caller)))
             echo = json.dumps(args)
             assert Y_SECRET not in text, (step, caller, name, args, text[:600])
+            for route in (ROUTE_MODEL, ROUTE_ENDPOINT):
+                assert route not in text, (step, caller, name, route, text[:900])
             for session in Y_SESSIONS:
                 assert session not in text or session in echo, (step, caller, name, args,
                                                                  text[:600])
             leaked = (_ids(json.loads(text)) & y_only) - _ids(args)
             assert not leaked, (step, caller, name, args, leaked, text[:600])
+            counted = _count_leaks(env, y_only, json.loads(text))
+            assert not counted, (step, caller, name, args, counted, text[:600])
+        # every X node, described and expanded whole, counts only what X may read
+        for node in sorted(x["node"]):
+            for name in ("trove_describe", "trove_expand"):
+                text = tools.dispatch(name, {"node_id": node, "session_scope": "all"},
+                                      env.ctx(X_SESSIONS[1]))
+                counted = _count_leaks(env, y_only, json.loads(text))
+                assert not counted, (name, node, counted, text[:600])
+        # the caller still learns that summaries are degraded, not which route
+        doctor = json.loads(tools.dispatch("trove_doctor", {}, env.ctx(
+            X_SESSIONS[0], status=_status(X_SESSIONS[0]))))
+        check = next(c for c in doctor["checks"] if c["name"] == "summary_model")
+        assert check["status"] == "warn", check
+        # the operator still reads the routes
+        operator = tools.dispatch("trove_doctor", {}, env.ctx(
+            X_SESSIONS[0], status=_status(X_SESSIONS[0]), operator=True))
+        assert ROUTE_MODEL in operator and ROUTE_ENDPOINT in operator
     finally:
         database.forget_database(str(tmp_path / "trove.db"))

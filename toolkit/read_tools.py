@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 from ..ingest.policy import policy_for
 from ..recall import externalized, periods, recent
@@ -77,10 +77,9 @@ def tool_expand(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
                 "covering_nodes": access.known_node_ids(ctx.dag.covering_nodes(row["store_id"]))}, \
             Shape(texts=("content", "tool_calls"), nested=("message",))
     node = _load_node(ctx, access, params["node_id"])
-    payload: dict = {"node_id": node["node_id"], "depth": node["depth"],
-                     "child_count": ctx.dag.child_count(node["node_id"])}
+    payload: dict = {"node_id": node["node_id"], "depth": node["depth"], "child_count": 0}
     return _source_page(params, ctx, access, cap, exact_ref, payload,
-                        lambda offset, limit: ctx.dag.children(node["node_id"], offset, limit))
+                        ctx.dag.children(node["node_id"]))
 
 
 def _expand_rollup(params: dict, ctx: Any, access: Access, cap: int,
@@ -96,26 +95,31 @@ def _expand_rollup(params: dict, ctx: Any, access: Access, cap: int,
         raise ArgumentError(f"rollup_id {rollup['rollup_id']} covers other sessions; pass "
                             "session_scope='all' to read it")
     payload: dict = {"rollup_id": rollup["rollup_id"], "period": rollup["kind"],
-                     "key": rollup["period_key"],
-                     "child_count": timeline.source_count(rollup["rollup_id"]),
+                     "key": rollup["period_key"], "child_count": 0,
                      "state": timeline.freshness(rollup, policy_for(ctx.config).feeds_rollups)}
     if payload["state"] != "ready":
         payload["note"] = ("this rollup is stale (its material changed since it was built): "
                            "its sources below are current and scope-checked; child rollups "
                            "that are not ready are withheld")
     return _source_page(params, ctx, access, cap, exact_ref, payload,
-                        lambda offset, limit: timeline.sources(rollup["rollup_id"], offset, limit))
+                        timeline.sources(rollup["rollup_id"]))
 
 
 def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bool,
-                 payload: dict, page: Callable[[int, int], list[dict]]) -> tuple[dict, Shape]:
-    """One page of a node's or a rollup's ordered sources, with its cursor."""
+                 payload: dict, children: list[dict]) -> tuple[dict, Shape]:
+    """One page of a node's or a rollup's ordered sources, with its cursor. The count,
+    the ordinals and the cursor are over the children the caller may learn exist
+    (``_known_children``): another owner's child is neither listed nor counted, so a
+    gap, a placeholder or a total never tells that it is there."""
     limit = clamp("trove_expand", "source_limit", params, payload)
     offset = offset_arg(params, "source_offset")
-    children = page(offset, limit)
-    per_item = budget_chars(cap, len(children))
-    payload["sources"] = _render_children(ctx, access, children, per_item, exact_ref)
-    _set_cursor(payload, offset, len(children), "child_count", "next_source_offset")
+    known, found = _known_children(ctx, access, children)
+    payload["child_count"] = len(known)
+    page = known[offset:offset + limit]
+    per_item = budget_chars(cap, len(page))
+    payload["sources"] = _render_children(ctx, access, page, found, per_item, exact_ref,
+                                          offset)
+    _set_cursor(payload, offset, len(page), "child_count", "next_source_offset")
     payload["source_offset"] = offset
 
     def on_trim(trimmed: dict, kept: int) -> None:
@@ -124,40 +128,51 @@ def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bo
     return payload, Shape(items="sources", on_trim=on_trim, texts=("content", "text", "tool_calls"))
 
 
-def _render_children(ctx: Any, access: Access, children: list[dict], per_item: int,
-                     exact_ref: bool) -> list[dict]:
-    """A page of a node's or rollup's children, each checked on its own: a child the
-    caller may not read (another session, another owner) or a child rollup that is
-    not ready (rebuilt since with other material) is withheld, never rendered."""
-    nodes = ctx.dag.get_nodes([c["id"] for c in children if c["kind"] == "node"])
-    rows = ctx.store.get_messages([c["id"] for c in children if c["kind"] == "message"])
+def _known_children(ctx: Any, access: Access,
+                    children: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+    """The children whose existence the caller may learn (a removed one stays, shown as
+    missing), and every child's row by kind (``rollup``, ``node``, ``message``)."""
+    def ids(kind: str) -> list[int]:
+        return [c["id"] for c in children if c["kind"] == kind]
+
+    found = {"node": ctx.dag.get_nodes(ids("node")),
+             "message": ctx.store.get_messages(ids("message")),
+             "rollup": Timeline(ctx.store.db).get_rollups(ids("rollup"))}
+    known = [c for c in children if c["id"] not in found[c["kind"]]
+             or _known_child(access, c, found[c["kind"]][c["id"]])]
+    return known, found
+
+
+def _render_children(ctx: Any, access: Access, children: list[dict], found: dict[str, dict],
+                     per_item: int, exact_ref: bool, offset: int) -> list[dict]:
+    """A page of a node's or rollup's children the caller may learn exist
+    (``_known_children``), each checked on its own: a child the caller may not read
+    (another session of its owner) or a child rollup that is not ready (rebuilt since
+    with other material) is withheld, never rendered. Ordinals count from ``offset``
+    over those children."""
     timeline = Timeline(ctx.store.db)
-    rollups = timeline.get_rollups([c["id"] for c in children if c["kind"] == "rollup"])
     eligible = policy_for(ctx.config).feeds_rollups
     items = []
-    for child in children:
-        found = (rollups if child["kind"] == "rollup" else
-                 nodes if child["kind"] == "node" else rows).get(child["id"])
-        if found is None:
+    for ordinal, child in enumerate(children, start=offset):
+        row = found[child["kind"]].get(child["id"])
+        if row is None:
             item = {"kind": child["kind"], "missing": True, "id": child["id"]}
-        elif not _known_child(access, child, found):
-            item = {"kind": child["kind"], "withheld": "out of scope"}
         elif child["kind"] == "rollup":
-            if not (access.owns_rollup(found) and _rollup_readable(timeline, access, found)):
+            if not _rollup_readable(timeline, access, row):
                 item = {"kind": "rollup", "withheld": "out of scope", "id": child["id"]}
-            elif timeline.freshness(found, eligible) != "ready":
+            elif timeline.freshness(row, eligible) != "ready":
                 item = {"kind": "rollup", "withheld": "stale", "id": child["id"],
-                        "period": found["kind"], "key": found["period_key"]}
+                        "period": row["kind"], "key": row["period_key"]}
             else:
-                item = recent.rollup_item(found, per_item)
+                item = recent.rollup_item(row, per_item)
         elif child["kind"] == "node":
-            item = (_node_summary(found, access, per_item) if access.node_ok(found) else
+            item = (_node_summary(row, access, per_item) if access.node_ok(row) else
                     {"kind": "node", "withheld": "out of scope", "id": child["id"]})
         else:
-            item = (message_item(found, access, budget=per_item, exact_ref=exact_ref)
-                    if access.message_ok(found) else
+            item = (message_item(row, access, budget=per_item, exact_ref=exact_ref)
+                    if access.message_ok(row) else
                     {"kind": "message", "withheld": "out of scope", "id": child["id"]})
-        item["ordinal"] = child["ordinal"]
+        item["ordinal"] = ordinal
         items.append(item)
     return items
 
@@ -168,8 +183,8 @@ def _known_child(access: Access, child: dict, found: dict) -> bool:
     if child["kind"] == "rollup":
         return access.owns_rollup(found)
     if child["kind"] == "node":
-        return bool(access.known_node_ids([found["node_id"]]))
-    return bool(access.known_store_ids([found["store_id"]]))
+        return access.knows_node(found)
+    return access.knows_row(found)
 
 
 def _known_range(access: Access, node: dict) -> dict:
@@ -201,17 +216,18 @@ def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
                 "expand": access.handle("store_id", row["store_id"], row["session_id"])}, \
             Shape(texts=("preview",))
     node = _load_node(ctx, access, params["node_id"])
-    first = ctx.dag.children(node["node_id"], 0, 1)
+    children = _known_children(ctx, access, ctx.dag.children(node["node_id"]))[0]
+    cover = access.coverage(node)
     return {"kind": "summary", "node_id": node["node_id"], "session_id": node["session_id"],
             "carried": node["session_id"] != current and node["node_id"] in access.carried(),
             "depth": node["depth"],
             "level": node["level"], "model": node["model"],
-            "time_from": iso(node["time_from"]), "time_to": iso(node["time_to"]),
-            "child_count": ctx.dag.child_count(node["node_id"]),
-            "child_kind": first[0]["kind"] if first else None,
-            "descendant_messages": node["message_count"],
+            "time_from": iso(cover["time_from"]), "time_to": iso(cover["time_to"]),
+            "child_count": len(children),
+            "child_kind": children[0]["kind"] if children else None,
+            "descendant_messages": cover["message_count"],
             **_known_range(access, node),
-            "tokens": node["token_count"], "source_tokens": node["source_token_count"],
+            "tokens": node["token_count"], "source_tokens": cover["source_token_count"],
             "topics": node["topics"],
             "parents": access.known_node_ids(ctx.dag.parents(node["node_id"])),
             "preview": node["text"][:PREVIEW_CHARS],

@@ -99,11 +99,13 @@ def _other_fields(row: dict, item: dict) -> None:
 
 
 def _node_summary(node: dict, access: Access, text_chars: int) -> dict:
-    """A summary node for a list: metadata, its text (capped) and an expand handle."""
+    """A summary node for a list: metadata, its text (capped) and an expand handle; its
+    coverage as the caller may count it (``Access.coverage``)."""
     text = node["text"]
+    cover = access.coverage(node)
     item = {"kind": "summary", "node_id": node["node_id"], "depth": node["depth"],
-            "time_from": iso(node["time_from"]), "time_to": iso(node["time_to"]),
-            "message_count": node["message_count"], "tokens": node["token_count"],
+            "time_from": iso(cover["time_from"]), "time_to": iso(cover["time_to"]),
+            "message_count": cover["message_count"], "tokens": node["token_count"],
             "text": text[:text_chars]}
     if len(text) > text_chars:
         item["text_truncated"] = True
@@ -121,8 +123,9 @@ def _hit_item(fused: ranking.Fused, hit: search.Hit, plan: query_plan.QueryPlan,
         item = {"kind": "message", "store_id": key, "role": row["role"],
                 "time": iso(_row_time(row)), "source": row["source"]}
     else:
+        cover = access.coverage(row)
         item = {"kind": "summary", "node_id": key, "depth": row["depth"],
-                "time_from": iso(row["time_from"]), "time_to": iso(row["time_to"])}
+                "time_from": iso(cover["time_from"]), "time_to": iso(cover["time_to"])}
     if row["session_id"] != access.current:
         item["session_id"] = row["session_id"]
     item["snippet"] = search.snippet(plan, hit.text)

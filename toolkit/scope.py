@@ -66,6 +66,7 @@ class Access:
         self.every_owner = bool(ctx.operator or getattr(ctx.config, "cross_owner_recall", False))
         self.owner = self._owners.owner_of(current)
         self._owned: tuple[str, ...] | None = None
+        self._owner_of: dict[str, str | None] = {}
         named = params.get("session_id")
         self.named = ctx.store.canonical_session(named) if named else None
         if self.named and not self.owns(self.named):
@@ -80,7 +81,11 @@ class Access:
         itself and operators read it (fail closed)."""
         if self.every_owner or session == self.current:
             return True
-        return self.owner is not None and self._owners.owner_of(session) == self.owner
+        if self.owner is None:
+            return False
+        if session not in self._owner_of:
+            self._owner_of[session] = self._owners.owner_of(session)
+        return self._owner_of[session] == self.owner
 
     def search_sessions(self) -> tuple[str, ...] | None:
         """Sessions whose raw rows a search covers (None = all)."""
@@ -137,16 +142,70 @@ class Access:
         session, would name that owner's node."""
         ids = list(node_ids)
         nodes = self.ctx.dag.get_nodes(ids) if ids else {}
-        return [n for n in ids if n in nodes
-                and (self.owns(nodes[n]["session_id"]) or self.node_ok(nodes[n]))]
+        return [n for n in ids if n in nodes and self.knows_node(nodes[n])]
+
+    def knows_node(self, node: dict) -> bool:
+        """Whether the caller may learn that a node (``node_id``, ``session_id``) exists
+        (``known_node_ids``)."""
+        return self.owns(node["session_id"]) or self.node_ok(node)
+
+    def knows_row(self, row: dict) -> bool:
+        """Whether the caller may learn that a raw row (``store_id``, ``session_id``)
+        exists (``known_store_ids``)."""
+        return self.owns(row["session_id"]) or self.message_ok(row)
+
+    def coverage(self, node: dict) -> dict:
+        """A node's coverage as the caller may count it: ``message_count``, ``time_from``,
+        ``time_to`` and ``source_token_count``. They were computed over every row under
+        the node when it was written; when some of that material is another owner's (a
+        summary over a span carried from or shared with another owner), the caller
+        counts only the rows it may learn exist, reached through nodes it may learn
+        exist (what trove_expand pages to), and the tokens the summary was built from
+        are withheld (None): they measured the other owner's text too."""
+        stored = {k: node[k] for k in ("message_count", "time_from", "time_to",
+                                       "source_token_count")}
+        if all(self.owns(s) for s in self.ctx.dag.subtree_sessions(node["node_id"])):
+            return stored
+        under: dict[int, list[dict]] = {}
+        for edge in self.ctx.dag.subtree_edges(node["node_id"]):
+            under.setdefault(edge["parent"], []).append(edge)
+        memo: dict[int, tuple[int, list]] = {}
+        hidden: list[int] = []
+
+        def walk(node_id: int) -> tuple[int, list]:
+            if node_id not in memo:
+                count, times = 0, []
+                for edge in under.get(node_id, ()):
+                    if edge["session_id"] is None:         # removed since: shown as missing
+                        count += edge["kind"] == "message"
+                    elif edge["kind"] == "node":
+                        if self.knows_node({"node_id": edge["id"],
+                                            "session_id": edge["session_id"]}):
+                            sub, sub_times = walk(edge["id"])
+                            count, times = count + sub, times + sub_times
+                        else:
+                            hidden.append(edge["id"])
+                    elif self.knows_row({"store_id": edge["id"],
+                                         "session_id": edge["session_id"]}):
+                        count += 1
+                        times += [edge["time"]] if edge["time"] is not None else []
+                    else:
+                        hidden.append(edge["id"])
+                memo[node_id] = (count, times)
+            return memo[node_id]
+
+        count, times = walk(node["node_id"])
+        if not hidden:
+            return stored
+        return {"message_count": count, "time_from": min(times, default=None),
+                "time_to": max(times, default=None), "source_token_count": None}
 
     def known_store_ids(self, store_ids) -> list[int]:
         """Of these store ids (a summary's first and last row), those the caller may learn
         exist: a row of its owner's sessions, or one it may read (``known_node_ids``)."""
         ids = [i for i in store_ids if i is not None]
         rows = self.ctx.store.get_messages(ids) if ids else {}
-        return [i for i in ids if i in rows
-                and (self.owns(rows[i]["session_id"]) or self.message_ok(rows[i]))]
+        return [i for i in ids if i in rows and self.knows_row(rows[i])]
 
     def message_ok(self, row: dict) -> bool:
         """A message of an allowed session, or one under a carried node."""
