@@ -20,6 +20,7 @@ import random
 from hermes_trove import schemas, tools
 from hermes_trove.storage import database
 from hermes_trove.storage.owners import Owners
+from hermes_trove.storage.timekeys import iso
 from hermes_trove.storage.timeline import NewRollup, Timeline
 
 from test_tools import NOW, Env
@@ -31,17 +32,18 @@ Y_SECRET = "quokkalantern"          # in every row and summary of Y; never an ar
 STORE_KEYS = {"store_id", "first_store_id", "last_store_id", "next_cursor", "after_store_id"}
 NODE_KEYS = {"node_id", "covering_nodes", "parents", "node_ids", "carried_node_ids"}
 ROLLUP_KEYS = {"rollup_id"}
+X_AT, Y_AT = NOW - 1800, NOW - 900   # Y's rows are newer: a time range over them shows
 # the operator's summary routes: a model name and an endpoint in a failed call's text
 ROUTE_MODEL, ROUTE_ENDPOINT = "routemodel-9431", "llm-9431.operator.example"
 
 
-def _rows(env, session, word):
+def _rows(env, session, word, at):
     """Three turns of a session, each starting with the shared word "staging"."""
     return env.ingest(session, [
         {"role": "user", "content": f"staging note {word} deploy port 6543 for {session}"},
         {"role": "assistant", "content": f"staging reply {word} retry backoff 250"},
         {"role": "user", "content": f"staging check {word} cache ttl ninety seconds"}],
-        at=NOW - 1800)
+        at=at)
 
 
 def _world(tmp_path):
@@ -55,7 +57,7 @@ def _world(tmp_path):
         for session in sessions:
             env.store.ensure_session(session, source="telegram")
             owners.record(session, owner, platform="telegram")
-            ids = _rows(env, session, word)
+            ids = _rows(env, session, word, Y_AT if owner == OWNER_Y else X_AT)
             leaf = env.node(session, f"staging summary {word} of {session}", store_ids=ids)
             top = env.node(session, f"staging overview {word}", node_ids=[leaf], depth=1)
             side["store"].update(ids)
@@ -107,10 +109,9 @@ def _visible(env, y_only, node_id):
     raw rows reached through them (another owner's node hides what lies under it)."""
     kids = [c for c in env.dag.children(node_id)
             if ("node" if c["kind"] == "node" else "store", c["id"]) not in y_only]
-    rows = sum(1 if c["kind"] == "message" else _visible(env, y_only, c["id"])[1]
-               for c in kids)
-    mixed = len(kids) < env.dag.child_count(node_id) or any(
-        _visible(env, y_only, c["id"])[2] for c in kids if c["kind"] == "node")
+    under = [_visible(env, y_only, c["id"]) for c in kids if c["kind"] == "node"]
+    rows = [c["id"] for c in kids if c["kind"] == "message"] + [i for u in under for i in u[1]]
+    mixed = len(kids) < env.dag.child_count(node_id) or any(u[2] for u in under)
     return len(kids), rows, mixed
 
 
@@ -132,10 +133,17 @@ def _count_leaks(env, y_only, value, found=None):
         if "child_count" in value and value["child_count"] != kids:
             found.append(("child_count", node, value["child_count"], kids))
         for key in ("descendant_messages", "message_count"):
-            if key in value and value[key] != rows:
-                found.append((key, node, value[key], rows))
+            if key in value and value[key] != len(rows):
+                found.append((key, node, value[key], len(rows)))
         if mixed and value.get("source_tokens") is not None:
             found.append(("source_tokens", node, value["source_tokens"]))
+        times = [m["message_at"] if m["message_at"] is not None else m["created_at"]
+                 for m in env.store.get_messages(rows).values()]
+        for key, edge in (("time_from", min), ("time_to", max)):
+            shown = value.get(key)
+            if shown is not None and shown not in (edge(times, default=None),
+                                                   iso(edge(times, default=None))):
+                found.append((key, node, shown))
     if isinstance(value.get("sources"), list) and "source_offset" in value:
         start, page = value["source_offset"], value["sources"]
         if [s.get("ordinal") for s in page] != list(range(start, start + len(page))):
