@@ -237,13 +237,18 @@ def caller_status(target: Target, session_id: str | None) -> dict:
     every owner's (and a total that grows tells a group member when someone else
     chats), so they stay the operator's; with no session known there is nothing of
     the caller's to show, and nothing is. Its engine is ``diagnostics.caller.engine``:
-    the same allow-list the status tools give a gateway user."""
+    the same allow-list the status tools give a gateway user; its session record names
+    no backup path and no summary route."""
     session = target.session_id or (target.store.canonical_session(session_id)
                                     if session_id else None)
     engine = target.engine
     summary = session_summary(target, session) if session else None
-    if summary and "last_compaction" in summary:   # its failed summary calls, by kind
+    if summary and summary.get("stored"):
+        # its failed summary calls by kind (their text names the operator's routes), and
+        # that its last rotate wrote a backup, not where (the operator's data folder)
         summary["last_compaction"] = caller.last_compaction(summary["last_compaction"])
+        if summary["last_rotate_backup"]:
+            summary["last_rotate_backup"] = "kept by the operator"
     return {"database": "in use", "session": summary,
             "engine": caller.engine(json_safe(engine.get_status())) if engine is not None
             else None}

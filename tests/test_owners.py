@@ -429,6 +429,33 @@ def test_trove_status_in_a_gateway_chat_shows_no_other_owners_figures(two_users,
     assert not any(ch.isdigit() for ch in unknown.replace("0.19", "")), unknown
 
 
+def test_trove_status_in_a_gateway_chat_names_no_backup_path_or_summary_route(two_users,
+                                                                              monkeypatch):
+    """The caller's own session record in ``/trove status`` still held the last rotate's
+    backup path (the operator's data folder) and the stored last compaction's failed
+    summary calls with their error text, which names the operator's summary endpoint or
+    model. A gateway user now reads that a backup was written and the failures' kinds;
+    the operator keeps both."""
+    from hermes_trove import command
+    a, _ = two_users
+    db = str(a.config.resolved_database_path)
+    monkeypatch.setenv("TROVE_DATABASE_PATH", db)
+    backup = str(a.config.resolved_database_path.parent / "backups" / "trove-rotate-x.db")
+    endpoint = "https://llm-5512.operator.example/v1"
+    a.store.update_session_state(a.canonical_id, {
+        "last_rotate_at": 1_795_000_000.0, "last_rotate_backup": backup,
+        "last_compaction": {"outcome": "compacted", "at": 1_795_000_000.0, "levels": [3],
+                            "summary_problems": {f"error: ConnectError: {endpoint} down": 2}}})
+    mine = slash("status", bound=a.session_id, monkeypatch=monkeypatch)
+    assert f"session: {a.session_id}" in mine, mine
+    assert backup not in mine and endpoint not in mine, mine
+    assert "last rotate: " in mine and "error: ConnectError x2" in mine, mine
+    monkeypatch.delitem(__import__("sys").modules, "gateway.run")   # the CLI: the operator
+    monkeypatch.setenv("HERMES_SESSION_ID", a.session_id)
+    operator = command.handle("status")
+    assert backup in operator and endpoint in operator, operator
+
+
 # The agent's own status tools: a gateway chat member can ask the agent to call them.
 DATABASE_WIDE_CHECKS = {"journal_mode", "schema_objects", "quick_check", "space", "largest_rows",
                         "server", "search_extensions", "messages_fts_rows", "nodes_fts_rows",
