@@ -115,6 +115,13 @@ SPEND_GUARD_REACHED = ("the profile's hourly summary cap is reached: summaries u
 
 
 SUMMARY_ROUTES = "the operator's summary route(s)"
+SUMMARY_MODEL = "the operator's summary model"
+
+
+def node_model(model: str | None) -> str | None:
+    """A summary node's ``model`` for a caller: the deterministic digest says so, a
+    model's name (a route the operator configured) becomes ``SUMMARY_MODEL``."""
+    return model if model in (None, "", "deterministic") else SUMMARY_MODEL
 
 
 def summaries(status: Mapping) -> dict:

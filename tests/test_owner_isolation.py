@@ -18,6 +18,7 @@ import json
 import random
 
 from hermes_trove import schemas, tools
+from hermes_trove.dag import NewNode
 from hermes_trove.storage import database
 from hermes_trove.storage.owners import Owners
 from hermes_trove.storage.timekeys import iso
@@ -89,6 +90,10 @@ def _world(tmp_path):
     # ... and one more level over both, so counts add up across levels
     x["node"].add(env.node(X_SESSIONS[1], "staging top xenial", node_ids=sorted(x["node"])[-2:],
                            depth=2))
+    # a leaf of X that the operator's summary model wrote (trove_describe's ``model``)
+    x["node"].add(env.dag.add_node(NewNode(
+        session_id=X_SESSIONS[0], depth=0, text="staging model leaf xenial", token_count=5,
+        source_token_count=40, level=1, model=ROUTE_MODEL, child_store_ids=x_rows[:1])))
     return env, x, y
 
 

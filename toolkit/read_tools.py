@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..diagnostics import caller
 from ..ingest.policy import policy_for
 from ..recall import externalized, periods, recent
 from ..schemas import ArgumentError, Shape, budget_chars, clamp, offset_arg
@@ -12,7 +13,7 @@ from ..storage import codec, timekeys
 from ..storage.timekeys import iso
 from ..storage.timeline import Timeline
 from .render import _node_summary, _row_time, _set_cursor, message_item
-from .scope import Access, _load_message, _load_node, _unbound, bound_session
+from .scope import Access, _load_message, _load_node, _unbound, bound_session, operator_view
 
 PREVIEW_CHARS = 300
 RECENT_MESSAGE_CAP = 500        # trove_recent: unsummarized messages listed at most
@@ -221,7 +222,8 @@ def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     return {"kind": "summary", "node_id": node["node_id"], "session_id": node["session_id"],
             "carried": node["session_id"] != current and node["node_id"] in access.carried(),
             "depth": node["depth"],
-            "level": node["level"], "model": node["model"],
+            "level": node["level"], "model": (node["model"] if operator_view(ctx, current)
+                                              else caller.node_model(node["model"])),
             "time_from": iso(cover["time_from"]), "time_to": iso(cover["time_to"]),
             "child_count": len(children),
             "child_kind": children[0]["kind"] if children else None,
