@@ -114,9 +114,10 @@ def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bo
     gap, a placeholder or a total never tells that it is there."""
     limit = clamp("trove_expand", "source_limit", params, payload)
     offset = offset_arg(params, "source_offset")
-    known, found = _known_children(ctx, access, children)
+    known = _known_children(ctx, access, children)
     payload["child_count"] = len(known)
     page = known[offset:offset + limit]
+    found = _child_rows(ctx, page)
     per_item = budget_chars(cap, len(page))
     payload["sources"] = _render_children(ctx, access, page, found, per_item, exact_ref,
                                           offset)
@@ -129,19 +130,25 @@ def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bo
     return payload, Shape(items="sources", on_trim=on_trim, texts=("content", "text", "tool_calls"))
 
 
-def _known_children(ctx: Any, access: Access,
-                    children: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+def _known_children(ctx: Any, access: Access, children: list[dict]) -> list[dict]:
     """The children whose existence the caller may learn (a removed one stays, shown as
-    missing), and every child's row by kind (``rollup``, ``node``, ``message``)."""
+    missing). When every session is the caller's owner's (``Access.alone``) that is all
+    of them, without reading a row: a day rollup can have thousands of raw sources."""
+    if access.alone():
+        return children
+    found = _child_rows(ctx, children)
+    return [c for c in children if c["id"] not in found[c["kind"]]
+            or _known_child(access, c, found[c["kind"]][c["id"]])]
+
+
+def _child_rows(ctx: Any, children: list[dict]) -> dict[str, dict]:
+    """Each child's row by kind (``rollup``, ``node``, ``message``)."""
     def ids(kind: str) -> list[int]:
         return [c["id"] for c in children if c["kind"] == kind]
 
-    found = {"node": ctx.dag.get_nodes(ids("node")),
-             "message": ctx.store.get_messages(ids("message")),
-             "rollup": Timeline(ctx.store.db).get_rollups(ids("rollup"))}
-    known = [c for c in children if c["id"] not in found[c["kind"]]
-             or _known_child(access, c, found[c["kind"]][c["id"]])]
-    return known, found
+    return {"node": ctx.dag.get_nodes(ids("node")),
+            "message": ctx.store.get_messages(ids("message")),
+            "rollup": Timeline(ctx.store.db).get_rollups(ids("rollup"))}
 
 
 def _render_children(ctx: Any, access: Access, children: list[dict], found: dict[str, dict],
@@ -217,7 +224,7 @@ def tool_describe(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
                 "expand": access.handle("store_id", row["store_id"], row["session_id"])}, \
             Shape(texts=("preview",))
     node = _load_node(ctx, access, params["node_id"])
-    children = _known_children(ctx, access, ctx.dag.children(node["node_id"]))[0]
+    children = _known_children(ctx, access, ctx.dag.children(node["node_id"]))
     cover = access.coverage(node)
     return {"kind": "summary", "node_id": node["node_id"], "session_id": node["session_id"],
             "carried": node["session_id"] != current and node["node_id"] in access.carried(),

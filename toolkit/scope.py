@@ -67,6 +67,7 @@ class Access:
         self.owner = self._owners.owner_of(current)
         self._owned: tuple[str, ...] | None = None
         self._owner_of: dict[str, str | None] = {}
+        self._alone: bool | None = None
         named = params.get("session_id")
         self.named = ctx.store.canonical_session(named) if named else None
         if self.named and not self.owns(self.named):
@@ -87,6 +88,16 @@ class Access:
             self._owner_of[session] = self._owners.owner_of(session)
         return self._owner_of[session] == self.owner
 
+    def alone(self) -> bool:
+        """Whether nothing in the database can be another owner's for this caller (an
+        operator, or every session recorded as the caller's owner's): then a count or
+        time range stored with a node is the caller's as it stands, and checking each
+        row under it would only cost time."""
+        if self._alone is None:
+            self._alone = self.every_owner or (
+                self.owner is not None and not self._owners.others_exist(self.owner))
+        return self._alone
+
     def search_sessions(self) -> tuple[str, ...] | None:
         """Sessions whose raw rows a search covers (None = all)."""
         if self.scope == "all":
@@ -94,7 +105,7 @@ class Access:
                 return None  # every session is readable: no filter at all
             if self.owner is None:
                 return (self.current,)   # an unknown owner reads only its own session
-            if not self._owners.others_exist(self.owner):
+            if self.alone():
                 return None  # every session is this owner's: no filter at all
             if self._owned is None:
                 self._owned = tuple(sorted(
@@ -164,7 +175,8 @@ class Access:
         are withheld (None): they measured the other owner's text too."""
         stored = {k: node[k] for k in ("message_count", "time_from", "time_to",
                                        "source_token_count")}
-        if all(self.owns(s) for s in self.ctx.dag.subtree_sessions(node["node_id"])):
+        if self.alone() or all(self.owns(s)
+                               for s in self.ctx.dag.subtree_sessions(node["node_id"])):
             return stored
         under: dict[int, list[dict]] = {}
         for edge in self.ctx.dag.subtree_edges(node["node_id"]):
