@@ -585,6 +585,8 @@ ACTIONS: dict[tuple[str, ...], Action] = {a.words: a for a in (
            rollup_actions.build, format_rollups),
     Action(("rollups", "build", "apply"), "backup, then build the pending and stale rollups",
            lambda t: rollup_actions.build(t, apply=True), format_rollups),
+    Action(("embed", "status"), "the embedding index, and whether the model still answers "
+           "as the one that made it", embed.status, embed.format_report),
     Action(("embed", "warmup"), "load the embedding model (downloads only here)",
            embed.warmup, embed.format_report),
     Action(("embed", "backfill"), "count what the embedding index lacks",

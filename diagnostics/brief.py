@@ -71,6 +71,16 @@ def _worker(status: Mapping) -> dict | None:
             if key in worker}
 
 
+def _embeddings(block: Any) -> Any:
+    """The embedding block, with the model check only when it says something is wrong
+    (``recall.probe``: changed or failed); "same" costs the model tokens every call."""
+    if not isinstance(block, Mapping) or not isinstance(block.get("model_check"), Mapping):
+        return block
+    if block["model_check"].get("state") in ("changed", "failed"):
+        return dict(block)
+    return {k: v for k, v in block.items() if k != "model_check"}
+
+
 def model_status(store: Store, dag: Dag, config: TroveConfig, status: Mapping, *,
                  session_id: str | None) -> dict:
     """The compact ``trove_status``: bound session, pressure and trigger, the last
@@ -85,5 +95,5 @@ def model_status(store: Store, dag: Dag, config: TroveConfig, status: Mapping, *
             "stored": stored, "problems": problems(config, status),
             "plugin": describe_identity(plugin_identity()),
             "background_prepare": _worker(status),
-            "embeddings": status.get("embeddings"),
+            "embeddings": _embeddings(status.get("embeddings")),
             "more": "trove_inspect: settings, database and frontier; trove_doctor: health checks"}

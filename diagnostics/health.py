@@ -317,6 +317,21 @@ def check_summaries(status: Mapping) -> list[dict]:
     return [check("summary_model", "warn", "; ".join(problems))]
 
 
+def check_embeddings(status: Mapping) -> list[dict]:
+    """Whether the embedding model still answers as the one that made the stored
+    vectors (``recall.probe``): an endpoint serving another model under the same name
+    starts a new index (the old vectors are never searched), and a probe that failed
+    leaves the vector arm off. Read from the engine's status: the doctor calls no model."""
+    block = status.get("embeddings")
+    check_block = block.get("model_check") if isinstance(block, Mapping) else None
+    if not isinstance(check_block, Mapping):
+        return []
+    state, detail = check_block.get("state"), str(check_block.get("detail") or "")
+    if state in ("changed", "failed"):
+        return [check("embedding_model", "warn", detail)]
+    return [check("embedding_model", "ok" if state != "unchecked" else "skipped", detail)]
+
+
 def check_pressure(status: Mapping, config: TroveConfig) -> list[dict]:
     """How full the context window is, against the compaction trigger."""
     ratio = status.get("context_pressure")
@@ -373,6 +388,7 @@ def run_doctor(store: Store, dag: Dag, config: TroveConfig, status: Mapping | No
              lambda: check_config(config, status))
     own = (lambda: check_lifecycle(status, session_nodes, offline),
            lambda: check_pressure(status, config),
+           lambda: check_embeddings(status),
            lambda: check_summaries(status if operator else caller.summaries(status)))
     if not operator:
         every = (lambda: check_reachable(config, status),)

@@ -94,6 +94,9 @@ def embeddings_line(status: dict) -> str:
         parts.append("time left: not measured yet")
     error = status.get("worker_error") or status.get("last_error")
     parts.append(f"last error: {error}" if error else "last error: none")
+    check = status.get("model_check") or {}
+    if check.get("state") in ("changed", "failed"):      # recall.probe: say it here too
+        parts.append(f"model check: {check['detail']}")
     return f"embeddings: on ({name}): " + ", ".join(parts)
 
 

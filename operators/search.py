@@ -30,17 +30,11 @@ def semantic_side(target: Target, mode: str | None) -> Any:
 
 def open_semantic(target: Target) -> Any:
     """The configured provider loaded now, on the target's connection, for an offline
-    read. An endpoint's dimension is known only from its first answer, so its space is
-    found by provider, model and revision: a read never calls the endpoint to learn it."""
+    read. Its status never calls the model (``SpaceCheck.peek``: the newest space of
+    the name); a search probes it first (``recall.probe``), as it embeds the query."""
     from ..recall import semantic
-    from ..storage.vectors import VectorStore
     from ..ingest.redaction import redact_for
-    found = semantic.Semantic.open(target.database, target.config, redact_for(target.config))
-    identity = found.provider.identity if found.provider is not None else None
-    if identity is not None and not identity.dim:
-        found._space = VectorStore(target.database).latest_space(
-            identity.provider, identity.model, identity.revision)
-    return found
+    return semantic.Semantic.open(target.database, target.config, redact_for(target.config))
 
 
 def grep(target: Target, query: str, session_id: str | None = None,

@@ -37,6 +37,7 @@ from ..storage.vectors import EMBEDDED_ROLES, VectorRow, VectorStore
 from . import callmemo, ranking, vectorscan
 from .meter import RateMeter
 from .embeddings import EmbeddingError, Provider, ProviderState, open_provider
+from .probe import RECHECK_SECONDS, SpaceCheck
 from .search import Hit
 
 CHUNK_CHARS = 1500            # a long message is embedded in pieces of about this size
@@ -116,8 +117,10 @@ class BatchOutcome:
 class Indexer:
     """Embeds pending rows of one database into the provider's space, a batch at a time."""
 
-    def __init__(self, db: Database, provider: Provider, config: TroveConfig, redact=None):
+    def __init__(self, db: Database, provider: Provider, config: TroveConfig, redact=None,
+                 check: SpaceCheck | None = None):
         self.vectors = VectorStore(db)
+        self.check = check or SpaceCheck()      # which space the answers belong to
         self.provider = provider
         self.batch = config.embedding_batch_size
         self.timeout = config.embedding_batch_timeout_ms / 1000.0
@@ -127,29 +130,47 @@ class Indexer:
         self._space: int | None = None
         self.cursor = {"m": 0, "n": 0}     # every row at or below has a row in the space
 
-    def space(self) -> int:
-        """This provider's space id (asks the provider once when its dimension is unknown)."""
-        if self._space is None:
-            if not self.provider.identity.dim:
-                self.provider.query("dimension probe", self.timeout)
-            self._space = self.vectors.space_id(self.provider.identity)
-        return self._space
+    def space(self, recheck: float | None = None) -> int:
+        """The space the provider's answers belong to (``probe.SpaceCheck``: made on first
+        use; ``recheck``: probed again when that many seconds passed). A space change
+        restarts the walk; no space (the probe failed) raises: nothing is embedded."""
+        space = self.check.space(self.vectors, self.provider, self.timeout, create=True,
+                                 recheck=recheck)
+        if space is None:
+            verdict = self.check.verdict
+            raise EmbeddingError(verdict.detail if verdict is not None and verdict.detail
+                                 else "the embedding model's probe is running elsewhere")
+        if space != self._space:
+            self._space, self.cursor = space, {"m": 0, "n": 0}
+        return space
 
     def step(self) -> BatchOutcome:
-        """Embed one batch of pending messages, else of pending nodes; 0 rows when done."""
+        """Embed one batch of pending messages, else of pending nodes; 0 rows when done.
+        Before embedding, the model is probed again every ``probe.RECHECK_SECONDS``: a
+        batch is never written into the space of a model the endpoint no longer serves
+        (bounded by that window)."""
         space = self.space()
-        messages = self.vectors.pending_messages(space, self.batch, self.cursor["m"])
+        messages, nodes = self._pending(space)
+        if (messages or nodes) and self.space(RECHECK_SECONDS) != space:
+            space = self.space()            # the answers changed: walk the new space
+            messages, nodes = self._pending(space)
         if messages:
             outcome = self._embed(space, "m", [(r["store_id"], message_text(r))
                                                for r in messages])
             self.cursor["m"] = messages[-1]["store_id"]
             return outcome
-        nodes = self.vectors.pending_nodes(space, self.batch, self.cursor["n"])
         outcome = self._embed(space, "n", [(r["node_id"], f"summary: {r['text']}")
                                            for r in nodes])
         if nodes:
             self.cursor["n"] = nodes[-1]["node_id"]
         return outcome
+
+    def _pending(self, space: int) -> tuple[list[dict], list[dict]]:
+        """The next batch of pending messages, else of pending nodes, past the cursor."""
+        messages = self.vectors.pending_messages(space, self.batch, self.cursor["m"])
+        nodes = [] if messages else self.vectors.pending_nodes(space, self.batch,
+                                                                self.cursor["n"])
+        return messages, nodes
 
     def _embed(self, space: int, kind: str, items: list[tuple[int, str]]) -> BatchOutcome:
         rows: list[tuple[int, int, str, str]] = []          # (ref, chunk, hash, text)
@@ -240,10 +261,10 @@ def prune(db: Database, provider: Provider, config: TroveConfig, *, apply: bool)
     Why: a model switch starts a new space and never compares it with the old one, so
     the old vectors are dead weight (1.5 KB a row at 384 dimensions) unless the
     operator switches back; keeping them is the default, freeing them is this."""
-    if not provider.identity.dim:          # an endpoint's space is known from its answer
-        provider.query("dimension probe", config.embedding_batch_timeout_ms / 1000.0)
-    vectors = VectorStore(db)
-    spaces = vectors.other_spaces(vectors.space_id(provider.identity, create=False))
+    vectors = VectorStore(db)       # the probe says which space is current (never guessed)
+    current = SpaceCheck().space(vectors, provider, config.embedding_batch_timeout_ms / 1000.0,
+                                 create=False)
+    spaces = vectors.other_spaces(current)
     report = {"identity": vars(provider.identity), "spaces": spaces,
               "vectors": sum(s["vectors"] for s in spaces)}
     if not apply:
@@ -295,7 +316,8 @@ class EmbeddingWorker(threading.Thread):
         if db.dialect == "sqlite":
             db.conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            indexer = Indexer(db, semantic.provider, semantic.config, semantic.redact)
+            indexer = Indexer(db, semantic.provider, semantic.config, semantic.redact,
+                              semantic.check)
             while not self.stopping.is_set():
                 try:   # everything the worker does, warming included, is retried, never raised
                     began = time.monotonic()
@@ -346,13 +368,12 @@ class Semantic:
     state: ProviderState
     worker: EmbeddingWorker | None = None
     redact: object = None          # ``Redactor.redact`` when redaction is on (``outgoing``)
-    _space: int | None = field(default=None, repr=False)
+    check: SpaceCheck = field(default_factory=SpaceCheck)   # the probe's verdict
     _bits: vectorscan.BitIndex | None = field(default=None, repr=False)
-    _queries: dict = field(default_factory=dict, repr=False)   # (identity, text) -> vector
+    _queries: dict = field(default_factory=dict, repr=False)   # (model, space, text) -> vector
     _queries_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _counts: dict = field(default_factory=dict, repr=False)   # (space, kind) -> (n, when)
     _clean: object = field(default=None, repr=False)            # ``outgoing(config)``
-    _space_of: object = field(default=None, repr=False)         # the identity _space is of
 
     @property
     def bits(self) -> vectorscan.BitIndex:
@@ -371,17 +392,33 @@ class Semantic:
         return self.state.provider
 
     def space(self) -> int | None:
-        """The provider's space id, if it has vectors (never creates one).
+        """The space the provider's answers belong to, if it has one (never creates one).
 
-        Found again whenever the provider's identity is not the one it was found for:
-        an endpoint's dimension is known only from its first answer, and a space
-        guessed before that (``operators.search.open_semantic``) may hold vectors of an
-        earlier dimension; a query is only ever compared with vectors of its own space."""
+        Decided by the probe (``probe.SpaceCheck``, shared with the worker): the first
+        search of a process without a worker probes, within the query timeout. None
+        when the answers have no space yet or the probe failed (fail closed: the vector
+        arm is off, ``vectors_off`` says why); a query is only ever compared with
+        vectors of its own space."""
         provider = self.provider
-        if provider is not None and provider.identity.dim and self._space_of != provider.identity:
-            self._space = VectorStore(self.db).space_id(provider.identity, create=False)
-            self._space_of = provider.identity if self._space is not None else None
-        return self._space
+        if provider is None:
+            return None
+        try:
+            return self.check.space(VectorStore(self.db), provider,
+                                    self.config.embedding_query_timeout_ms / 1000.0,
+                                    create=False)
+        except Exception:  # the verdict records why; full text answers
+            return None
+
+    def vectors_off(self) -> str:
+        """Why the vector arm is off although a provider is loaded ("" when it is not):
+        the probe failed, or it has not answered yet."""
+        if self.provider is None:
+            return self.state.reason
+        self.space()
+        verdict = self.check.verdict
+        if verdict is None:
+            return "the embedding model is being checked (probe text); ran full text"
+        return verdict.detail if verdict.state == "failed" else ""
 
     def status(self) -> dict:
         """``embeddings: {enabled, provider, model, indexed, pending}`` and why it is off."""
@@ -391,7 +428,13 @@ class Semantic:
                   (self.config.embedding_model or None)}
         if self.provider is None:
             return {**report, "available": False, "reason": self.state.reason}
-        report.update(available=True, **VectorStore(self.db).counts(self.space()))
+        store = VectorStore(self.db)
+        report.update(available=True, **store.counts(self.check.peek(store,
+                                                                     self.provider.identity)))
+        verdict = self.check.verdict
+        report["model_check"] = verdict.report() if verdict is not None else {
+            "state": "unchecked", "detail": "the probe text has not been embedded in this "
+            "process yet (the worker or the first search does it)"}
         if self.worker is not None:
             report.update(self.worker.meter.report(report.get("pending")))
             if self.worker.last_error:
@@ -417,7 +460,7 @@ class Semantic:
         provider = self.provider
         if provider is None:
             return None
-        key = (provider.identity, text)         # the model that made it, not the object
+        key = (provider.identity, self.check.generation, text)   # the model that made it
         with self._queries_lock:
             if key in self._queries:
                 return self._queries[key]
@@ -553,6 +596,11 @@ def choose_mode(semantic: "Semantic | None", requested: str | None, query: str,
         reason = semantic.state.reason if semantic is not None else "embeddings are off"
         note = f"semantic search is unavailable: {reason}" if requested not in (
             None, "full_text") else ""
+        return ModeChoice("full_text", None, note=note)
+    off = "" if requested == "full_text" else semantic.vectors_off()
+    if off:                           # fail closed: no space, no vector arm
+        failed = semantic.check.verdict is not None     # the probe failed: always said
+        note = f"semantic search is unavailable: {off}" if requested or failed else ""
         return ModeChoice("full_text", None, note=note)
     coverage = semantic.coverage(sessions, hidden)
     if requested == "full_text" or (requested is None and coverage < HYBRID_COVERAGE):

@@ -82,9 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                  "a backup)")
     rollup.add_argument("what", nargs="?", choices=("status", "build"), default="status")
     rollup.add_argument("--apply", action="store_true", help="build (backup first)")
-    embed = add("embed", "embedding index: warmup (load the model), backfill (dry run; "
-                "--apply embeds, resumable) or prune (other models' vectors; --apply deletes)")
-    embed.add_argument("what", choices=["warmup", "backfill", "prune"])
+    embed = add("embed", "embedding index: status (with the model check), warmup (load the "
+                "model), backfill (dry run; --apply embeds, resumable) or prune (other "
+                "models' vectors; --apply deletes)")
+    embed.add_argument("what", choices=["status", "warmup", "backfill", "prune"])
     embed.add_argument("--apply", action="store_true",
                        help="embed the pending rows (backfill), delete (prune)")
     grep = add("grep", "search messages (trove_grep)")
@@ -331,7 +332,7 @@ def cmd_embed(args) -> tuple[dict, str, int]:
     """``embed warmup``, ``embed prune [--apply]`` and ``embed backfill [--apply]``; a
     backfill's apply shows its progress on stderr (a bar on a terminal, a line per batch
     otherwise) and says when it is done."""
-    if args.apply and args.what == "warmup":
+    if args.apply and args.what in ("warmup", "status"):
         raise ops.OperatorError("--apply needs 'embed backfill' or 'embed prune'")
     if not (args.what == "backfill" and args.apply):
         return run_words(("embed", args.what) + (("apply",) if args.apply else ()), args)

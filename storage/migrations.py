@@ -718,3 +718,11 @@ def m014_placeholders_are_not_embedded(conn: sqlite3.Connection) -> None:
     without them (``VectorStore.drop_placeholder_vectors_in``)."""
     from .vectors import VectorStore   # here: vectors needs database, which needs us
     VectorStore.drop_placeholder_vectors_in(conn)
+
+
+@migration(15)
+def m015_embedding_probes(conn: sqlite3.Connection) -> None:
+    """Each embedding space keeps the vector its model gave a fixed probe text
+    (``recall.probe``): an endpoint that starts answering as another model under the
+    same name is told apart, and its answers start a new space."""
+    conn.execute("ALTER TABLE embedding_spaces ADD COLUMN probe BLOB")

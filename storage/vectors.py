@@ -17,6 +17,7 @@ from .database import Database
 
 EMBEDDED_ROLES = ("user", "assistant")    # tool output is searched by full text only
 _OWNERS = {"m": ("messages", "store_id"), "n": ("nodes", "node_id")}   # fixed names, never input
+GENERATION_MARK = "#"     # revision#2: the same model name answering as another model
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,37 @@ class VectorStore:
             return conn.execute(query, key).fetchone()[0]
 
     def latest_space(self, provider: str, model: str, revision: str) -> int | None:
-        """The newest space of a provider/model/revision whatever its dimension: an
-        endpoint's dimension is known only from its first answer, and a status read
-        must not call the endpoint to learn it."""
+        """The newest space of a provider/model/revision (or a later generation of it,
+        ``revision#n``) whatever its dimension: an endpoint's dimension is known only
+        from its first answer, and a status read must not call the endpoint to learn it."""
         with self.db.reading() as conn:
             row = conn.execute("SELECT MAX(space_id) FROM embedding_spaces WHERE provider = ? "
-                               "AND model = ? AND revision = ?",
-                               (provider, model, revision)).fetchone()
+                               "AND model = ? AND (revision = ? OR substr(revision, 1, "
+                               "length(?)) = ?)", (provider, model, revision,
+                                                   *[revision + GENERATION_MARK] * 2)).fetchone()
         return row[0] if row else None
+
+    def generations(self, identity: SpaceIdentity) -> list[tuple[int, str, bytes | None]]:
+        """``(space_id, revision, probe)`` of every space of the identity's provider,
+        model and dimension whose revision is the identity's or a later generation of
+        it (``revision#n``: the same name answered as another model), oldest first.
+        ``probe`` is the vector the model gave ``recall.probe.PROBE_TEXT`` (None: not
+        probed yet, a space made before probes were kept)."""
+        rev = identity.revision
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT space_id, revision, probe FROM embedding_spaces WHERE provider = ? AND "
+                "model = ? AND dim = ? AND (revision = ? OR substr(revision, 1, length(?)) "
+                "= ?) ORDER BY space_id", (identity.provider, identity.model, identity.dim, rev,
+                                           *[rev + GENERATION_MARK] * 2)).fetchall()
+        return [(row[0], row[1], None if row[2] is None else bytes(row[2])) for row in rows]
+
+    def set_probe(self, space_id: int, probe: bytes) -> bool:
+        """Keep a space's probe vector unless it has one already; whether it was set
+        (two processes probing at once: the first one's vector stays)."""
+        with self.db.transaction() as conn:
+            return conn.execute("UPDATE embedding_spaces SET probe = ? WHERE space_id = ? AND "
+                                "probe IS NULL", (probe, space_id)).rowcount == 1
 
     def other_spaces(self, keep: int | None) -> list[dict]:
         """Every space but ``keep`` that still holds rows, with its identity and how many

@@ -152,14 +152,16 @@ def tool_then_text(name: str, arguments: dict, text: str = "done") -> Responder:
 EMBEDDING_DIM = 64
 
 
-def fake_embedding(text: str) -> List[float]:
-    """A stable vector of a text: each lower-cased word adds to one hashed dimension."""
+def fake_embedding(text: str, model: str = "") -> List[float]:
+    """A stable vector of a text: each lower-cased word adds to one hashed dimension.
+    ``model`` salts the hash: another model, the same dimension, unrelated vectors."""
     import hashlib
     vector = [0.0] * EMBEDDING_DIM
     for word in text.lower().split():
         word = word.strip(".,!?:;'\"")
         if word:
-            vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % EMBEDDING_DIM] += 1.0
+            digest = hashlib.md5((model + word).encode()).hexdigest()
+            vector[int(digest, 16) % EMBEDDING_DIM] += 1.0
     return vector
 
 
@@ -192,6 +194,9 @@ class FakeOpenAIServer:
         # ``embedding_rejects``, get a 413 / 400 error body
         self.embedding_max_inputs: Optional[int] = None
         self.embedding_rejects: tuple = ()
+        # the model actually serving ``POST /v1/embeddings`` whatever name is asked for:
+        # a test swaps it to play a server that replaced its model under the same name
+        self.embedding_model_served: str = ""
         self._lock = threading.Lock()
         self._requests: List[dict] = []
         self._ids = itertools.count(1)
@@ -382,7 +387,8 @@ class _Handler(BaseHTTPRequestHandler):
         if any(bad in str(t) for t in texts for bad in self.fake.embedding_rejects):
             self._send_json(400, {"error": {"message": "input rejected"}})
             return
-        data = [{"object": "embedding", "index": i, "embedding": fake_embedding(str(t))}
+        served = self.fake.embedding_model_served
+        data = [{"object": "embedding", "index": i, "embedding": fake_embedding(str(t), served)}
                 for i, t in enumerate(texts)]
         self._send_json(200, {"object": "list", "data": data, "model": body.get("model", ""),
                               "usage": {"prompt_tokens": 0, "total_tokens": 0}})

@@ -171,7 +171,7 @@ def test_a_failing_query_embedding_falls_back_to_full_text(chat, tmp_path, fake)
     out = json.loads(tools.dispatch("trove_grep", {"query": "ceramics"},
                                     ctx_for(store, dag, tmp_path, config, found)))
     assert out["mode"] == "full_text" and out["results"][0]["store_id"] == ids[0]
-    assert "could not be embedded" in out["notes"][0]
+    assert "did not answer the probe" in out["notes"][0]     # fail closed, and said
 
 
 def test_worker_catches_up_in_the_background(chat, tmp_path, fake):
@@ -501,7 +501,8 @@ def test_a_query_is_never_compared_with_vectors_of_another_dimension(chat, tmp_p
     config = openai_config(tmp_path, fake)
     semantic.backfill(db, embeddings.open_provider(config).provider, config, apply=True)
     old = fake_openai.fake_embedding
-    monkeypatch.setattr(fake_openai, "fake_embedding", lambda text: old(text) + old(text))
+    monkeypatch.setattr(fake_openai, "fake_embedding",
+                        lambda text, model="": old(text, model) * 2)
     found = open_semantic(types.SimpleNamespace(database=db, config=config))
     assert found.status()["indexed"] == len(CHAT)      # a status read never calls the endpoint
     out = json.loads(tools.dispatch("trove_grep", {"query": "ceramics workshop",
@@ -710,7 +711,8 @@ def test_a_same_dimension_model_swap_never_mixes_and_prune_frees_the_old_vectors
     first = openai_config(tmp_path, fake)
     semantic.backfill(db, embeddings.open_provider(first).provider, first, apply=True)
     old = fake_openai.fake_embedding          # the other model: same size, other geometry
-    monkeypatch.setattr(fake_openai, "fake_embedding", lambda text: old(text)[::-1])
+    monkeypatch.setattr(fake_openai, "fake_embedding",
+                        lambda text, model="": old(text, model)[::-1])
     where = "TROVE_DATABASE_URL" if db.dialect == "postgresql" else "TROVE_DATABASE_PATH"
     config = openai_config(tmp_path, fake, TROVE_EMBEDDING_MODEL="other-embed",
                            **{where: db.path})

@@ -497,6 +497,13 @@ def pg010_phrases_past_the_last_position(conn: Connection) -> None:
     conn.execute(TROVE_PHRASE)
 
 
+@migration(11)
+def pg011_embedding_probes(conn: Connection) -> None:
+    """SQLite's migration 15 on the server: each embedding space keeps its model's
+    vector of the fixed probe text (``recall.probe``)."""
+    conn.execute("ALTER TABLE embedding_spaces ADD COLUMN IF NOT EXISTS probe BYTEA")
+
+
 REQUIRED_OBJECTS = ("sessions", "messages", "messages_fts", "nodes", "node_edges", "nodes_fts",
                     "session_carry", "trove_meta", "session_views", "session_owners")
 
