@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .storage import scans
-from .storage.database import Database, row_limit
+from .storage.database import Database, chunked, row_limit
 from .storage.postgres import search as pg_search
 from .store import SCAN_PAGE_ROWS, SCAN_SECONDS, row_to_dict
 
@@ -31,6 +31,14 @@ NODE_COLUMNS = (
     "node_id, session_id, depth, text, token_count, source_token_count, message_count,"
     " first_store_id, last_store_id, time_from, time_to, level, model, topics, created_at"
 )
+
+# The nodes carried into a session and everything under them, as a recursive CTE named
+# ``carried(node_id)`` with one parameter (the session): ``Dag.carried_closure`` reads it,
+# and a query that filters by the closure joins it instead of binding its node ids.
+CARRIED_CLOSURE = (
+    "carried(node_id) AS (SELECT node_id FROM session_carry WHERE session_id = ?"
+    " UNION SELECT e.child_node_id FROM node_edges e JOIN carried"
+    " ON e.parent_id = carried.node_id WHERE e.child_node_id IS NOT NULL)")
 
 
 @dataclass(frozen=True)
@@ -149,10 +157,13 @@ class Dag:
         ids = list(dict.fromkeys(int(i) for i in node_ids))
         if not ids:
             return {}
+        found: dict[int, dict] = {}
         with self.db.reading() as conn:
-            rows = conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE node_id IN"
-                                f" ({','.join('?' * len(ids))})", ids).fetchall()
-        return {r["node_id"]: _node(r) for r in rows}
+            for chunk in chunked(ids):      # a carried closure may be any size
+                found.update((r["node_id"], _node(r)) for r in conn.execute(
+                    f"SELECT {NODE_COLUMNS} FROM nodes WHERE node_id IN"
+                    f" ({','.join('?' * len(chunk))})", chunk))
+        return found
 
     def children(self, node_id: int, offset: int = 0, limit: int = -1) -> list[dict]:
         """A node's immediate children in order: ``{ordinal, kind, id}`` (kind node|message)."""
@@ -250,8 +261,7 @@ class Dag:
         ids = list(dict.fromkeys(int(i) for i in store_ids))
         covered: set[int] = set()
         with self.db.reading() as conn:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
+            for chunk in chunked(ids):
                 covered.update(r[0] for r in conn.execute(
                     f"SELECT DISTINCT child_store_id FROM node_edges WHERE child_store_id IN"
                     f" ({','.join('?' * len(chunk))})", chunk))
@@ -384,15 +394,8 @@ class Dag:
         session may expand although another session owns it."""
         with self.db.reading() as conn:
             return {r[0] for r in conn.execute(
-                """
-                WITH RECURSIVE down(node_id) AS (
-                    SELECT node_id FROM session_carry WHERE session_id = ?
-                    UNION
-                    SELECT e.child_node_id FROM node_edges e JOIN down ON e.parent_id = down.node_id
-                    WHERE e.child_node_id IS NOT NULL
-                )
-                SELECT node_id FROM down
-                """, (session_id,))}
+                f"WITH RECURSIVE {CARRIED_CLOSURE} SELECT node_id FROM carried",
+                (session_id,))}
 
     def rows_under_containing(self, node_ids: Iterable[int], needle: str, *,
                               limit: int) -> list[int]:
@@ -402,8 +405,7 @@ class Dag:
         ids = sorted({int(i) for i in node_ids})
         found: set[int] = set()
         with self.db.reading() as conn:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
+            for chunk in chunked(ids):
                 found.update(r[0] for r in conn.execute(
                     "SELECT e.child_store_id FROM node_edges e JOIN messages m"
                     " ON m.store_id = e.child_store_id"
@@ -472,12 +474,18 @@ class Dag:
         ids = list(dict.fromkeys(session_ids))
         if not ids:
             return {"nodes": 0, "edges": 0, "carry_rows": 0}
-        marks = ",".join("?" * len(ids))
-        owned = f"SELECT node_id FROM nodes WHERE session_id IN ({marks})"
-        carry = conn.execute(f"DELETE FROM session_carry WHERE session_id IN ({marks})", ids)
-        edges = conn.execute(f"DELETE FROM node_edges WHERE parent_id IN ({owned})", ids)
-        nodes = conn.execute(f"DELETE FROM nodes WHERE session_id IN ({marks})", ids)
-        return {"nodes": nodes.rowcount, "edges": edges.rowcount, "carry_rows": carry.rowcount}
+        removed = {"nodes": 0, "edges": 0, "carry_rows": 0}
+        # each table for every slice before the next table: an edge between two removed
+        # sessions' nodes goes before either node, whichever slices they fall in
+        for key, sql in (
+                ("carry_rows", "DELETE FROM session_carry WHERE session_id IN ({})"),
+                ("edges", "DELETE FROM node_edges WHERE parent_id IN"
+                          " (SELECT node_id FROM nodes WHERE session_id IN ({}))"),
+                ("nodes", "DELETE FROM nodes WHERE session_id IN ({})")):
+            for chunk in chunked(ids):
+                removed[key] += conn.execute(sql.format(",".join("?" * len(chunk))),
+                                             chunk).rowcount
+        return removed
 
     def rebuild_node_fts(self) -> None:
         """Rebuild the summary full-text index from the nodes table (doctor repair)."""

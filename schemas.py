@@ -207,6 +207,7 @@ TOOL_SCHEMAS: list[dict] = [
             "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
                                                 "commitment", "action", "status"]},
             "as_of": _STR,
+            **_ids("offset", "limit"),
             "session_scope": _SCOPE,
             "session_id": _STR,
         }),
@@ -256,6 +257,7 @@ COUNT_LIMITS = {
     ("trove_expand", "source_limit"): (20, 100),
     ("trove_expand_query", "max_results"): (5, 20),
     ("trove_evidence_pack", "limit"): (10, 50),
+    ("trove_query_state", "limit"): (20, 50),
 }
 TIME_ARGUMENTS = frozenset({"time_from", "time_to"})
 MAX_INTEGER = 2**63 - 1
@@ -334,6 +336,18 @@ def clamp(tool: str, key: str, params: dict, payload: dict) -> int:
     if value != asked:
         payload[f"{key}_clamped_from"] = asked
     return value
+
+
+def set_cursor(payload: dict, offset: int, returned: int, total: str, following_key: str) -> None:
+    """``has_more`` and the next page's offset (``following_key``, None on the last page)
+    of a page of ``returned`` items from ``offset`` out of ``payload[total]``.
+
+    Why here: every offset-paged tool (trove_recent, trove_expand's sources,
+    trove_evidence_pack, trove_query_state), and the trim that cuts its page to the cap, says where the next
+    page starts by this one rule, so a page never repeats or skips an item."""
+    following = offset + returned
+    payload["has_more"] = following < payload[total]
+    payload[following_key] = following if payload["has_more"] else None
 
 
 def offset_arg(params: dict, key: str) -> int:

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from .storage import codec, identity, scans, timekeys, views
 from .storage.alignment import Alignment, KnownTail, _Identified  # noqa: F401 (KnownTail: the API)
-from .storage.database import Database
+from .storage.database import Database, chunked
 from .storage.postgres import search as pg_search
 from .storage.timeline import MESSAGE_TIME
 from .storage.writer import StatementWriter
@@ -300,8 +300,7 @@ class Store(Alignment):
         parent = self._canonical(conn, shown.copy_from)
         digests = sorted({encoded[i].content_hash for i in wanted})
         rows: list = []
-        for start in range(0, len(digests), 500):
-            chunk = digests[start:start + 500]
+        for chunk in chunked(digests):
             rows += conn.execute(
                 f"SELECT store_id, content_hash, {MESSAGE_TIME} FROM messages"
                 f" WHERE session_id = ? AND content_hash IN ({','.join('?' * len(chunk))})",
@@ -321,8 +320,7 @@ class Store(Alignment):
         per 500 hashes)."""
         found = {digest: 0 for digest in digests}
         ordered = sorted(digests)
-        for start in range(0, len(ordered), 500):
-            chunk = ordered[start:start + 500]
+        for chunk in chunked(ordered):
             for digest, highest in conn.execute(
                     f"SELECT content_hash, MAX(ordinal) FROM messages WHERE session_id = ?"
                     f" AND content_hash IN ({','.join('?' * len(chunk))}) GROUP BY content_hash",
@@ -337,8 +335,7 @@ class Store(Alignment):
         ids = list(dict.fromkeys(int(i) for i in store_ids))
         found: dict[int, dict] = {}
         with self.db.reading() as conn:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
+            for chunk in chunked(ids):
                 marks = ",".join("?" * len(chunk))
                 for row in conn.execute(
                         f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE store_id IN ({marks})",
@@ -354,8 +351,7 @@ class Store(Alignment):
         marks = ",".join("?" * len(roles))
         found: dict[int, tuple] = {}
         with self.db.reading() as conn:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
+            for chunk in chunked(ids):
                 rows = conn.execute(
                     f"SELECT m.store_id,"
                     f" (SELECT max(p.store_id) FROM messages p WHERE p.session_id = m.session_id"
@@ -643,26 +639,32 @@ class Store(Alignment):
         ids = list(dict.fromkeys(canonical_ids))
         if not ids:
             return {}
-        rows = conn.execute(
-            "SELECT s.canonical_id, sum((SELECT count(*) FROM messages m"
-            " WHERE m.session_id = s.session_id)), max(COALESCE(s.updated_at, 0.0))"
-            f" FROM sessions s WHERE s.canonical_id IN ({','.join('?' * len(ids))})"
-            " GROUP BY s.canonical_id", ids).fetchall()
-        return {r[0]: (r[1], r[2]) for r in rows}
+        found: dict[str, tuple[int, float]] = {}
+        for chunk in chunked(ids):      # a canonical id's rows all fall in its own slice
+            found.update((r[0], (r[1], r[2])) for r in conn.execute(
+                "SELECT s.canonical_id, sum((SELECT count(*) FROM messages m"
+                " WHERE m.session_id = s.session_id)), max(COALESCE(s.updated_at, 0.0))"
+                f" FROM sessions s WHERE s.canonical_id IN ({','.join('?' * len(chunk))})"
+                " GROUP BY s.canonical_id", chunk))
+        return found
 
     def delete_sessions_in(self, conn, session_ids: Sequence[str]) -> dict:
         """Delete these canonical sessions' messages and session rows (aliases included)
         inside the caller's transaction, so summary nodes (``Dag.delete_session_nodes_in``)
         go in the same unit; the FTS delete trigger keeps the index in step."""
         ids = list(dict.fromkeys(session_ids))
-        marks = ",".join("?" * len(ids))
-        if not ids:
-            return {"messages": 0, "session_rows": 0}
-        messages = conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", ids)
+        removed = {"messages": 0, "session_rows": 0}
+        for chunk in chunked(ids):
+            removed["messages"] += conn.execute(
+                f"DELETE FROM messages WHERE session_id IN ({','.join('?' * len(chunk))})",
+                chunk).rowcount
         views.delete_sessions_in(conn, ids)
-        rows = conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})"
-                            f" OR canonical_id IN ({marks})", ids + ids)
-        return {"messages": messages.rowcount, "session_rows": rows.rowcount}
+        for column in ("canonical_id", "session_id"):      # aliases, then the rows themselves
+            for chunk in chunked(ids):
+                removed["session_rows"] += conn.execute(
+                    f"DELETE FROM sessions WHERE {column} IN ({','.join('?' * len(chunk))})",
+                    chunk).rowcount
+        return removed
 
     def rebuild_message_fts(self) -> None:
         """Rebuild the message full-text index from the messages table (doctor repair)."""

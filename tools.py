@@ -207,8 +207,7 @@ def _evidence_tool(name: str) -> Callable[[dict, ToolContext, int], tuple[dict, 
             return [h["exact_ref"] for h in found.get("results", []) if h.get("exact_ref")]
 
         scope = evidence_handlers.Scope(current, access.search_sessions(), load, grep,
-                                        timekeys.zone_or_utc(ctx.config.timezone),
-                                        access.carried)
+                                        timekeys.zone_or_utc(ctx.config.timezone))
         return evidence_handlers.HANDLERS[name](params, ctx, cap, scope)
     return handler
 

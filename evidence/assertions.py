@@ -22,9 +22,10 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
-from typing import Callable, Collection, Sequence
+from typing import Callable, Sequence
 
-from ..storage.database import Database
+from ..dag import CARRIED_CLOSURE
+from ..storage.database import Database, chunked
 from ..store import Store
 from . import refs as refs_mod
 from .compute import normalize_item
@@ -37,6 +38,8 @@ MODEL_CHUNK_CHARS = 12000   # text sent to the model in one call
 MODEL_MESSAGE_CHARS = 1500  # of each message
 MODEL_MAX_CALLS = 2         # model calls per compaction; the rest waits for the next one
 EARLIER_MAX = 10            # earlier values listed per subject (newest first); the rest counted
+ROWS_PER_SUBJECT = 200      # rows read per subject: its current value, earlier ones, the count
+PAGE_MAX = 50               # subjects in one page of trove_query_state
 _END = r"(?=[.!?;\n]|$)"
 PATTERNS: list[tuple[str, str, re.Pattern, Callable[[re.Match], tuple[str, str]]]] = [
     ("user", "fact", re.compile(r"\b[Mm]y ((?:[a-z]+ ){0,3}?[a-z]+) (?:is|are) (?:now )?"
@@ -243,56 +246,79 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
     ids = list(dict.fromkeys(session_ids))
     if not ids:
         return {"evidence_assertions": 0}
-    marks = ",".join("?" * len(ids))
-    gone = conn.execute(f"DELETE FROM evidence_assertions WHERE session_id IN ({marks})", ids)
-    conn.execute(f"DELETE FROM evidence_scan WHERE session_id IN ({marks})", ids)
-    return {"evidence_assertions": gone.rowcount}
+    gone = 0
+    for chunk in chunked(ids):
+        marks = ",".join("?" * len(chunk))
+        gone += conn.execute(f"DELETE FROM evidence_assertions WHERE session_id IN ({marks})",
+                             chunk).rowcount
+        conn.execute(f"DELETE FROM evidence_scan WHERE session_id IN ({marks})", chunk)
+    return {"evidence_assertions": gone}
 
 
 # ---------------------------------------------------------------- query
 def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | None,
-          kind: str | None, before: float | None, limit: int = 200,
-          carried: Collection[int] = ()) -> list[dict]:
-    """Stored assertions of the sessions (None = all) valid before ``before`` (exclusive;
-    None = any time), oldest first, filtered: the newest ``limit`` of them, so the
-    current value of a subject is never cut off.
+          kind: str | None, before: float | None, offset: int = 0,
+          limit: int = PAGE_MAX, carried_into: str | None = None) -> tuple[list[dict], int]:
+    """One page of subjects and how many match: the stored assertions of the sessions
+    (None = all) valid before ``before`` (exclusive; None = any time), filtered, grouped
+    by (kind, subject); subjects ordered by their current value, newest first (then by
+    id, so the order is total and pages never repeat or skip a subject); of each subject
+    on the page its newest ``ROWS_PER_SUBJECT`` rows, oldest first.
 
-    ``carried`` (a session's carried closure, ``Access.carried``) adds the assertions of
-    rows directly under those nodes: rows carried into the session count as its own, as
-    trove_grep and trove_expand read them, though another session stored them."""
-    sql = ["SELECT * FROM evidence_assertions WHERE 1 = 1"]
-    args: list = []
+    Why by subject in SQL: reading the newest 200 assertions left every subject stated
+    only before them unreachable unless named.
+
+    ``carried_into`` (a session) adds the assertions of rows directly under the nodes
+    carried into it (``dag.CARRIED_CLOSURE``, the closure ``Access.carried`` reads): rows
+    carried into the session count as its own, as trove_grep and trove_expand read them.
+    The closure is joined in SQL, never bound as one parameter per node (it may hold
+    more nodes than either engine takes parameters)."""
+    ctes, where, args = [], ["1 = 1"], []
     if session_ids is not None:
-        nodes = sorted({int(n) for n in carried})
-        under = (" OR EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id ="
-                 f" evidence_assertions.store_id AND e.parent_id IN ({','.join('?' * len(nodes))}))"
-                 if nodes else "")
-        sql.append(f"AND (session_id IN ({','.join('?' * len(session_ids))}){under})")
-        args += list(session_ids) + nodes
+        under = ""
+        if carried_into is not None:
+            ctes.append(CARRIED_CLOSURE)
+            args.append(carried_into)
+            under = (" OR EXISTS (SELECT 1 FROM node_edges AS e JOIN carried"
+                     " ON carried.node_id = e.parent_id WHERE e.child_store_id = a.store_id)")
+        where.append(f"(a.session_id IN ({','.join('?' * len(session_ids))}){under})")
+        args += list(session_ids)
     if kind:
-        sql.append("AND kind = ?")
+        where.append("a.kind = ?")
         args.append(kind)
     if before is not None:
-        sql.append("AND (valid_from IS NULL OR valid_from < ?)")
+        where.append("(a.valid_from IS NULL OR a.valid_from < ?)")
         args.append(before)
     if subject:
         key = subject_key(subject)
-        sql.append("AND (subject_key LIKE ? ESCAPE '\\' OR lower(value) LIKE ? ESCAPE '\\')")
+        where.append("(a.subject_key LIKE ? ESCAPE '\\' OR lower(a.value) LIKE ? ESCAPE '\\')")
         pattern = "%" + key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         args += [pattern, pattern]
-    # newest first for the LIMIT, then reversed: ascending order as each backend sorts it
-    sql.append("ORDER BY valid_from DESC, assertion_id DESC LIMIT ?")
-    args.append(limit)
+    # newest first: a value with no valid_from counts as the oldest on both engines
+    newest = "(valid_from IS NULL), valid_from DESC, assertion_id DESC"
+    ctes.append(f"matching AS (SELECT a.*, ROW_NUMBER() OVER (PARTITION BY a.kind,"
+                f" a.subject_key ORDER BY {newest}) AS newest_rank FROM evidence_assertions"
+                f" AS a WHERE {' AND '.join(where)})")
+    ctes.append(f"subjects AS (SELECT kind, subject_key, ROW_NUMBER() OVER (ORDER BY {newest})"
+                " AS place FROM matching WHERE newest_rank = 1)")
+    head = "WITH RECURSIVE " + ", ".join(ctes)
     with db.reading() as conn:
-        cursor = conn.execute(" ".join(sql), args)
+        total = conn.execute(f"{head} SELECT count(*) FROM subjects", args).fetchone()[0]
+        cursor = conn.execute(
+            f"{head} SELECT m.* FROM matching AS m JOIN subjects AS s ON s.kind = m.kind"
+            " AND s.subject_key = m.subject_key WHERE s.place > ? AND s.place <= ?"
+            " AND m.newest_rank <= ? ORDER BY s.place, m.newest_rank DESC",
+            args + [offset, offset + limit, ROWS_PER_SUBJECT])
         names = [c[0] for c in cursor.description]
-        return [dict(zip(names, row)) for row in reversed(cursor.fetchall())]
+        return [dict(zip(names, row)) for row in cursor.fetchall()], total
 
 
 def state(rows: list[dict], iso: Callable[[float | None], str | None]) -> dict:
     """Current value per (kind, subject) as of the query, with older values and conflicts.
 
-    Rows are oldest first. ``current`` is the newest (by valid_from, then by id); a
+    Rows come subject by subject in page order (``query``), each subject's oldest
+    first, and the subjects keep that order. ``current`` is the newest (by valid_from,
+    then by id); a
     subject whose values differ lists its EARLIER_MAX newest earlier values, newest
     first, each with its ref, and counts the rest in ``earlier_omitted`` (the response
     cap can drop whole subjects only, so one subject must never outgrow it).
@@ -317,5 +343,4 @@ def state(rows: list[dict], iso: Callable[[float | None], str | None]) -> dict:
             if len(older) > EARLIER_MAX:
                 entry["earlier_omitted"] = len(older) - EARLIER_MAX
         out.append(entry)
-    out.sort(key=lambda e: e["current"]["valid_from"] or "", reverse=True)
     return {"assertions": out}

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timezone, tzinfo
-from typing import Any, Callable, Collection
+from typing import Any, Callable
 
 from ..recall import periods
-from ..schemas import ArgumentError, Shape, clamp, count_safely, offset_arg
+from ..schemas import ArgumentError, Shape, clamp, count_safely, offset_arg, set_cursor
 from . import assertions, compute, pack, retrieve
 from ..storage import codec
 from ..storage.timekeys import iso
@@ -31,7 +31,6 @@ class Scope:
     load: Callable[[int], dict]             # a message by store_id, within scope (raises)
     grep: Callable[[str], list[dict]]       # exact refs of trove_grep hits for a query
     tz: tzinfo | None = None                # TROVE_TIMEZONE: the user's calendar days
-    carried: Callable[[], Collection[int]] = tuple   # nodes carried into ``current``, and under
 
 
 def _mark_more(payload: dict, kept: int) -> None:
@@ -64,7 +63,7 @@ def evidence_pack(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict,
     pack.count_items(payload)
 
     def on_trim(trimmed: dict, kept: int) -> None:
-        trimmed["has_more"], trimmed["next_offset"] = True, offset + kept
+        set_cursor(trimmed, offset, kept, "total_refs", "next_offset")
 
     return payload, Shape(items="items", on_trim=on_trim, texts=("before", "after"),
                           optional=("computation",))
@@ -95,20 +94,33 @@ def compile_evidence(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[di
 
 
 def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
-    """Assertions with exact refs: current values, earlier ones, conflicts (opt-in sidecar)."""
+    """Assertions with exact refs: current values, earlier ones, conflicts (opt-in sidecar),
+    one page of subjects at a time (``offset`` / ``next_offset``, as trove_recent pages),
+    so every subject is reachable without naming it."""
     if not ctx.config.assertions_enabled:
         return {"enabled": False, "assertions": [], "note": "assertion extraction is off "
                 "(TROVE_ASSERTIONS_ENABLED=true turns it on; it runs at compaction time)"}, Shape()
     before, shown = as_of_bound(params.get("as_of"), ctx.now(), scope.tz)
+    payload: dict = {**shown}
+    limit = clamp("trove_query_state", "limit", params, payload)
+    offset = offset_arg(params, "offset")
     # a search of this session covers the rows carried into it (as trove_grep's does)
-    carried = scope.carried() if scope.sessions and scope.current in scope.sessions else ()
-    rows = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
-                            kind=params.get("kind"), before=before, carried=carried)
-    payload = {**shown, **assertions.state(rows, iso)}
-    room = _room(ctx, cap, {**payload, "assertions": [], "has_more": True})
+    carried_into = scope.current if scope.sessions and scope.current in scope.sessions else None
+    rows, total = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
+                                   kind=params.get("kind"), before=before, offset=offset,
+                                   limit=limit, carried_into=carried_into)
+    payload.update(assertions.state(rows, iso))
+    payload.update(total=total, offset=offset)
+    set_cursor(payload, offset, len(payload["assertions"]), "total", "next_offset")
+    room = _room(ctx, cap, {**payload, "assertions": [], "has_more": True,
+                            "next_offset": offset + limit})
     for entry in payload["assertions"]:
         _fit_entry(ctx, entry, room, cap)
-    return payload, Shape(items="assertions", on_trim=_mark_more)
+
+    def on_trim(trimmed: dict, kept: int) -> None:
+        set_cursor(trimmed, offset, kept, "total", "next_offset")
+
+    return payload, Shape(items="assertions", on_trim=on_trim)
 
 
 def _room(ctx: Any, cap: int, envelope: dict) -> int:

@@ -16,7 +16,7 @@ from datetime import tzinfo
 from typing import Any, Callable
 
 from ..recall.query_plan import fold
-from ..schemas import ArgumentError, validate
+from ..schemas import ArgumentError, set_cursor, validate
 from . import compute as compute_mod
 from . import polarity
 from . import refs as refs_mod
@@ -102,9 +102,7 @@ def evidence_pack(raw_refs: Any, load: Loader, *, offset: int, limit: int,
     items = [hydrate(raw, offset + i, load, tz) for i, raw in enumerate(page)]
     payload: dict = {"total_refs": len(raw_refs), "offset": offset, "items": items}
     count_items(payload)
-    following = offset + len(page)
-    payload["has_more"] = following < len(raw_refs)
-    payload["next_offset"] = following if payload["has_more"] else None
+    set_cursor(payload, offset, len(page), "total_refs", "next_offset")
     if computation is not None:
         payload["computation"] = run_computation(computation, raw_refs, load, tz)
     return payload

@@ -20,7 +20,7 @@ from datetime import tzinfo
 from typing import Any, Callable, Sequence
 
 from ..storage import codec
-from ..storage.database import Database
+from ..storage.database import Database, chunked
 from . import compute as compute_mod
 from . import refs as refs_mod
 from .pack import run_computation
@@ -135,9 +135,10 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
     ids = list(dict.fromkeys(session_ids))
     if not ids:
         return {"evidence_views": 0}
-    marks = ",".join("?" * len(ids))
-    gone = conn.execute(f"DELETE FROM evidence_views WHERE session_id IN ({marks})", ids)
-    return {"evidence_views": gone.rowcount}
+    gone = sum(conn.execute(f"DELETE FROM evidence_views WHERE session_id IN"
+                            f" ({','.join('?' * len(chunk))})", chunk).rowcount
+               for chunk in chunked(ids))
+    return {"evidence_views": gone}
 
 
 def load_view(db: Database, view_id: int, session_ids: tuple[str, ...] | None) -> dict:

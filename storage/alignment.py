@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from . import identity, views
+from .database import chunked
 
 # At most this many stored copies of the first shown message are tried as anchors.
 ANCHOR_CANDIDATES = 16
@@ -710,8 +711,7 @@ class Alignment:
     @staticmethod
     def _hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
         found = []
-        for start in range(0, len(store_ids), 500):
-            chunk = store_ids[start:start + 500]
+        for chunk in chunked(store_ids):
             found += [(r[0], r[1]) for r in conn.execute(
                 f"SELECT store_id, content_hash FROM messages WHERE store_id IN"
                 f" ({','.join('?' * len(chunk))})", chunk)]

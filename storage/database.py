@@ -25,12 +25,13 @@ import time
 import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, TypeVar
 
 from . import migrations
 from .postgres.connection import is_url
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
 # How often the shared connection checks that its file is still the one at its path.
@@ -58,6 +59,23 @@ NO_LIMIT = 2**63 - 1
 def row_limit(limit: int | None) -> int:
     """A LIMIT to bind on either engine: ``limit``, or ``NO_LIMIT`` for None or negative."""
     return NO_LIMIT if limit is None or limit < 0 else limit
+
+
+# Ids bound in one ``IN (?, ...)`` list. Both engines cap a statement's parameters (SQLite
+# at 32,766 on most builds, 999 before 3.32; PostgreSQL at 65,535), so a list that grows
+# with the user's data (carried nodes, a session's rows) is bound in slices of this size.
+IN_CHUNK = 500
+
+
+def chunked(values: Iterable[T]) -> Iterator[list[T]]:
+    """``values`` in lists of at most ``IN_CHUNK``, each bound as one ``IN (...)``.
+
+    Why: one bound parameter per id fails past the engine's limit ("too many SQL
+    variables"); every statement over such a list takes its slices from here, so the
+    rule and its size live in one place."""
+    items = list(values)
+    for start in range(0, len(items), IN_CHUNK):
+        yield items[start:start + IN_CHUNK]
 
 
 class DatabaseError(RuntimeError):

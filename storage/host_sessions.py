@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
-from .database import _connect_read_only
+from .database import _connect_read_only, chunked
 
 STATE_DB = "state.db"
 
@@ -49,8 +49,7 @@ def titles(home: Path, session_ids: Iterable[str]) -> dict[str, str]:
     """``{session_id: title}`` for the ids that have a title in the host's database."""
     ids = list(dict.fromkeys(session_ids))
     found: dict[str, str] = {}
-    for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
+    for chunk in chunked(ids):
         marks = ", ".join("?" * len(chunk))
         found.update(_query(home, f"SELECT id, title FROM sessions WHERE id IN ({marks}) "
                             "AND title IS NOT NULL", tuple(chunk)))

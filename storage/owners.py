@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from .database import Database
+from .database import Database, chunked
 from .timeline import delete_with_ancestors_in
 
 LOCAL_OWNER = "local"
@@ -99,8 +99,9 @@ class Owners:
         ids = list(dict.fromkeys(session_ids))
         if not ids:
             return 0
-        return conn.execute(f"DELETE FROM session_owners WHERE session_id IN"
-                            f" ({','.join('?' * len(ids))})", ids).rowcount
+        return sum(conn.execute(f"DELETE FROM session_owners WHERE session_id IN"
+                                f" ({','.join('?' * len(chunk))})", chunk).rowcount
+                   for chunk in chunked(ids))
 
     def describe(self, session_id: str) -> dict | None:
         """The recorded row (for status), or None."""

@@ -18,6 +18,8 @@ import sqlite3
 import time
 from typing import Iterable, Sequence
 
+from .database import chunked
+
 
 def source_hash(rows: Iterable[tuple[int, str]]) -> str:
     """Fingerprint of a chunk's ``(store_id, content_hash)`` pairs, in order."""
@@ -33,8 +35,7 @@ def chunk_hashes(conn: sqlite3.Connection, store_ids: Sequence[int]) -> list[tup
         return []
     found: dict[int, str] = {}
     ids = list(store_ids)
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
+    for part in chunked(ids):
         marks = ",".join("?" * len(part))
         found.update(conn.execute(
             f"SELECT store_id, content_hash FROM messages WHERE store_id IN ({marks})", part))
@@ -210,7 +211,10 @@ def delete_sessions_in(conn: sqlite3.Connection, session_ids: Sequence[str]) -> 
     ids = list(dict.fromkeys(session_ids))
     if not ids:
         return {"prepared_rows": 0}
-    marks = ",".join("?" * len(ids))
-    leaves = conn.execute(f"DELETE FROM prep_summaries WHERE session_id IN ({marks})", ids)
-    merges = conn.execute(f"DELETE FROM prep_condensed WHERE session_id IN ({marks})", ids)
-    return {"prepared_rows": leaves.rowcount + merges.rowcount}
+    removed = 0
+    for chunk in chunked(ids):
+        marks = ",".join("?" * len(chunk))
+        for table in ("prep_summaries", "prep_condensed"):
+            removed += conn.execute(f"DELETE FROM {table} WHERE session_id IN ({marks})",
+                                    chunk).rowcount
+    return {"prepared_rows": removed}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from . import timekeys
-from .database import Database, row_limit
+from .database import Database, chunked, row_limit
 
 Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
@@ -445,20 +445,22 @@ def delete_with_ancestors_in(conn, rollup_ids: Iterable[int]) -> list[int]:
     ids = list(dict.fromkeys(int(i) for i in rollup_ids))
     if not ids:
         return []
-    doomed = [r[0] for r in conn.execute(
-        f"""
-        WITH RECURSIVE up(rollup_id) AS (
-            SELECT rollup_id FROM rollups WHERE rollup_id IN ({_in(ids)})
-            UNION
-            SELECT s.rollup_id FROM rollup_sources s JOIN up
-                ON s.child_rollup_id = up.rollup_id
-        )
-        SELECT rollup_id FROM up ORDER BY rollup_id DESC
-        """, ids)]
-    marks = _in(doomed)
-    conn.execute(f"DELETE FROM rollup_sources WHERE rollup_id IN ({marks})", doomed)
-    conn.execute(f"DELETE FROM rollup_sessions WHERE rollup_id IN ({marks})", doomed)
-    conn.execute(f"DELETE FROM rollups WHERE rollup_id IN ({marks})", doomed)
+    found: set[int] = set()
+    for chunk in chunked(ids):
+        found.update(r[0] for r in conn.execute(
+            f"""
+            WITH RECURSIVE up(rollup_id) AS (
+                SELECT rollup_id FROM rollups WHERE rollup_id IN ({_in(chunk)})
+                UNION
+                SELECT s.rollup_id FROM rollup_sources s JOIN up
+                    ON s.child_rollup_id = up.rollup_id
+            )
+            SELECT rollup_id FROM up
+            """, chunk))
+    doomed = sorted(found, reverse=True)
+    for table in ("rollup_sources", "rollup_sessions", "rollups"):
+        for part in chunked(doomed):
+            conn.execute(f"DELETE FROM {table} WHERE rollup_id IN ({_in(part)})", part)
     return doomed
 
 
@@ -472,7 +474,7 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> int:
     ids = list(dict.fromkeys(session_ids))
     if not ids:
         return 0
-    under = [r[0] for r in conn.execute(
-        f"SELECT DISTINCT rollup_id FROM rollup_sessions WHERE session_id IN ({_in(ids)})",
-        ids)]
-    return len(delete_with_ancestors_in(conn, under))
+    under = {r[0] for chunk in chunked(ids) for r in conn.execute(
+        f"SELECT DISTINCT rollup_id FROM rollup_sessions WHERE session_id IN ({_in(chunk)})",
+        chunk)}
+    return len(delete_with_ancestors_in(conn, sorted(under)))

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .database import Database
+from .database import Database, chunked
 
 EMBEDDED_ROLES = ("user", "assistant")    # tool output is searched by full text only
 _OWNERS = {"m": ("messages", "store_id"), "n": ("nodes", "node_id")}   # fixed names, never input
@@ -143,8 +143,7 @@ class VectorStore:
         wanted = list(dict.fromkeys(hashes))
         found: dict[str, bytes] = {}
         with self.db.reading() as conn:
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start:start + 500]
+            for chunk in chunked(wanted):
                 marks = ",".join("?" * len(chunk))
                 for text_hash, vector in conn.execute(
                         f"SELECT text_hash, vector FROM embedding_vectors WHERE space_id = ? "
@@ -190,13 +189,14 @@ class VectorStore:
         ids = list(dict.fromkeys(session_ids))
         if not ids:
             return 0
-        marks = ",".join("?" * len(ids))
         removed = 0
-        for kind, (table, key) in _OWNERS.items():
-            removed += conn.execute(
-                f"DELETE FROM embedding_vectors WHERE kind = ? AND ref_id IN"
-                f" (SELECT {key} FROM {table} WHERE session_id IN ({marks}))",
-                (kind, *ids)).rowcount
+        for chunk in chunked(ids):
+            marks = ",".join("?" * len(chunk))
+            for kind, (table, key) in _OWNERS.items():
+                removed += conn.execute(
+                    f"DELETE FROM embedding_vectors WHERE kind = ? AND ref_id IN"
+                    f" (SELECT {key} FROM {table} WHERE session_id IN ({marks}))",
+                    (kind, *chunk)).rowcount
         return removed
 
     @staticmethod
@@ -278,8 +278,7 @@ class VectorStore:
         """(ref_id, vector) of every chunk of these rows (exact rescoring)."""
         found: list[tuple[int, bytes]] = []
         with self.db.reading() as conn:
-            for start in range(0, len(refs), 500):
-                chunk = list(refs[start:start + 500])
+            for chunk in chunked(refs):
                 found += conn.execute(
                     f"SELECT ref_id, vector FROM embedding_vectors WHERE space_id = ? AND kind = ?"
                     f" AND ref_id IN ({','.join('?' * len(chunk))}) AND vector IS NOT NULL",

@@ -15,6 +15,7 @@ import re
 import sqlite3
 from typing import Iterator, Sequence
 
+from .database import chunked
 from .identity import BLOCK_ID, View, decode_entries, encode_entries
 
 # Views kept per engine copy and session of the lists it stored (a compaction's
@@ -155,8 +156,7 @@ def save(conn: sqlite3.Connection, session_id: str, origin: str,
 def delete_sessions_in(conn: sqlite3.Connection, session_ids: Sequence[str]) -> int:
     """Forget the views of removed sessions (in the caller's transaction)."""
     removed = 0
-    for start in range(0, len(session_ids), 500):
-        chunk = list(session_ids[start:start + 500])
+    for chunk in chunked(session_ids):
         removed += conn.execute(
             f"DELETE FROM session_views WHERE session_id IN ({','.join('?' * len(chunk))})",
             chunk).rowcount

@@ -307,7 +307,7 @@ def test_the_model_reads_bounded_chunks_and_the_patterns_read_the_rest(tmp_path)
     assert len(calls) == assertions.MODEL_MAX_CALLS
     read = sum(p.count(" user]") for p in calls)
     assert 0 < read < len(texts) and stored == len(texts) - read
-    rows = assertions.query(engine.store.db, None, subject=None, kind=None, before=None)
+    rows, _ = assertions.query(engine.store.db, None, subject=None, kind=None, before=None)
     assert {r["store_id"] for r in rows} == set(ids[read:])
     assert assertions.extract_pending(engine.store, engine.canonical_id, ids[-1],
                                       llm_call=llm) == 0       # the scan mark moved past all
@@ -330,3 +330,48 @@ def test_deleting_sessions_removes_their_assertions_and_views(tmp_path):
     with engine.store.db.reading() as conn:
         for table in ("evidence_assertions", "evidence_views", "evidence_scan"):
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+
+
+def test_query_state_pages_every_subject_in_a_stable_order(tmp_path, backend):
+    """Subjects past the cap, or stated before the newest 200 assertions, were reachable
+    only by naming ``subject``: the answer pages by ``offset`` / ``next_offset`` (as
+    trove_recent does), every subject exactly once, rows carried into the session
+    included, newest current value first, a page cut by the cap continuing where it
+    stopped."""
+    from hermes_trove.storage import database
+    from hermes_trove.storage.owners import LOCAL_OWNER, Owners
+    from test_tools import Env
+    env = Env(tmp_path, backend[1], assertions_enabled="true", tool_response_max_tokens=1200)
+    try:
+        old = env.ingest("A", [{"role": "user", "content": "My passport is blue."}],
+                         at=JAN - 5 * DAY)[0]
+        leaf = env.node("A", "Summary: the passport.", store_ids=[old])
+        lockers = ["locker q" + "".join(chr(97 + int(d)) for d in str(i)) for i in range(40)]
+        texts = [f"My {name} is number {i}." for i, name in enumerate(lockers)] + \
+            [f"Note {i}: my desk is in room {i % 3}." for i in range(210)]
+        ids = env.ingest("C", [{"role": "user", "content": t} for t in texts], at=JAN)
+        Owners(env.db).record("C", LOCAL_OWNER, platform="cli")
+        env.dag.carry_nodes("C", [leaf])
+        for sid in (old, *ids):
+            row = env.store.get_message(sid)
+            assertions.save(env.db, row["session_id"], assertions.deterministic(row), sid)
+        expected = set(lockers) | {"desk", "passport"}
+
+        seen, offset, cut = [], 0, 0
+        while offset is not None:
+            out = json.loads(tools.dispatch("trove_query_state", {"offset": offset, "limit": 9},
+                                            env.ctx("C")))
+            assert "error" not in out, out
+            assert out["total"] == len(expected) and out["offset"] == offset
+            seen += [a["subject"] for a in out["assertions"]]
+            assert out["has_more"] == (out["next_offset"] is not None)
+            assert out["next_offset"] in (None, offset + len(out["assertions"]))
+            cut += out["has_more"] and len(out["assertions"]) < 9
+            offset = out["next_offset"]
+        assert sorted(seen) == sorted(expected) and len(seen) == len(set(seen))
+        assert cut                                   # the cap cut a page short
+        assert seen[-1] == "passport"                # the oldest current value comes last
+        again = json.loads(tools.dispatch("trove_query_state", {"limit": 50}, env.ctx("C")))
+        assert [a["subject"] for a in again["assertions"]] == seen[:len(again["assertions"])]
+    finally:
+        database.forget_database(backend[1])

@@ -8,11 +8,11 @@ from typing import Any
 from ..diagnostics import caller
 from ..ingest.policy import policy_for
 from ..recall import externalized, periods, recent
-from ..schemas import ArgumentError, Shape, budget_chars, clamp, offset_arg
+from ..schemas import ArgumentError, Shape, budget_chars, clamp, offset_arg, set_cursor
 from ..storage import codec, timekeys
 from ..storage.timekeys import iso
 from ..storage.timeline import Timeline
-from .render import _node_summary, _row_time, _set_cursor, message_item
+from .render import _node_summary, _row_time, message_item
 from .scope import Access, _load_message, _load_node, _unbound, bound_session, operator_view
 
 PREVIEW_CHARS = 300
@@ -121,11 +121,11 @@ def _source_page(params: dict, ctx: Any, access: Access, cap: int, exact_ref: bo
     per_item = budget_chars(cap, len(page))
     payload["sources"] = _render_children(ctx, access, page, found, per_item, exact_ref,
                                           offset)
-    _set_cursor(payload, offset, len(page), "child_count", "next_source_offset")
+    set_cursor(payload, offset, len(page), "child_count", "next_source_offset")
     payload["source_offset"] = offset
 
     def on_trim(trimmed: dict, kept: int) -> None:
-        _set_cursor(trimmed, offset, kept, "child_count", "next_source_offset")
+        set_cursor(trimmed, offset, kept, "child_count", "next_source_offset")
 
     return payload, Shape(items="sources", on_trim=on_trim, texts=("content", "text", "tool_calls"))
 
@@ -308,7 +308,7 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     payload["items"] = [_recent_item(kind, row, access, per_item) for kind, row in page]
     payload["total"] = len(found.items)
     payload["offset"] = offset
-    _set_cursor(payload, offset, len(page), "total", "next_offset")
+    set_cursor(payload, offset, len(page), "total", "next_offset")
     if found.skipped_stale:
         payload["stale_rollups_skipped"] = found.skipped_stale
     if found.sessions_capped:
@@ -322,7 +322,7 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
             "" if scope == "all" else " in this session (try session_scope='all')")
 
     def on_trim(trimmed: dict, kept: int) -> None:
-        _set_cursor(trimmed, offset, kept, "total", "next_offset")
+        set_cursor(trimmed, offset, kept, "total", "next_offset")
 
     return payload, Shape(items="items", on_trim=on_trim, texts=("text", "content", "tool_calls"))
 

@@ -140,8 +140,3 @@ def _hit_item(fused: ranking.Fused, hit: search.Hit, plan: query_plan.QueryPlan,
 def _mark_more(payload: dict, kept: int) -> None:
     payload["has_more"] = True
 
-
-def _set_cursor(payload: dict, offset: int, returned: int, total: str, following_key: str) -> None:
-    following = offset + returned
-    payload["has_more"] = following < payload[total]
-    payload[following_key] = following if payload["has_more"] else None
