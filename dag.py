@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Sequence
 
 from .storage import scans
 from .storage.database import Database, chunked, row_limit
+from .storage.sessionset import session_filter
 from .storage.postgres import search as pg_search
 from .store import SCAN_PAGE_ROWS, SCAN_SECONDS, row_to_dict
 
@@ -305,8 +306,9 @@ class Dag:
         sql = f"SELECT {NODE_COLUMNS} FROM nodes WHERE time_to >= ? AND time_from < ?"
         params: list = [start, end]
         if session_ids is not None:
-            sql += f" AND session_id IN ({','.join('?' * len(session_ids))})"
-            params += list(session_ids)
+            term, bound = session_filter("session_id", session_ids)
+            sql += f" AND {term}"
+            params += bound
         sql += " ORDER BY time_to DESC, depth DESC LIMIT ?"
         with self.db.reading() as conn:
             return [_node(r) for r in conn.execute(sql, params + [limit])]
@@ -334,18 +336,25 @@ class Dag:
                 (match, limit))]
 
     # ------------------------------------------------------------------ search, scope, health reads
-    def match_node_ids(self, match: str, *, limit: int,
-                       ranked: bool) -> list[tuple[int, float | None]]:
+    def match_node_ids(self, match: str, *, limit: int, ranked: bool,
+                       sessions: Sequence[str] | None = None) -> list[tuple[int, float | None]]:
         """Nodes matching an FTS5 expression built by ``search``: ranked best first
-        ``(node_id, bm25)``, or newest first ``(node_id, None)`` (unranked, cheap)."""
-        rank, order = ("rank", "rank") if ranked else ("NULL", "rowid DESC")
+        ``(node_id, bm25)``, or newest first ``(node_id, None)`` (unranked, cheap).
+        ``sessions`` keeps nodes of a scope too many sessions to name as tags in the
+        expression (a join, ``session_filter``; None: the expression alone decides)."""
+        rank, order = ("f.rank", "f.rank") if ranked else ("NULL", "f.rowid DESC")
+        alias = "m" if self.db.dialect == "postgresql" else "n"   # pg_search's row is m
+        term, scoped = session_filter(f"{alias}.session_id", sessions)
         with self.db.reading() as conn:
             if self.db.dialect == "postgresql":
                 return pg_search.match_ids(conn, "nodes", "node_id", match, limit=limit,
-                                           ranked=ranked)
+                                           ranked=ranked, where=[term] if term else [],
+                                           params=scoped)
+            join = " CROSS JOIN nodes n ON n.node_id = f.rowid" if term else ""
             return [(r[0], r[1]) for r in conn.execute(
-                f"SELECT rowid, {rank} FROM nodes_fts WHERE nodes_fts MATCH ?"
-                f" ORDER BY {order} LIMIT ?", (match, limit))]
+                f"SELECT f.rowid, {rank} FROM nodes_fts f{join} WHERE nodes_fts MATCH ?"
+                f"{' AND ' + term if term else ''} ORDER BY {order} LIMIT ?",
+                (match, *scoped, limit))]
 
     def count_node_matches(self, match: str, *, cap: int) -> int:
         """How many nodes match an FTS5 expression, counting no further than ``cap``."""
@@ -366,8 +375,8 @@ class Dag:
         conds = " AND ".join("instr(lower(text), ?) > 0" for _ in needles) or "1"
         scope, scoped = "", []
         if session_ids is not None:
-            scope = f"session_id IN ({','.join('?' * len(session_ids))}) AND "
-            scoped = list(session_ids)
+            term, scoped = session_filter("session_id", session_ids)
+            scope = f"{term} AND "
         lowered = [n.lower() for n in needles]
 
         def page(cursor: int, size: int) -> tuple[str, list]:

@@ -22,6 +22,7 @@ from .storage import codec, identity, scans, timekeys, views
 from .storage.alignment import Alignment, KnownTail, _Identified  # noqa: F401 (KnownTail: the API)
 from .storage.database import Database, chunked
 from .storage.postgres import search as pg_search
+from .storage.sessionset import session_filter
 from .storage.timeline import MESSAGE_TIME
 from .storage.writer import StatementWriter
 
@@ -432,28 +433,33 @@ class Store(Alignment):
                 f"SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ? {order} LIMIT ?",
                 (match, limit))]
 
-    def substring_scan(self, session_id: str | None, needles: Sequence[str], *,
+    def substring_scan(self, sessions: str | Sequence[str] | None, needles: Sequence[str], *,
                        limit: int, max_rows: int, max_seconds: float = SCAN_SECONDS,
                        page_rows: int = SCAN_PAGE_ROWS) -> list[int]:
         """store_ids (newest first) whose text contains every needle, scanning at most
-        ``max_rows`` of the newest rows: the bounded fallback for text FTS5 tokenizes
-        badly (CJK runs, emoji, symbols).
+        ``max_rows`` of the newest rows of ``sessions`` (one session, a scope rendered by
+        ``session_filter``, or None: all): the bounded fallback for text FTS5 tokenizes
+        badly (CJK runs, emoji, symbols). One scan for the whole scope, never one per
+        session (an owner may have tens of thousands).
 
         The scan goes page by page and takes the shared connection only for one
         page at a time, so a writer (another agent's compaction) waits at most one
         page; it stops after ``max_seconds`` with what it found so far."""
+        if isinstance(sessions, str):
+            sessions = (sessions,)
+        term, scoped = session_filter("session_id", sessions)
+        scope = f"{term} AND " if term else ""
         if getattr(self.db, "trigram", False) and needles and min(map(len, needles)) >= 3:
             with self.db.reading() as conn:  # a server with pg_trgm: the index answers
-                return pg_search.substring_ids(conn, session_id, needles, limit=limit)
+                return pg_search.substring_ids(conn, (term, scoped), needles, limit=limit)
         conds = " AND ".join("instr(t, ?) > 0" for _ in needles) or "1"
-        scope = "session_id = ? AND " if session_id else ""
         lowered = [n.lower() for n in needles]
 
         def page(cursor: int, size: int) -> tuple[str, list]:
             return (f"SELECT store_id, {conds} FROM (SELECT store_id,"
                     f" lower(COALESCE(search_text, content, '')) AS t FROM messages"
                     f" WHERE {scope}store_id < ? ORDER BY store_id DESC LIMIT ?) AS page",
-                    lowered + ([session_id] if session_id else []) + [cursor, size])
+                    lowered + scoped + [cursor, size])
         return scans.newest_first(self.db, page, limit=limit, max_rows=max_rows,
                                   max_seconds=max_seconds, page_rows=page_rows)
 
@@ -498,20 +504,25 @@ class Store(Alignment):
     # ------------------------------------------------------------------ search and health reads
     def match_message_ids(self, match: str, *, limit: int, ranked: bool,
                           below_store_id: int | None = None, time_from: float | None = None,
-                          time_to: float | None = None) -> list[tuple[int, float | None]]:
+                          time_to: float | None = None,
+                          sessions: Sequence[str] | None = None) -> list[tuple[int, float | None]]:
         """store_ids matching an FTS5 expression built by ``search``: ranked best first
         ``(store_id, bm25)``, or newest first ``(store_id, None)`` (unranked, cheap at any size).
 
         ``below_store_id`` hides the current turn; the time bounds apply to
-        ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
+        ``COALESCE(message_at, created_at)`` (``time_to`` exclusive); ``sessions`` keeps
+        rows of a scope too many sessions to name as tags in the expression (a join,
+        ``session_filter``; None: the expression alone decides)."""
         if self.db.dialect == "postgresql":
-            where, params = _match_filters(match, below_store_id, time_from, time_to, "m.store_id")
+            where, params = _match_filters(match, below_store_id, time_from, time_to,
+                                           "m.store_id", sessions)
             with self.db.reading() as conn:
                 return pg_search.match_ids(conn, "messages", "store_id", match, limit=limit,
                                            ranked=ranked, where=where[1:], params=params[1:])
-        where, params = _match_filters(match, below_store_id, time_from, time_to)
-        join = ("" if time_from is None and time_to is None
-                else " JOIN messages m ON m.store_id = f.rowid")
+        where, params = _match_filters(match, below_store_id, time_from, time_to,
+                                       sessions=sessions)
+        join = ("" if time_from is None and time_to is None and sessions is None
+                else " CROSS JOIN messages m ON m.store_id = f.rowid")
         rank = "f.rank" if ranked else "NULL"
         order = "f.rank" if ranked else "f.rowid DESC"
         sql = (f"SELECT f.rowid, {rank} FROM messages_fts f{join} WHERE {' AND '.join(where)}"
@@ -560,15 +571,15 @@ class Store(Alignment):
     def recent_share(self, session_ids: Sequence[str], window: int) -> float:
         """The share of the newest ``window`` store_ids that belong to these (canonical)
         sessions (index range counts only; 0.0 on an empty store)."""
-        marks = ",".join("?" * len(session_ids))
+        term, scoped = session_filter("session_id", session_ids)
         with self.db.reading() as conn:
             top = conn.execute("SELECT COALESCE(MAX(store_id), 0) FROM messages").fetchone()[0]
             if not top or not session_ids:
                 return 0.0
             low = max(0, top - window)
             inside = conn.execute(
-                f"SELECT count(*) FROM messages WHERE session_id IN ({marks}) AND store_id > ?",
-                list(session_ids) + [low]).fetchone()[0]
+                f"SELECT count(*) FROM messages WHERE {term} AND store_id > ?",
+                scoped + [low]).fetchone()[0]
         return inside / max(1, top - low)
 
     def fts_row_counts(self) -> dict:
@@ -748,10 +759,11 @@ def _insert_sql(rows: int) -> str:
 
 
 def _match_filters(match: str, below_store_id: int | None, time_from: float | None,
-                   time_to: float | None, rowid: str = "f.rowid") -> tuple[list[str], list]:
+                   time_to: float | None, rowid: str = "f.rowid",
+                   sessions: Sequence[str] | None = None) -> tuple[list[str], list]:
     """WHERE terms and parameters of a message match (FTS table ``f``, messages ``m``):
-    the expression, the current-turn bound and the time bounds on
-    ``COALESCE(message_at, created_at)`` (``time_to`` exclusive)."""
+    the expression, the current-turn bound, the time bounds on
+    ``COALESCE(message_at, created_at)`` (``time_to`` exclusive) and the sessions."""
     where, params = ["messages_fts MATCH ?"], [match]
     for term, value in ((f"{rowid} < ?", below_store_id),
                         ("COALESCE(m.message_at, m.created_at) >= ?", time_from),
@@ -759,6 +771,10 @@ def _match_filters(match: str, below_store_id: int | None, time_from: float | No
         if value is not None:
             where.append(term)
             params.append(value)
+    if sessions is not None:
+        term, scoped = session_filter("m.session_id", sessions)
+        where.append(term)
+        params += scoped
     return where, params
 
 

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 from ..dag import CARRIED_CLOSURE
 from ..storage.database import Database, chunked
+from ..storage.sessionset import session_filter
 from ..store import Store
 from . import refs as refs_mod
 from .compute import normalize_item
@@ -281,8 +282,9 @@ def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | Non
             args.append(carried_into)
             under = (" OR EXISTS (SELECT 1 FROM node_edges AS e JOIN carried"
                      " ON carried.node_id = e.parent_id WHERE e.child_store_id = a.store_id)")
-        where.append(f"(a.session_id IN ({','.join('?' * len(session_ids))}){under})")
-        args += list(session_ids)
+        inside, bound = session_filter("a.session_id", session_ids)
+        where.append(f"({inside}{under})")
+        args += bound
     if kind:
         where.append("a.kind = ?")
         args.append(kind)

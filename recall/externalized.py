@@ -51,11 +51,11 @@ def visible(store, dag, store_payloads, ref: str, sessions: Sequence[str] | None
     sha = _sha(ref)
     if store_payloads is None or not store_payloads.exists(ref):
         return False
-    scope = query_plan.tag_scope(sessions)
-    match = query_plan.scoped(query_plan.quote(sha), scope)
-    if store.match_message_ids(match, limit=1, ranked=False):
+    tagged, joined = query_plan.scope_split(sessions)
+    match = query_plan.scoped(query_plan.quote(sha), query_plan.tag_scope(tagged))
+    if store.match_message_ids(match, limit=1, ranked=False, sessions=joined):
         return True
-    if dag.match_node_ids(match, limit=1, ranked=False):
+    if dag.match_node_ids(match, limit=1, ranked=False, sessions=joined):
         return True
     if row_ok is None or sessions is None:
         return False
@@ -146,9 +146,11 @@ def search_payloads(store, store_payloads, plan: query_plan.QueryPlan,
     Score = share of the query's concepts (and needles) found in the payload."""
     if store_payloads is None or plan.empty:
         return []
+    tagged, joined = query_plan.scope_split(sessions)
     match = query_plan.scoped(query_plan.quote(PLACEHOLDER_WORDS),
-                              query_plan.tag_scope(sessions))
-    ids = {i for i, _ in store.match_message_ids(match, limit=MAX_REFERRING_ROWS, ranked=False)}
+                              query_plan.tag_scope(tagged))
+    ids = {i for i, _ in store.match_message_ids(match, limit=MAX_REFERRING_ROWS, ranked=False,
+                                                 sessions=joined)}
     if carried and dag is not None:
         ids.update(dag.rows_under_containing(carried, " ".join(PLACEHOLDER_WORDS),
                                              limit=MAX_REFERRING_ROWS))

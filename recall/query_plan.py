@@ -377,9 +377,28 @@ def scoped(body: str, scope_expr: str | None, excluded: Sequence[tuple[str, ...]
     return expr
 
 
+# A scope of more sessions than this is never written as tags in an FTS expression.
+TAG_SESSIONS = 64
+
+
+def scope_split(session_ids: Sequence[str] | None
+                ) -> tuple[Sequence[str] | None, Sequence[str] | None]:
+    """``(sessions written as tags, sessions joined)``: one of them is None. Why: an
+    owner's scope can hold tens of thousands of sessions (a cron job's run is one), and
+    an OR of that many tags is slow to parse and merge in FTS5 and binds a parameter
+    per tag on PostgreSQL; such a scope is a join on the matched rows instead
+    (``Store.match_message_ids`` / ``Dag.match_node_ids`` ``sessions=``, rendered by
+    ``storage.sessionset.session_filter``). A few sessions stay tags: FTS5 intersects
+    their posting lists, the fastest form."""
+    if session_ids is not None and len(session_ids) > TAG_SESSIONS:
+        return None, session_ids
+    return session_ids, None
+
+
 def tag_scope(session_ids: Sequence[str] | None, *, role: str | None = None,
               source: str | None = None) -> str | None:
-    """The ``tags`` part of an FTS expression: sessions, role and source tokens."""
+    """The ``tags`` part of an FTS expression: sessions, role and source tokens (a
+    scope of many sessions is first split off by ``scope_split``)."""
     parts = []
     if session_ids is not None:
         parts.append("tags : " + any_of([session_tag(s) for s in session_ids]))

@@ -51,6 +51,7 @@ from .query_plan import (
     fts_tokens,
     identifier_expr,
     quote,
+    scope_split,
     scoped,
     tag_scope,
 )
@@ -273,6 +274,13 @@ class MessageCorpus:
     query. Counting inside the scope exactly costs an intersection with the
     other sessions' tags (10-20 ms a question at 1M rows) and moves an idf by a
     few percent at most, since the scope holds most rows.
+
+    A scope of more than ``query_plan.TAG_SESSIONS`` sessions (an owner's, with a cron job's
+    run a session) is never written as tags: an OR of thousands of tags is slow to
+    parse and merge, and on PostgreSQL binds a parameter per tag. Its matches are
+    joined to their rows and filtered by ``session_filter`` (the owner as a
+    subquery) in the same statement; its document frequencies are global, as a
+    dense scope's.
     """
 
     def __init__(self, store: Store, scope: MessageScope):
@@ -282,12 +290,13 @@ class MessageCorpus:
         self.below = scope.current_turn_store_id if only_current else None
         self.share = 1.0
         self.dense = False
+        self.joined = scope_split(scope.session_ids)[1] is not None
         if scope.session_ids:
             self.share = store.recent_share(scope.session_ids, SHARE_WINDOW)
             self.dense = self.share >= DENSE_SHARE
 
     def scope_expr(self) -> str | None:
-        sessions = None if self.dense else self.scope.session_ids
+        sessions = None if self.dense or self.joined else self.scope.session_ids
         return tag_scope(sessions, role=self.scope.role, source=self.scope.source)
 
     def _tagged(self, expr: str) -> str:
@@ -307,10 +316,12 @@ class MessageCorpus:
             keys = [k for k, session in rows if session in s.session_ids]
             if len(keys) >= limit or len(rows) < scan:
                 return keys[:limit]
-            expr = self._tagged(expr)
+            if not self.joined:
+                expr = self._tagged(expr)
         return [r[0] for r in self.store.match_message_ids(
             expr, limit=limit, ranked=False, below_store_id=self.below,
-            time_from=s.time_from, time_to=s.time_to)]
+            time_from=s.time_from, time_to=s.time_to,
+            sessions=s.session_ids if self.joined else None)]
 
     def _visible(self, row: dict) -> bool:
         s = self.scope
@@ -344,12 +355,8 @@ class MessageCorpus:
                 if row["role"] in ranking.ROLES]
 
     def substring(self, needles, *, limit):
-        sessions = self.scope.session_ids or (None,)
-        found: list[int] = []
-        for session in sessions:
-            found += self.store.substring_scan(session, needles, limit=limit + 8,
-                                               max_rows=SUBSTRING_MAX_ROWS)
-        return found
+        return self.store.substring_scan(self.scope.session_ids, needles, limit=limit + 8,
+                                         max_rows=SUBSTRING_MAX_ROWS)
 
     def total_docs(self) -> int:
         return max(1, self.store.last_store_id())
@@ -362,17 +369,20 @@ class SummaryCorpus:
     def __init__(self, dag: Dag, session_ids: Sequence[str] | None,
                  accept: Callable[[dict], bool] | None = None):
         self.dag = dag
-        self.session_ids = None if session_ids is None else tuple(session_ids)
+        self.session_ids = None if session_ids is None else (
+            session_ids if isinstance(session_ids, tuple) else tuple(session_ids))
         self.accept = accept
+        self.joined = scope_split(self.session_ids)[1] is not None
 
     def scope_expr(self) -> str | None:
-        return tag_scope(self.session_ids)
+        return None if self.joined else tag_scope(self.session_ids)
 
     def count(self, expr, *, cap):
         return self.dag.count_node_matches(expr, cap=cap)
 
     def match(self, expr, *, limit):
-        return [r[0] for r in self.dag.match_node_ids(expr, limit=limit, ranked=False)]
+        return [r[0] for r in self.dag.match_node_ids(
+            expr, limit=limit, ranked=False, sessions=self.session_ids if self.joined else None)]
 
     def load(self, keys):
         nodes = self.dag.get_nodes(keys)

@@ -12,8 +12,10 @@ operators only, never as ``LOCAL_OWNER``'s (the profile's own CLI user).
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from .database import Database, chunked
+from .sessionset import OWNED_SESSIONS_SQL, SessionSet, session_filter  # noqa: F401 (the API)
 from .timeline import delete_with_ancestors_in
 
 LOCAL_OWNER = "local"
@@ -78,9 +80,17 @@ class Owners:
         an owner row is nobody's and never listed."""
         with self.db.reading() as conn:
             return tuple(r[0] for r in conn.execute(
-                "SELECT DISTINCT s.canonical_id FROM sessions s"
-                " JOIN session_owners o ON o.session_id = s.canonical_id"
-                " WHERE o.owner = ? ORDER BY 1", (owner,)))
+                f"SELECT DISTINCT canonical_id FROM ({OWNED_SESSIONS_SQL}) AS owned"
+                " ORDER BY 1", (owner,)))
+
+    def sessions_of(self, owner: str, also: Sequence[str] = ()) -> SessionSet:
+        """The owner's canonical sessions and ``also`` (the caller's own session, in
+        case it has no session row yet) as a ``SessionSet``: SQL names them by owner,
+        so their number never reaches a statement's parameter count."""
+        owned = self.canonical_sessions_of(owner)
+        listed = set(owned)
+        return SessionSet((*owned, *also), owner=owner,
+                          extra=[s for s in dict.fromkeys(also) if s not in listed])
 
     def others_exist(self, owner: str) -> bool:
         """Whether any session is not recorded as the owner's (someone else's, or

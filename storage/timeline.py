@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import timekeys
 from .database import Database, chunked, row_limit
+from .sessionset import session_filter
 
 Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
@@ -61,9 +62,10 @@ def _in(values: Sequence) -> str:
 
 
 def _session_filter(column: str, sessions: Sequence[str] | None) -> tuple[str, list]:
-    if sessions is None:
-        return "", []
-    return f" AND {column} IN ({_in(sessions) or 'NULL'})", list(sessions)
+    """`` AND <column in sessions>`` (``owners.session_filter``: an owner's set is a
+    subquery, never one parameter per session), or "" for every session."""
+    term, params = session_filter(column, sessions)
+    return (f" AND {term}" if term else ""), params
 
 
 class Timeline:
@@ -75,15 +77,16 @@ class Timeline:
     # ------------------------------------------------------------------ time-window reads
     def sessions_between(self, start: float, end: float) -> list[tuple[str, str, str | None]]:
         """``(session_id, source, owner)`` of every session with a message in the window
-        (owner None: none recorded)."""
+        (owner None: none recorded).
+        (The owners come by a join: a day of a cron job's runs is a session a minute,
+        and a list of them bound one parameter each could pass the engine's limit.)"""
         with self.db.reading() as conn:
-            pairs = conn.execute(
-                f"SELECT DISTINCT session_id, source FROM messages"
-                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?", (start, end)).fetchall()
-            owners = dict(conn.execute(
-                f"SELECT session_id, owner FROM session_owners WHERE session_id IN"
-                f" ({_in(pairs) or 'NULL'})", [p[0] for p in pairs]).fetchall()) if pairs else {}
-        return [(p[0], p[1], owners.get(p[0])) for p in pairs]
+            return [(r[0], r[1], r[2]) for r in conn.execute(
+                f"SELECT m.session_id, m.source, o.owner FROM (SELECT DISTINCT"
+                f" session_id, source FROM messages WHERE {MESSAGE_TIME} >= ?"
+                f" AND {MESSAGE_TIME} < ?) AS m LEFT JOIN session_owners o"
+                f" ON o.session_id = m.session_id",
+                (start, end))]
 
     def session_spans(self, start: float, end: float, sessions: Sequence[str] | None,
                       limit: int) -> list[dict]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .database import Database, chunked
+from .sessionset import session_filter
 
 EMBEDDED_ROLES = ("user", "assistant")    # tool output is searched by full text only
 _OWNERS = {"m": ("messages", "store_id"), "n": ("nodes", "node_id")}   # fixed names, never input
@@ -225,8 +226,9 @@ class VectorStore:
         roles = ",".join("?" * len(EMBEDDED_ROLES))
         where, params = f"m.role IN ({roles})", list(EMBEDDED_ROLES)
         if sessions is not None:
-            where += f" AND m.session_id IN ({','.join('?' * len(sessions))})"
-            params += list(sessions)
+            term, bound = session_filter("m.session_id", sessions)
+            where += f" AND {term}"
+            params += bound
         if hidden is not None:
             where += " AND NOT (m.session_id = ? AND m.store_id >= ?)"
             params += list(hidden)
@@ -250,8 +252,9 @@ class VectorStore:
                "NOT NULL")
         params: list = [space_id, kind]
         if sessions is not None:
-            sql += f" AND t.session_id IN ({','.join('?' * len(sessions))})"
-            params += list(sessions)
+            term, bound = session_filter("t.session_id", sessions)
+            sql += f" AND {term}"
+            params += bound
         with self.db.reading() as conn:
             return conn.execute(sql, params).fetchall()
 

@@ -99,7 +99,9 @@ class Access:
         return self._alone
 
     def search_sessions(self) -> tuple[str, ...] | None:
-        """Sessions whose raw rows a search covers (None = all)."""
+        """Sessions whose raw rows a search covers (None = all). The owner's set is a
+        ``SessionSet``: SQL names it by owner (``storage.owners.session_filter``), never
+        one parameter per session."""
         if self.scope == "all":
             if self.every_owner:
                 return None  # every session is readable: no filter at all
@@ -108,8 +110,7 @@ class Access:
             if self.alone():
                 return None  # every session is this owner's: no filter at all
             if self._owned is None:
-                self._owned = tuple(sorted(
-                    {*self._owners.canonical_sessions_of(self.owner), self.current}))
+                self._owned = self._owners.sessions_of(self.owner, also=(self.current,))
             return self._owned
         return (self.named,) if self.named else (self.current,)
 

@@ -261,14 +261,16 @@ def match_ids(conn, table: str, key: str, expr: str, *, limit: int, ranked: bool
     return [(r[0], r[1]) for r in conn.execute(sql, bound)]
 
 
-def substring_ids(conn, session_id: str | None, needles: Sequence[str], *, limit: int) -> list:
+def substring_ids(conn, scope: tuple[str, list], needles: Sequence[str], *,
+                  limit: int) -> list:
     """store_ids (newest first) whose text contains every needle, case folded, through
-    the pg_trgm index (every row, not only the newest: the index finds them)."""
+    the pg_trgm index (every row, not only the newest: the index finds them); ``scope``
+    is the sessions' term (``sessionset.session_filter``; "" for all) and its parameters."""
     terms = ["COALESCE(search_text, content) LIKE ? ESCAPE '\\'" for _ in needles]
     params: list = ["%" + re.sub(r"([\\%_])", r"\\\1", n) + "%" for n in needles]
-    if session_id:
-        terms.insert(0, "session_id = ?")
-        params.insert(0, session_id)
+    if scope[0]:
+        terms.insert(0, scope[0])
+        params[:0] = scope[1]
     return [r[0] for r in conn.execute(
         f"SELECT store_id FROM messages WHERE {' AND '.join(terms)}"
         " ORDER BY store_id DESC LIMIT ?", [*params, limit])]
