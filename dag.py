@@ -212,9 +212,11 @@ class Dag:
                 """, (node_id,)).fetchall()
         return [r[0] for r in rows]
 
+    # BIGINT, not INTEGER: PostgreSQL's node ids are bigint, and a recursive term must
+    # keep the type of the non-recursive one (with INTEGER every walk was refused there).
     _SUBTREE = """
         WITH RECURSIVE walk(node_id) AS (
-            SELECT CAST(? AS INTEGER)
+            SELECT CAST(? AS BIGINT)
             UNION
             SELECT e.child_node_id FROM node_edges e JOIN walk ON e.parent_id = walk.node_id
             WHERE e.child_node_id IS NOT NULL
