@@ -36,6 +36,7 @@ class _Identified:
     foreign_of: str | None = None
     same_as: dict[int, int] = field(default_factory=dict)  # a replay -> what it replays
     settled: bool = False  # read as the hint's list going on (``_read_settled``)
+    resent: frozenset[int] = frozenset()  # read as a send of its own with its reply (new)
 
 
 def view_entries(shown: identity.Shown, alignment: Sequence[int | None],
@@ -224,7 +225,7 @@ class Alignment:
         """Conversational elements before the turn that no row explains yet."""
         limit = len(shown.fps) if shown.turn_index is None else shown.turn_index
         return [i for i in range(limit) if shown.fps[i] is not None and not found.engine[i]
-                and found.store_ids[i] is None]
+                and found.store_ids[i] is None and i not in found.resent]
 
     def _read_views(self, conn, session_id: str, shown: identity.Shown,
                     candidates: Iterable[identity.View], *, gaps: bool,
@@ -250,6 +251,7 @@ class Alignment:
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         seen_with: dict = {}    # per block shown: its views read once per list
+        resent: set[int] = set()
         for start, end, before, after in reading.gaps:
             run, matched = fps[start:end], before
             # After the engine's block only rows no summary covers are candidates: the
@@ -271,6 +273,11 @@ class Alignment:
                     and all(sid is None for sid in aligned):
                 aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
                                                    taken, candidates) or aligned
+                if all(sid is None for sid in aligned) and self._answered_otherwise(
+                        conn, session_id, fps, shown.roles, start, end, matched):
+                    taken.discard(matched)
+                    ids[start - 1] = None
+                    resent.update(range(start - 1, end))
             for offset, sid in enumerate(aligned):
                 if sid is not None:
                     ids[start + offset] = sid
@@ -290,7 +297,7 @@ class Alignment:
             if owner is not None:
                 return _Identified(alignment, flags, foreign=frozenset(open_),
                                    foreign_of=owner.session)
-        return _Identified(alignment, flags, same_as=reading.same_as)
+        return _Identified(alignment, flags, same_as=reading.same_as, resent=frozenset(resent))
 
     def _view_reading(self, conn, session_id: str, shown: identity.Shown,
                       candidates: Iterable[identity.View], *, gaps: bool,
@@ -524,6 +531,42 @@ class Alignment:
                                   **candidates)
             return identity.align_gap(run, rows, trailing=True, taken=taken)
         return None
+
+    @staticmethod
+    def _answered_otherwise(conn, session_id: str, fps: list, roles: Sequence[str],
+                            start: int, end: int, matched: int) -> bool:
+        """Whether a run after the list's last match that lines up with no row (nor
+        after a slide back) answers another send of the last matched user message's
+        text: the session holds that text in ``matched`` only, a view lists that row
+        answered by a reply, and the run opens with a different one. One send has one
+        reply (a /retry is a new send: rule 2): the list's message is new with it.
+
+        Why: a /retry on a /branch before its first turn drops the exchange the host
+        copied from the parent from the branch's first list (its copy); state.db keeps
+        it active, and after an /undo of the retry it ends the restored branch. Read
+        as the re-send, only its reply was stored (host walk 490000: the send lost)."""
+        role = lambda k: roles[k] if k < len(roles) else ""  # noqa: E731
+        first = next((k for k in range(start, end) if fps[k] is not None), None)
+        if start < 1 or role(start - 1) != "user" or first is None or role(first) == "user":
+            return False
+        copies = conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ? AND content_hash ="
+            " (SELECT content_hash FROM messages WHERE store_id = ?)",
+            (session_id, matched)).fetchone()[0]
+        if copies != 1:
+            return False
+        for view in views.holding(conn, session_id, [matched], views.RING):
+            at = next((k for k, (_, sid) in enumerate(view.entries) if sid == matched), None)
+            if at is None or at + 1 >= len(view.entries):
+                continue
+            fp, reply = view.entries[at + 1]
+            if reply <= 0 or fp == fps[first]:
+                continue
+            kind = conn.execute("SELECT role FROM messages WHERE store_id = ?",
+                                (reply,)).fetchone()
+            if kind is not None and kind[0] != "user":
+                return True
+        return False
 
     @staticmethod
     def _block_in_views(conn, session_id: str, block: str | None,

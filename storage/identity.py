@@ -39,7 +39,10 @@ reply it matched after an element it could not is no evidence). Then:
    the block that summarized it). A list whose block the engine
    returned but none of whose other elements a view holds (the views of the lists
    that went on from it have left the rings) goes on from that returned list: what
-   follows the block is a run after the newest row that list was shown.
+   follows the block is a run after the newest row that list was shown. A run after
+   the last match that lines up with no row, after a user message whose row (the
+   session's only one of its text) a view lists answered by another reply, answers
+   another send of that text: the message is new with it (one send, one reply).
 4. **A list of another session stores nothing.** A list handed over at a
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's

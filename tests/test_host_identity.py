@@ -548,3 +548,37 @@ def test_a_sent_copy_of_the_block_stays_the_turns_message_through_a_compress(tmp
         users = [text for role, text in rows(host) if role == "user"]
         assert users.count(current) == 1 and users[-2:] == [current, "[T11] what was that?"]
         assert_stored_once(talk)
+
+
+def test_a_branch_retried_then_undone_keeps_the_copied_attempt(tmp_path, server):
+    """/branch, /retry on the branch, /undo, then the branch restored: the host copied
+    the parent's last exchange (u2, a2) into the branch and /retry left it active in
+    state.db, so the restore ends with it, while the branch's copy (its first list,
+    the retry's) held only the re-send (u2', a2'). The restored u2 is the copied send,
+    not the re-send: the next turn on the branch stores both u2 and a2 there, a2 no
+    second reply of u2' (host walk 490000: u2 was lost)."""
+    model = wk.ScriptedModel(seed=6, ok_share=0.0)
+    with ck.CliHost(tmp_path, server=server, responder=model) as host:
+        talk = Talk(host)
+        talk.say("first message")
+        talk.say("second message")
+        parent = talk.cli.session_id
+        history = list(talk.cli.history)
+        branch = talk.cli.branch()
+        talk.oracle.branched(branch, history)
+        # the branch's first list is the retry's: its copy may lack the retried attempt
+        talk.oracle.first_ingest(branch, history[:-2])
+        talk.retry()
+        talk.cli.undo()
+        talk.cli.resume(parent)
+        talk.cli.resume(branch)
+        restored = [ck.text_of(m.get("content")) for m in talk.cli.history]
+        assert restored.count("second message") == 1 and len(restored) == 4, restored
+        talk.say("third message")
+        talk.cli.exit()
+        branch_rows = rows(host, branch)
+        users = [t for r, t in branch_rows if r == "user"]
+        assert users == ["first message", "second message", "second message", "third message"], \
+            branch_rows
+        assert len({t for r, t in branch_rows if r == "assistant"}) == 4, branch_rows
+        assert_stored_once(talk)

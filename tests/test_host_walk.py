@@ -158,6 +158,10 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # an old block (its compaction's turn undone since) and turns the first CLI summarized
 # since; only the returned view still held that block, it matched none of the turns, and
 # all 16 were stored again (step 255).
+# Seed 490000 (turns up to 20K tokens): a /branch, a /retry on the branch before its first
+# turn (its copy, the retry's list, without the copied exchange that state.db keeps
+# active), an /undo, then /resume of the branch and /new: the restored copied send was
+# read as the re-send and only its reply stored, after the re-send's (step 132).
 # Seed 220005: a big newest turn took the tail's share; the 150-token turn before it
 # was held against the block as it stood, summarized, and the pass condensed that block
 # into less: the tail starved by the room the old block had taken (step 25).
@@ -166,12 +170,12 @@ REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504
            100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
            120004: 60, 160002: 19, 160006: 39, 160017: 36,
            170003: 44, 170009: 19, 180004: 17, 220005: 26, 250002: 51, 280003: 92,
-           280002: 255}
+           280002: 255, 490000: 132}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
                 150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
                 160006: 20_000, 160017: 20_000, 170003: 20_000, 170009: 20_000,
                 250002: 20_000, 280003: 20_000,
-                280002: 20_000}   # tokens; the walks' default elsewhere
+                280002: 20_000, 490000: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
               160017, 170003, 170009}    # the second CLI in this process
 

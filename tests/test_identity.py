@@ -773,3 +773,55 @@ def test_a_row_a_second_copys_compaction_kept_beside_the_block_is_that_row_later
     again.ingest(restored)
     assert len(stored(first)) == rows + 1 and stored(first)[-1][1] == "after the restart"
     assert sum(1 for role, _ in stored(first) if role == "assistant") == 6 + 5
+
+
+class _HostSessions:
+    """The one method of the host's SessionDB that bind_session_state reads."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def get_session(self, session_id):
+        return self.rows.get(session_id)
+
+
+def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(tmp_path):
+    """/branch, then /retry on the branch before any other turn: the branch's first
+    list (the retry's) lacks the parent's last exchange that the host copied into the
+    branch and keeps active in its state.db. After an /undo of the retry a restore of
+    the branch ends with that copied exchange (u2, a2): u2 is not the re-send's row but
+    a send of its own, stored with a2, and a2 is no second reply of the re-send (host
+    walk 490000: u2 lost, a2 stored after a2')."""
+    engine = make_engine(tmp_path, session="parent")
+    history = []
+    for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
+        history += turn(user, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    restored = copy.deepcopy(history)            # what the branch's state.db keeps active
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    assert engine.last_switch["kind"] == "branch"
+    retried = history[:-2] + turn("second message", "reply 3")    # /retry on the branch
+    engine.note_user_turn(retried[-2])
+    engine.ingest(retried[:-1])
+    engine.ingest(retried)
+    engine.turn_done()
+    engine.on_session_reset()                    # /undo of the retry, then away and back
+    engine.bind_session_state(host, "parent")
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")
+    restored += [{"role": "user", "content": "third message"}]
+    engine.note_user_turn(restored[-1])
+    engine.ingest(restored)
+    assert stored(engine, "branch") == [
+        ("user", "first message"), ("assistant", "reply 1"),
+        ("user", "second message"), ("assistant", "reply 3"),
+        ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
+    engine.ingest(restored)                      # the same list again: nothing new
+    assert len(stored(engine, "branch")) == 7
+    assert [m for _, m in stored(engine, "parent")] == [
+        "first message", "reply 1", "second message", "reply 2"]
