@@ -14,15 +14,12 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from . import identity, views
-from .database import chunked
+from .alignment_rows import fresh_from, fresh_rows, gap_rows, hashes_of, rows_between
 
 # At most this many stored copies of the first shown message are tried as anchors.
 ANCHOR_CANDIDATES = 16
 # Stored rows read past the shown list's length when aligning (room for skipped rows).
 ALIGN_SLACK = 64
-# A block whose tail is unknown is aligned against unsummarized rows among this many
-# times the shown list's length of the session's newest rows.
-FRESH_SCAN_FACTOR = 8
 
 
 @dataclass
@@ -78,24 +75,6 @@ def _lowest_followed(conn, session_id: str, claimed: set[int]) -> int:
         if last is not None:
             low = min([low] + [sid for sid in ids[last + 1:] if sid > 0])
     return low
-
-
-def _fresh_from(conn, session_id: str, low: int, limit: int) -> list[int]:
-    """The session's first ``limit`` rows from ``low`` on that no summary covers."""
-    return [row[0] for row in conn.execute(
-        "SELECT store_id FROM messages AS m WHERE session_id = ? AND store_id >= ?"
-        " AND NOT EXISTS (SELECT 1 FROM node_edges AS e WHERE e.child_store_id = m.store_id)"
-        " ORDER BY store_id LIMIT ?", (session_id, low, limit))]
-
-
-def _rows_between(conn, session_id: str, low: int, high: int, enough: int) -> int:
-    """How many of the session's rows lie strictly between ``low`` and ``high``
-    (counted up to ``enough``: the callers only compare). The subquery is named:
-    PostgreSQL before 16 refuses one without a name, and every turn whose list needed
-    this count failed to store (host walk 310003 on PostgreSQL 15)."""
-    return conn.execute(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = ? AND store_id > ?"
-        " AND store_id < ? LIMIT ?) AS gap", (session_id, low, high, max(0, enough))).fetchone()[0]
 
 
 def _after(view: identity.View, store_id: int) -> list[int]:
@@ -265,9 +244,9 @@ class Alignment:
             candidates = {"fresh_only": any(flags[:start]),
                           "rendered": rendered if before is not None else None,
                           "beside": beside}
-            rows = self._gap_rows(conn, session_id, before, after,
-                                  sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
-                                  **candidates)
+            rows = gap_rows(conn, session_id, before, after,
+                            sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
+                            **candidates)
             aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
             if after is None and rows and start > 0 and ids[start - 1] == matched \
                     and all(sid is None for sid in aligned):
@@ -412,8 +391,8 @@ class Alignment:
         # view from before a compaction), and those must not stand in for an unclaimed
         # fresh row (an /undo's dropped turn the list shows again). One more row than
         # the list claims is enough to know.
-        rows = _fresh_from(conn, session_id, _lowest_followed(conn, session_id, claimed),
-                           len(claimed) + 1)
+        rows = fresh_from(conn, session_id, _lowest_followed(conn, session_id, claimed),
+                          len(claimed) + 1)
         if all(sid in claimed for sid in rows):
             return True
         # Unclaimed rows below the run's row that never followed it in a list are a
@@ -421,8 +400,8 @@ class Alignment:
         # compaction inside the turn stored it): the run after that new row cannot
         # be them (host walk 160002, its reply read as the dropped one's and lost).
         last = gaps[0][2]
-        if any(sid not in claimed for sid in _fresh_from(conn, session_id, last + 1,
-                                                          len(claimed) + 1)):
+        if any(sid not in claimed for sid in fresh_from(conn, session_id, last + 1,
+                                                         len(claimed) + 1)):
             return False
         # ... only after a user message: the re-sent turn. A list claiming an older
         # reply's text as a newer row (a stale list whose "ok" equals a retried reply's)
@@ -464,7 +443,7 @@ class Alignment:
                     and ids[end] == after):
                 continue
             elements = sum(1 for k in range(start, end) if fps[k] is not None)
-            between = 0 if leading else _rows_between(conn, session_id, before, after, elements)
+            between = 0 if leading else rows_between(conn, session_id, before, after, elements)
             if between >= elements:
                 continue  # the rows between may be the whole gap: read it as it is
             # the rows between are the gap's first elements; the view's run is later
@@ -486,7 +465,7 @@ class Alignment:
                     slid[k] = None
                 left = sum(1 for k in range(target + run, nxt)
                            if fps[k] is not None and slid[k] is None)
-                if _rows_between(conn, session_id, ids[last], ids[nxt], left) >= left:
+                if rows_between(conn, session_id, ids[last], ids[nxt], left) >= left:
                     ids[:] = slid
                     moved = True
                     break
@@ -515,7 +494,7 @@ class Alignment:
             if prev is None or prev >= ids[k0]:
                 return None
             want = fps[k0:start] + [first]
-            between = [(sid, fp) for sid, fp in self._gap_rows(
+            between = [(sid, fp) for sid, fp in gap_rows(
                 conn, session_id, prev, ids[k0], len(want) + ALIGN_SLACK, **candidates)
                 if sid not in taken]
             at = next((i for i in range(len(between) - len(want) + 1)
@@ -526,9 +505,9 @@ class Alignment:
                 taken.discard(ids[k0 + k])
                 ids[k0 + k] = between[at + k][0]
                 taken.add(ids[k0 + k])
-            rows = self._gap_rows(conn, session_id, ids[start - 1], None,
-                                  sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
-                                  **candidates)
+            rows = gap_rows(conn, session_id, ids[start - 1], None,
+                            sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
+                            **candidates)
             return identity.align_gap(run, rows, trailing=True, taken=taken)
         return None
 
@@ -598,41 +577,6 @@ class Alignment:
                 rows.update(sid for _, sid in view.entries[at + 1:] if sid > 0)
             known[block] = (rendered, frozenset(rows))
         return known[block]
-
-    @staticmethod
-    def _gap_rows(conn, session_id: str, before: int | None, after: int | None,
-                  limit: int, *, fresh_only: bool, rendered: int | None = None,
-                  beside: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
-        """``(store_id, fingerprint)`` of the session's rows a gap may be: between
-        its neighbours' rows, before the first (the newest of them) or after the last;
-        with ``fresh_only`` only rows no summary covers, or, given ``rendered`` (the
-        newest node when the list's block was rendered), no summary up to it covers:
-        a row a later compaction summarized is still the stale list's message; and,
-        whatever covers them, the rows ``beside`` (a view showed them raw after the
-        list's block: ``_block_in_views``)."""
-        columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
-        first: tuple = (session_id,)
-        fresh = ""
-        if fresh_only:
-            shown = sorted(sid for sid in beside if (before is None or sid > before)
-                           and (after is None or sid < after))
-            fresh = (" AND (NOT EXISTS (SELECT 1 FROM node_edges AS e"
-                     " WHERE e.child_store_id = m.store_id"
-                     + (" AND e.parent_id <= ?)" if rendered is not None else ")")
-                     + (f" OR store_id IN ({','.join('?' * len(shown))}))" if shown else ")"))
-            first = (session_id, *(() if rendered is None else (rendered,)), *shown)
-        head = f"SELECT {columns} FROM messages AS m WHERE session_id = ?{fresh}"
-        if before is not None and after is not None:
-            rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
-                                f" ORDER BY store_id LIMIT ?",
-                                (*first, before, after, limit)).fetchall()
-        elif before is not None:
-            rows = conn.execute(f"{head} AND store_id > ? ORDER BY store_id LIMIT ?",
-                                (*first, before, limit)).fetchall()
-        else:
-            rows = conn.execute(f"{head} AND store_id < ? ORDER BY store_id DESC LIMIT ?",
-                                (*first, after, limit)).fetchall()[::-1]
-        return [(r[0], identity.fingerprint(r[1], r[2], r[3], r[4], r[5])) for r in rows]
 
     def _remember(self, conn, session_id: str, shown: identity.Shown,
                   alignment: list[int | None], flags: list[bool], now: float,
@@ -713,7 +657,7 @@ class Alignment:
         """
         real = [i for i, h in enumerate(hashes) if h is not None]
         ids = list(known.store_ids)
-        stored = dict(self._hashes_of(conn, ids))
+        stored = dict(hashes_of(conn, ids))
         alignment: list[int | None] = [None] * len(hashes)
         matched, last = 0, known.low - 1
         for pos, store_id in zip(real, ids):
@@ -733,40 +677,13 @@ class Alignment:
                 alignment[pos] = store_id
         return alignment
 
-    @staticmethod
-    def _fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
-        """``(store_id, hash)`` of the session's newest ``limit`` rows that no summary
-        covers and that come after the newest row one does, in store order (looking
-        at most ``FRESH_SCAN_FACTOR * limit`` rows back). A row older than what the
-        newest summary covers and left out of it is one the host dropped (a /retry's
-        or /undo's first attempt): nothing shown after a block is that row."""
-        rows = []
-        for store_id, digest, covered in conn.execute(
-                "SELECT store_id, content_hash, EXISTS (SELECT 1 FROM node_edges AS e"
-                " WHERE e.child_store_id = m.store_id) FROM messages AS m"
-                " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?",
-                (session_id, FRESH_SCAN_FACTOR * limit)):
-            if covered:
-                break
-            rows.append((store_id, digest))
-        return rows[:limit][::-1]
-
-    @staticmethod
-    def _hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
-        found = []
-        for chunk in chunked(store_ids):
-            found += [(r[0], r[1]) for r in conn.execute(
-                f"SELECT store_id, content_hash FROM messages WHERE store_id IN"
-                f" ({','.join('?' * len(chunk))})", chunk)]
-        return found
-
     def _align_fresh(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
         """Align a list that follows a summary block whose tail is not known: only
         the newest rows no summary covers are candidates, anchored at each stored
         copy of the first shown message; the longest in-order match wins."""
         wanted = sum(1 for h in hashes if h is not None)
         first = next((h for h in hashes if h is not None), None)
-        window = self._fresh_rows(conn, session_id, wanted + ALIGN_SLACK)
+        window = fresh_rows(conn, session_id, wanted + ALIGN_SLACK)
         return _best_anchor(hashes, (window[i:] for i, (_, digest) in enumerate(window)
                                      if digest == first))
 

@@ -15,7 +15,7 @@ import pytest
 from hermes_trove.dag import Dag, NewNode
 from hermes_trove.recall import query_plan, search as search_module
 from hermes_trove.recall.query_plan import scoped, tag_scope
-from hermes_trove.storage import alignment, database, locks, migrations
+from hermes_trove.storage import alignment_rows, database, locks, migrations
 from hermes_trove.storage.postgres import connection, schema, search
 from hermes_trove.store import Store, decode_row
 from hermes_trove.storage.vectors import SpaceIdentity, VectorRow, VectorStore
@@ -135,15 +135,15 @@ def test_substring_and_cjk_search_find_the_same_rows(backend):
 
 
 def test_the_identity_reads_gap_count_runs_on_both_engines(backend):
-    """The count of rows between two of a view's rows (storage/alignment.py): on
+    """The count of rows between two of a view's rows (storage/alignment_rows.py): on
     PostgreSQL 15 its unnamed subquery was an error, and every turn whose list it
     read went unstored from then on (host walk 310003 on PostgreSQL)."""
     store = Store(database.get_database(backend[1]))
     ids = store.ingest("A", turns("A", 3)).store_ids
     with store.db.reading() as conn:
-        assert alignment._rows_between(conn, "A", ids[0], ids[5], 10) == 4
-        assert alignment._rows_between(conn, "A", ids[0], ids[5], 2) == 2   # counted up to enough
-        assert alignment._rows_between(conn, "B", ids[0], ids[5], 10) == 0
+        assert alignment_rows.rows_between(conn, "A", ids[0], ids[5], 10) == 4
+        assert alignment_rows.rows_between(conn, "A", ids[0], ids[5], 2) == 2   # counted up to enough
+        assert alignment_rows.rows_between(conn, "B", ids[0], ids[5], 10) == 0
 
 
 def test_accents_and_case_fold_the_same_on_both_engines(backend):
