@@ -89,3 +89,20 @@ def close_databases() -> None:
     from hermes_trove.storage import database
     for key in list(database._registry):
         database.forget_database(key)
+
+
+def stored_chat(target, messages, session: str = "s"):
+    """A fixture body: ``messages`` ingested into ``session`` of a private database at
+    ``target`` (a path, or a server URL from tests/pgkit.py's ``backend``); yields
+    ``(db, store, dag, store_ids)`` and closes the database after the test."""
+    from hermes_trove.dag import Dag
+    from hermes_trove.storage import database
+    from hermes_trove.store import Store
+    db = database.open_private(target)
+    store, dag = Store(db), Dag(db)
+    store.ensure_session(session)
+    ids = store.ingest(session, messages).store_ids
+    try:
+        yield db, store, dag, ids
+    finally:
+        db.close()

@@ -11,16 +11,14 @@ import time
 import numpy
 import pytest
 
+from enginekit import stored_chat
 from fake_openai import FakeOpenAIServer
 from hermes_trove import tools
 from hermes_trove.compaction import tokens
 from hermes_trove.config import load_config
 from hermes_trove.diagnostics import health
 from hermes_trove.recall import embeddings, probe, semantic
-from hermes_trove.storage import database
 from hermes_trove.storage.vectors import VectorStore
-from hermes_trove.store import Store
-from hermes_trove.dag import Dag
 
 COUNTER = tokens.get_counter()
 CHAT = [
@@ -39,12 +37,7 @@ def fake():
 
 @pytest.fixture
 def chat(tmp_path, backend):
-    db = database.open_private(backend[1])
-    store, dag = Store(db), Dag(db)
-    store.ensure_session("s")
-    ids = store.ingest("s", CHAT).store_ids
-    yield db, store, dag, ids
-    db.close()
+    yield from stored_chat(backend[1], CHAT)
 
 
 def config_for(tmp_path, fake):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from enginekit import stored_chat
 from fake_openai import FakeOpenAIServer
 from hermes_trove import tools
 from hermes_trove.compaction import tokens
@@ -44,12 +45,7 @@ def openai_config(tmp_path, fake, **extra):
 @pytest.fixture
 def chat(tmp_path, backend):
     """The chat on both engines (tests/pgkit.py): vectors are bytea on a server."""
-    db = database.open_private(backend[1])
-    store, dag = Store(db), Dag(db)
-    store.ensure_session("s")
-    ids = store.ingest("s", CHAT).store_ids
-    yield db, store, dag, ids
-    db.close()
+    yield from stored_chat(backend[1], CHAT)
 
 
 def ctx_for(store, dag, tmp_path, config, found):
