@@ -315,6 +315,20 @@ def test_identical_resend_after_undo_or_retry_is_a_new_user_row(tmp_path, server
         assert_stored_once(talk)
 
 
+def branch_after_two_turns(talk) -> tuple[str, list, str, list]:
+    """Two turns ("first message", "second message"), then /branch: the parent's id, its
+    history at the branch point (the oracle's branch copy), the branch's id and the
+    parent's stored rows before the branch."""
+    talk.say("first message")
+    talk.say("second message")
+    parent = talk.cli.session_id
+    parent_rows = rows(talk.host, parent)
+    history = list(talk.cli.history)
+    branch = talk.cli.branch()
+    talk.oracle.branched(branch, history)
+    return parent, history, branch, parent_rows
+
+
 def test_undo_and_retry_on_a_branch_store_each_send(tmp_path, server):
     """The issue's branch variant: on a branch (its copy stored by its first
     turn), /undo + /retry store one more user row with its reply, and the
@@ -322,13 +336,7 @@ def test_undo_and_retry_on_a_branch_store_each_send(tmp_path, server):
     model = wk.ScriptedModel(seed=6, ok_share=0.0)
     with ck.CliHost(tmp_path, server=server, responder=model) as host:
         talk = Talk(host)
-        talk.say("first message")
-        talk.say("second message")
-        parent = talk.cli.session_id
-        parent_rows = rows(host, parent)
-        history = list(talk.cli.history)
-        branch = talk.cli.branch()
-        talk.oracle.branched(branch, history)
+        parent, history, branch, parent_rows = branch_after_two_turns(talk)
         talk.say("on the branch")
         talk.cli.undo()
         talk.retry()  # re-sends "second message"
@@ -560,12 +568,7 @@ def test_a_branch_retried_then_undone_keeps_the_copied_attempt(tmp_path, server)
     model = wk.ScriptedModel(seed=6, ok_share=0.0)
     with ck.CliHost(tmp_path, server=server, responder=model) as host:
         talk = Talk(host)
-        talk.say("first message")
-        talk.say("second message")
-        parent = talk.cli.session_id
-        history = list(talk.cli.history)
-        branch = talk.cli.branch()
-        talk.oracle.branched(branch, history)
+        parent, history, branch, _ = branch_after_two_turns(talk)
         # the branch's first list is the retry's: its copy may lack the retried attempt
         talk.oracle.first_ingest(branch, history[:-2])
         talk.retry()
