@@ -516,9 +516,11 @@ class Alignment:
                             start: int, end: int, matched: int) -> bool:
         """Whether a run after the list's last match that lines up with no row (nor
         after a slide back) answers another send of the last matched user message's
-        text: the session holds that text in ``matched`` only, a view lists that row
-        answered by a reply, and the run opens with a different one. One send has one
-        reply (a /retry is a new send: rule 2): the list's message is new with it.
+        text: a view lists that row answered by a reply and the run opens with a
+        different one. One send has one reply (a /retry is a new send: rule 2): the
+        list's message is new with it. How often the session holds the text does not
+        matter: the run's reply lines up with no row, so no other copy is its send
+        either (a repeated "continue": host walk 500000).
 
         Why: a /retry on a /branch before its first turn drops the exchange the host
         copied from the parent from the branch's first list (its copy); state.db keeps
@@ -527,12 +529,6 @@ class Alignment:
         role = lambda k: roles[k] if k < len(roles) else ""  # noqa: E731
         first = next((k for k in range(start, end) if fps[k] is not None), None)
         if start < 1 or role(start - 1) != "user" or first is None or role(first) == "user":
-            return False
-        copies = conn.execute(
-            "SELECT COUNT(*) FROM messages WHERE session_id = ? AND content_hash ="
-            " (SELECT content_hash FROM messages WHERE store_id = ?)",
-            (session_id, matched)).fetchone()[0]
-        if copies != 1:
             return False
         for view in views.holding(conn, session_id, [matched], views.RING):
             at = next((k for k, (_, sid) in enumerate(view.entries) if sid == matched), None)

@@ -165,17 +165,20 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # Seed 220005: a big newest turn took the tail's share; the 150-token turn before it
 # was held against the block as it stood, summarized, and the pass condensed that block
 # into less: the tail starved by the room the old block had taken (step 25).
+# Seed 500000: the same as 490000 with a text the session held twice ("continue"): a
+# second CLI restored the branch before the /retry and showed the copied attempt and
+# its reply; the send was read as the re-send's row, only its reply stored (step 130).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
            100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
            120004: 60, 160002: 19, 160006: 39, 160017: 36,
            170003: 44, 170009: 19, 180004: 17, 220005: 26, 250002: 51, 280003: 92,
-           280002: 255, 490000: 132}
+           280002: 255, 490000: 132, 500000: 130}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
                 150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
                 160006: 20_000, 160017: 20_000, 170003: 20_000, 170009: 20_000,
                 250002: 20_000, 280003: 20_000,
-                280002: 20_000, 490000: 20_000}   # tokens; the walks' default elsewhere
+                280002: 20_000, 490000: 20_000, 500000: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
               160017, 170003, 170009}    # the second CLI in this process
 

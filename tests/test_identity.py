@@ -8,6 +8,7 @@ previous session's transcript at exit, two engine copies on one session."""
 import copy
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -785,16 +786,18 @@ class _HostSessions:
         return self.rows.get(session_id)
 
 
-def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(tmp_path):
+@pytest.mark.parametrize("first", ["first message", "second message"])
+def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(tmp_path, first):
     """/branch, then /retry on the branch before any other turn: the branch's first
     list (the retry's) lacks the parent's last exchange that the host copied into the
     branch and keeps active in its state.db. After an /undo of the retry a restore of
     the branch ends with that copied exchange (u2, a2): u2 is not the re-send's row but
     a send of its own, stored with a2, and a2 is no second reply of the re-send (host
-    walk 490000: u2 lost, a2 stored after a2')."""
+    walk 490000: u2 lost, a2 stored after a2'). The same when u2's text was sent
+    before too (a repeated "continue": host walk 500000)."""
     engine = make_engine(tmp_path, session="parent")
     history = []
-    for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
+    for user, reply in ((first, "reply 1"), ("second message", "reply 2")):
         history += turn(user, reply)
         engine.note_user_turn(history[-2])
         engine.ingest(history)
@@ -818,10 +821,10 @@ def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(
     engine.note_user_turn(restored[-1])
     engine.ingest(restored)
     assert stored(engine, "branch") == [
-        ("user", "first message"), ("assistant", "reply 1"),
+        ("user", first), ("assistant", "reply 1"),
         ("user", "second message"), ("assistant", "reply 3"),
         ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
     engine.ingest(restored)                      # the same list again: nothing new
     assert len(stored(engine, "branch")) == 7
     assert [m for _, m in stored(engine, "parent")] == [
-        "first message", "reply 1", "second message", "reply 2"]
+        first, "reply 1", "second message", "reply 2"]
