@@ -484,14 +484,25 @@ class Alignment:
         its first reply; the first CLI's views, which dropped that attempt, read T12 as
         the retried copy, after which the reply lines up with nothing and was stored
         again (host walk 250002). Only for a list whose last match has rows after it
-        that the run does not continue: the session went on past it elsewhere."""
+        that the run does not continue: the session went on past it elsewhere. The
+        elements may follow the list's block alone: a second CLI restored a compacted
+        session with a /retry's first attempt kept ([block, T23, ok, T23, reply 46]);
+        the first CLI's view after its /undo and re-send reads T23, ok as the re-sent
+        rows, and T23 with reply 46 were stored again (host walk 520001)."""
         first = next(fp for fp in run if fp is not None)
         for length in range(1, SLIDE_RUN + 1):
             k0 = start - length
             if k0 < 0 or fps[k0] is None or (ids[k0] or 0) <= 0:
                 return None
             prev = next((ids[p] for p in range(k0 - 1, -1, -1) if (ids[p] or 0) > 0), None)
-            if prev is None or prev >= ids[k0]:
+            if prev is None:
+                # only the engine's block (and its acknowledgement) before them: the
+                # rows are looked up before theirs among the gap's candidates, which
+                # leave out what the block stands for
+                own = [ids[p] for p in range(k0) if fps[p] is not None]
+                if not own or any(sid is None or sid > 0 for sid in own):
+                    return None
+            elif prev >= ids[k0]:
                 return None
             want = fps[k0:start] + [first]
             between = [(sid, fp) for sid, fp in gap_rows(

@@ -168,17 +168,23 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # Seed 500000: the same as 490000 with a text the session held twice ("continue"): a
 # second CLI restored the branch before the /retry and showed the copied attempt and
 # its reply; the send was read as the re-send's row, only its reply stored (step 130).
+# Seed 520001 (turns up to 20K tokens): a compaction, a /retry of the turn after it (T23),
+# a second CLI restoring that list ([block, T23, ok, T23, reply 46]), then the first CLI's
+# /undo and re-send; the first CLI's view read T23, ok as the re-send's rows, reply 46
+# lined up with nothing after them and the retry's T23 and reply were stored again: the
+# slide back stopped at the block (step 74).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
            100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
            120004: 60, 160002: 19, 160006: 39, 160017: 36,
            170003: 44, 170009: 19, 180004: 17, 220005: 26, 250002: 51, 280003: 92,
-           280002: 255, 490000: 132, 500000: 130}
+           280002: 255, 490000: 132, 500000: 130, 520001: 74}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
                 150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
                 160006: 20_000, 160017: 20_000, 170003: 20_000, 170009: 20_000,
                 250002: 20_000, 280003: 20_000,
-                280002: 20_000, 490000: 20_000, 500000: 20_000}   # tokens; the walks' default elsewhere
+                280002: 20_000, 490000: 20_000, 500000: 20_000,
+                520001: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
               160017, 170003, 170009}    # the second CLI in this process
 

@@ -565,6 +565,49 @@ def test_a_second_copys_list_from_before_a_retry_keeps_the_retried_attempt(tmp_p
     assert len(stored(a)) == rows + 1 and texts[-1] == "T30 from the second CLI"
 
 
+def test_a_second_copys_list_with_a_retried_turn_right_after_the_block_keeps_both_sends(tmp_path):
+    """A turn right after the engine's block is /retried (T23 "ok", T23 "reply 46"); a
+    second CLI restores that list, with the first attempt kept, before the first CLI
+    /undoes the retry, sends T23 again ("ok"), goes on and compacts (summarizing both
+    attempts). The second CLI's next list shows both attempts after its old block: they
+    are the rows stored then. Read against the first CLI's view after the re-send, T23
+    and "ok" were the re-send's rows, and the retry's T23 and reply 46, lining up with
+    nothing after them, were stored again (host walk 520001: the slide back to the
+    earlier rows stopped at the block)."""
+    a = make_engine(tmp_path, window=256_000, fresh_tail_count=1)
+    sent = {"role": "user", "content": "T23 the release train"}
+    a.note_user_turn(sent)
+    out = compact(a, long_history(12) + [sent])     # compacted in T23's turn: the block,
+    head = out[:-1]                                  # its acknowledgement, then T23
+    assert len(head) == 2 and out[-1] == sent
+    a.ingest(out + [{"role": "assistant", "content": "ok"}])
+    a.turn_done()
+
+    def send(history):
+        a.note_user_turn(history[-2])
+        a.ingest(history[:-1])
+        a.ingest(history)
+        a.turn_done()
+
+    restored = head + turn("T23 the release train", "ok") + turn("T23 the release train",
+                                                                 "reply 46")
+    send(head + turn("T23 the release train", "reply 46"))       # /retry
+    resent = head + turn("T23 the release train", "ok")          # /undo, the same text again
+    send(resent)
+    for t in range(2):
+        resent = resent + turn("ok", f"noted {t}")
+        send(resent)
+    compact(a, resent)            # the first CLI summarizes both attempts and the re-send
+    rows = len(stored(a))
+    b = make_engine(tmp_path, window=256_000, fresh_tail_count=4)   # its own process
+    restored += [{"role": "user", "content": "T26 from the second CLI"}]
+    b.note_user_turn(restored[-1])
+    b.ingest(restored)
+    texts = [content for _, content in stored(a)]
+    assert texts.count("reply 46") == 1 and texts.count("T23 the release train") == 3
+    assert len(stored(a)) == rows + 1 and texts[-1] == "T26 from the second CLI"
+
+
 def test_a_user_message_that_copies_a_block_is_stored_once_in_its_place(tmp_path):
     # Audit: a user message whose text is exactly one of the engine's blocks (pasted
     # from a log, an earlier prompt) was taken for the engine's own block and never
