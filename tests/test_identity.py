@@ -530,6 +530,16 @@ def test_a_stale_list_going_on_with_rows_summarized_since_keeps_them(tmp_path):
     assert [m for m in stored(first) if m[1] == b[0]["content"]] == [("user", b[0]["content"])]
 
 
+
+def second_cli_sends(tmp_path, restored: list, text: str) -> None:
+    """A second engine copy (the second CLI in its own process) sends ``text`` after
+    the list it restored: what the host hands over is that list plus the new turn."""
+    b = make_engine(tmp_path, window=256_000, fresh_tail_count=4)
+    shown = restored + [{"role": "user", "content": text}]
+    b.note_user_turn(shown[-1])
+    b.ingest(shown)
+
+
 def test_a_second_copys_list_from_before_a_retry_keeps_the_retried_attempt(tmp_path):
     """A second CLI restores the session while its last turn was sent three times
     (each with its reply); the first CLI then /retries that turn (the host drops the
@@ -556,10 +566,7 @@ def test_a_second_copys_list_from_before_a_retry_keeps_the_retried_attempt(tmp_p
         a.ingest(retried)
         a.turn_done()
     rows = len(stored(a))
-    b = make_engine(tmp_path, window=256_000, fresh_tail_count=4)   # its own process
-    restored += [{"role": "user", "content": "T30 from the second CLI"}]
-    b.note_user_turn(restored[-1])
-    b.ingest(restored)
+    second_cli_sends(tmp_path, restored, "T30 from the second CLI")
     texts = [content for _, content in stored(a)]
     assert texts.count("reply 21") == 1 and texts.count("T12 the same question") == 4
     assert len(stored(a)) == rows + 1 and texts[-1] == "T30 from the second CLI"
@@ -599,10 +606,7 @@ def test_a_second_copys_list_with_a_retried_turn_right_after_the_block_keeps_bot
         send(resent)
     compact(a, resent)            # the first CLI summarizes both attempts and the re-send
     rows = len(stored(a))
-    b = make_engine(tmp_path, window=256_000, fresh_tail_count=4)   # its own process
-    restored += [{"role": "user", "content": "T26 from the second CLI"}]
-    b.note_user_turn(restored[-1])
-    b.ingest(restored)
+    second_cli_sends(tmp_path, restored, "T26 from the second CLI")
     texts = [content for _, content in stored(a)]
     assert texts.count("reply 46") == 1 and texts.count("T23 the release train") == 3
     assert len(stored(a)) == rows + 1 and texts[-1] == "T26 from the second CLI"
