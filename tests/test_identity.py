@@ -530,7 +530,6 @@ def test_a_stale_list_going_on_with_rows_summarized_since_keeps_them(tmp_path):
     assert [m for m in stored(first) if m[1] == b[0]["content"]] == [("user", b[0]["content"])]
 
 
-
 def second_cli_sends(tmp_path, restored: list, text: str) -> None:
     """A second engine copy (the second CLI in its own process) sends ``text`` after
     the list it restored: what the host hands over is that list plus the new turn."""
