@@ -15,7 +15,7 @@ import time
 from typing import Sequence
 
 from .database import Database, chunked
-from .sessionset import OWNED_SESSIONS_SQL, SessionSet, session_filter  # noqa: F401 (the API)
+from .sessionset import OWNED_SESSIONS_SQL, SessionSet
 from .timeline import delete_with_ancestors_in
 
 LOCAL_OWNER = "local"

@@ -62,7 +62,7 @@ def _in(values: Sequence) -> str:
 
 
 def _session_filter(column: str, sessions: Sequence[str] | None) -> tuple[str, list]:
-    """`` AND <column in sessions>`` (``owners.session_filter``: an owner's set is a
+    """`` AND <column in sessions>`` (``sessionset.session_filter``: an owner's set is a
     subquery, never one parameter per session), or "" for every session."""
     term, params = session_filter(column, sessions)
     return (f" AND {term}" if term else ""), params

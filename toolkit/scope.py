@@ -100,7 +100,7 @@ class Access:
 
     def search_sessions(self) -> tuple[str, ...] | None:
         """Sessions whose raw rows a search covers (None = all). The owner's set is a
-        ``SessionSet``: SQL names it by owner (``storage.owners.session_filter``), never
+        ``SessionSet``: SQL names it by owner (``storage.sessionset.session_filter``), never
         one parameter per session."""
         if self.scope == "all":
             if self.every_owner:
