@@ -52,6 +52,7 @@ How the CLI object runs without a terminal (hermes-agent 0.19.0)
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -100,6 +101,13 @@ def _encoding() -> Any:
     return _ENCODING[0]
 
 
+@functools.lru_cache(maxsize=1024)
+def _cl100k_len(text: str) -> int:
+    """cl100k tokens of ``text``, remembered: every request re-sends the history
+    and the tool schemas, and counting them again was ~6% of a walk's time."""
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
 def real_prompt_tokens(body: dict) -> int:
     """``usage.prompt_tokens`` as a provider would report it: cl100k tokens of
     every message content and tool-call argument, 4 per message of framing, plus
@@ -110,20 +118,18 @@ def real_prompt_tokens(body: dict) -> int:
     the provider, not from the host's estimate. A fake that answers chars/4
     would hide exactly that difference.
     """
-    enc = _encoding()
-    if enc is None:
+    if _encoding() is None:
         return hk.estimate_prompt_tokens(body)
     total = 3
     for msg in body.get("messages") or []:
         if not isinstance(msg, dict):
             continue
-        total += 4 + len(enc.encode(hk._content_text(msg.get("content")), disallowed_special=()))
+        total += 4 + _cl100k_len(hk._content_text(msg.get("content")))
         for tc in msg.get("tool_calls") or []:
             fn = (tc or {}).get("function") or {}
-            total += len(enc.encode(str(fn.get("name") or "") + str(fn.get("arguments") or ""),
-                                    disallowed_special=()))
+            total += _cl100k_len(str(fn.get("name") or "") + str(fn.get("arguments") or ""))
     if body.get("tools"):
-        total += len(enc.encode(json.dumps(body["tools"], separators=(",", ":")), disallowed_special=()))
+        total += _cl100k_len(json.dumps(body["tools"], separators=(",", ":")))
     return max(1, total)
 
 
@@ -168,8 +174,20 @@ def store_target(home: Path) -> str:
         sys.path.insert(0, str(TESTS_DIR.parent / "scripts"))
         from _bootstrap import load_package
         load_package()
-    from hermes_trove.config import load_config
-    return load_config(os.environ, Path(home)).database_target
+    from hermes_trove.config import CONFIG_FILE_NAME, load_config
+    config = Path(home) / CONFIG_FILE_NAME
+    stat = config.stat() if config.exists() else None
+    key = (str(home), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("TROVE_"))),
+           stat and (stat.st_mtime_ns, stat.st_size))
+    if key not in _TARGETS:
+        _TARGETS[key] = load_config(os.environ, Path(home)).database_target
+    return _TARGETS[key]
+
+
+# store_target's answers by (home, TROVE_* environment, config.yaml's mtime and size):
+# the walks read the store after every step, and parsing config.yaml each time took
+# ~6% of a walk's time (a profile of host walk 160013).
+_TARGETS: Dict[tuple, str] = {}
 
 
 def connect_store(home: Path) -> Any:
