@@ -680,3 +680,46 @@ def test_only_asks_reads_every_sentence():
     assert arms._only_asks("Which class? The pottery one?")
     assert not arms._only_asks("We went to Moab. Any trail you'd recommend?")
     assert not arms._only_asks("") and not arms._only_asks("Sure.")
+
+
+def test_a_question_that_asks_when_ranks_the_turn_telling_the_time_first(tmp_path, monkeypatch):
+    """Two turns hold the event's words equally; asked *when*, the one that tells a
+    time ("yesterday") comes first whichever order they were stored in; asked *what*,
+    the order is full text's own; so is it with the factor off."""
+    from hermes_trove.recall import arms
+    for told_first in (True, False):
+        told = {"role": "user", "content": "I went to the support group meeting yesterday, it was great."}
+        echo = {"role": "user", "content": "Glad I went to the support group meeting, it sounds great."}
+        pair = [told, echo] if told_first else [echo, told]
+        messages = _filler(10) + [pair[0]] + _filler(5, 10) + [pair[1]] + _filler(5, 15)
+        db, store, dag, ids = _db(tmp_path / str(told_first), messages)
+        try:
+            told_id = ids[10] if told_first else ids[16]
+
+            def first(query):
+                out = json.loads(tools.dispatch("trove_grep", {"query": query},
+                                                _ctx(store, dag, tmp_path / str(told_first))))
+                return out["results"][0]["store_id"]
+
+            assert first("When did you go to the support group meeting?") == told_id
+            with monkeypatch.context() as off:
+                off.setattr(arms, "TOLD_TIME", 0.0)
+                baseline = first("When did you go to the support group meeting?")
+            assert first("What was the support group meeting like?") == baseline
+        finally:
+            db.close()
+
+
+def test_asks_when_and_tells_time_read_the_question_and_the_turn():
+    from hermes_trove.recall import periods
+    assert periods.asks_when("When did Caroline move?")
+    assert periods.asks_when("Nice! So when are you leaving?")
+    assert periods.asks_when("What year did you graduate?")
+    assert periods.asks_when("On May 9, 2018: How long ago did you get back?")
+    assert not periods.asks_when("What did you do when you were young?")
+    assert not periods.asks_when("What year of school are you in?")
+    assert periods.tells_time("We moved there last May.")
+    assert periods.tells_time("I met her two years ago") and periods.tells_time("on Friday")
+    assert periods.tells_time("back in 2019") and periods.tells_time("see you 5/7")
+    assert periods.tells_time("in a few weeks")
+    assert not periods.tells_time("I may go there") and not periods.tells_time("2000 songs")
