@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ..dag import Dag
-from . import callmemo, ranking, search, semantic
+from . import answer_type, callmemo, ranking, search, semantic
 from ..storage import timekeys
 from . import periods, query_plan
 from .query_plan import QueryPlan
@@ -47,8 +47,9 @@ VECTOR_SPEAKER = 1.0          # a vector hit sent by a person the question names
                               # the name counted as covered and SPEAKER_BONUS)
 ASKING_TURN = 0.7             # a question's hit that itself only asks ("What did you make?") scores
                               # x this: it is the question again, not its answer (bench/README.md)
-TOLD_TIME = 0.3               # a question that asks when: a raw turn telling a time ("yesterday",
-                              # "last May") scores x (1 + this) (periods.asks_when; 0 = off)
+ANSWER_TYPE = 0.3             # a question that asks when / how many / where: a raw turn telling
+                              # a time, number or place scores x (1 + this) (recall/answer_type.py,
+                              # bench/README.md; 0 = off)
 LEXICAL_POWER = 1.0           # hybrid: the full-text arms' weight times (the best coverage of
                               # the question among the top 5 full-text hits) ** this: when no
                               # turn holds most of the question's words, the vectors decide
@@ -175,9 +176,11 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     if ASKING_TURN != 1.0 and plan.text.rstrip().endswith("?"):
         fused = sorted(((k, s * ASKING_TURN if k[0] == "m" and _only_asks(hits[k].text) else s, r)
                         for k, s, r in fused), key=lambda f: -f[1])
-    if TOLD_TIME and periods.asks_when(plan.text):
-        fused = sorted(((k, s * (1 + TOLD_TIME) if k[0] == "m" and periods.tells_time(hits[k].text)
-                         else s, r) for k, s, r in fused), key=lambda f: -f[1])
+    kinds = answer_type.expected(plan.text) if ANSWER_TYPE else frozenset()
+    if kinds:
+        fused = sorted(((k, s * (1 + ANSWER_TYPE) if k[0] == "m" and any(
+            answer_type.holds(kind, hits[k].text) for kind in kinds) else s, r)
+            for k, s, r in fused), key=lambda f: -f[1])
     result = [ranking.Fused(*f) for f in fused]
     if INTERLEAVE and not _alone:
         result = _interleave(ctx, plan, limit, result, hits, message_scope=message_scope,

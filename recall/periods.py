@@ -91,17 +91,17 @@ def resolve(text: object, now: float, tz: tzinfo) -> Period:
     return _checked(Period(found.start, found.end, label, found.kind, found.key))
 
 
-_MONTH_WORDS = "|".join(sorted(_MONTHS, key=len, reverse=True))
+MONTH_WORDS = "|".join(sorted(_MONTHS, key=len, reverse=True))   # (also answer_type's)
 _ORDINAL = r"(\d{1,2})(?:st|nd|rd|th)?"
 _MENTIONS = (       # date phrases inside a question, most specific first
-    ("md", re.compile(rf"\b({_MONTH_WORDS})\.?\s+{_ORDINAL}(?:,?\s+(\d{{4}}))?\b", re.I)),
-    ("dm", re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?({_MONTH_WORDS})\.?(?:,?\s+(\d{{4}}))?\b",
+    ("md", re.compile(rf"\b({MONTH_WORDS})\.?\s+{_ORDINAL}(?:,?\s+(\d{{4}}))?\b", re.I)),
+    ("dm", re.compile(rf"\b{_ORDINAL}\s+(?:of\s+)?({MONTH_WORDS})\.?(?:,?\s+(\d{{4}}))?\b",
                       re.I)),
     ("iso", re.compile(r"\b\d{4}-\d{2}-\d{2}\b")),
     ("plain", re.compile(r"\b(?:yesterday|(?:last|this)\s+(?:week|month|year)|"
                          r"(?:last|past)\s+\d{1,3}\s+(?:days|weeks|months)|"
-                         rf"(?:in|last)\s+(?:{_MONTH_WORDS})(?:\s+\d{{4}})?|"
-                         rf"(?:{_MONTH_WORDS})\s+\d{{4}}|"
+                         rf"(?:in|last)\s+(?:{MONTH_WORDS})(?:\s+\d{{4}})?|"
+                         rf"(?:{MONTH_WORDS})\s+\d{{4}}|"
                          r"last\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b",
                          re.I)),
 )
@@ -129,45 +129,6 @@ def mentioned(text: str, now: float, tz: tzinfo) -> tuple[Period, str] | None:
                 return found, re.sub(r"^(?:on|in|during)\s+|\s+(?:on|in|during)\s*$", "",
                                      rest, flags=re.I)
     return None
-
-
-_WEEKDAY_WORDS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_TOLD_TIME = re.compile(      # a time told in passing: "yesterday", "last Friday", "in 2019"
-    r"\b(?:yesterday|today|tonight|tomorrow|last\s+night|this\s+(?:morning|afternoon|evening)|"
-    r"(?:last|this|next|past)\s+(?:week|weekend|month|year|summer|winter|spring|fall|"
-    rf"autumn|{_WEEKDAY_WORDS}|{_MONTH_WORDS})|"
-    r"(?:a\s+(?:few|couple(?:\s+of)?)|\d{1,3}|one|two|three|four|five|six|several)\s+"
-    r"(?:minutes?|hours?|days?|weeks?|months?|years?)\s+ago|"
-    r"in\s+(?:a\s+(?:few|couple(?:\s+of)?)|\d{1,3}|two|three|several)\s+"
-    r"(?:minutes|hours|days|weeks|months|years)|"
-    rf"(?:on\s+)?(?:{_WEEKDAY_WORDS})|"
-    r"(?:january|february|march|april|june|july|august|september|october|november|december)|"
-    rf"(?:in|on|since|until)\s+(?:{_MONTH_WORDS})|"
-    r"(?:in|since|until|of|back\s+in)\s+(?:19|20)\d{2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?|"
-    r"\d{4}-\d{2}-\d{2})\b", re.I)
-_ASKS_WHEN = re.compile(
-    r"(?:^|[.?!:;]\s+|,\s*(?:and|but|so)\s+)(?:and\s+|but\s+|so\s+)?"
-    r"(?:when\b|since\s+when\b|how\s+long\s+ago\b|"
-    r"(?:what|which)\s+(?:year|month|day|date|week|weekend|time\s+of\s+year)\b(?!\s+of\b))", re.I)
-
-
-def asks_when(question: str) -> bool:
-    """The question asks for a time ("When did she move?", "What year was that?").
-
-    Why: its answer is the turn that tells the event with a time ("we moved last
-    May"), which often shares no word with the question beyond the event; the
-    search prefers such turns for it (``recall.arms.TOLD_TIME``). A "when" inside
-    a clause ("what did you do when you were young?") asks no time."""
-    return bool(_ASKS_WHEN.search(question.strip()))
-
-
-def tells_time(text: str) -> bool:
-    """``text`` tells a time in passing: a relative day or period ("yesterday",
-    "last week", "two years ago"), a weekday, a month (not "may", a verb as
-    often), a year after "in" / "since", or a written date.
-
-    Why: the answer to a question that asks when (``asks_when``) tells it."""
-    return bool(_TOLD_TIME.search(text))
 
 
 def _day_label(month: str, day: str, year: str | None, now: float, tz: tzinfo) -> str | None:

@@ -703,23 +703,29 @@ def test_a_question_that_asks_when_ranks_the_turn_telling_the_time_first(tmp_pat
 
             assert first("When did you go to the support group meeting?") == told_id
             with monkeypatch.context() as off:
-                off.setattr(arms, "TOLD_TIME", 0.0)
+                off.setattr(arms, "ANSWER_TYPE", 0.0)
                 baseline = first("When did you go to the support group meeting?")
             assert first("What was the support group meeting like?") == baseline
         finally:
             db.close()
 
 
-def test_asks_when_and_tells_time_read_the_question_and_the_turn():
-    from hermes_trove.recall import periods
-    assert periods.asks_when("When did Caroline move?")
-    assert periods.asks_when("Nice! So when are you leaving?")
-    assert periods.asks_when("What year did you graduate?")
-    assert periods.asks_when("On May 9, 2018: How long ago did you get back?")
-    assert not periods.asks_when("What did you do when you were young?")
-    assert not periods.asks_when("What year of school are you in?")
-    assert periods.tells_time("We moved there last May.")
-    assert periods.tells_time("I met her two years ago") and periods.tells_time("on Friday")
-    assert periods.tells_time("back in 2019") and periods.tells_time("see you 5/7")
-    assert periods.tells_time("in a few weeks")
-    assert not periods.tells_time("I may go there") and not periods.tells_time("2000 songs")
+def test_answer_types_read_the_question_and_the_turn():
+    from hermes_trove.recall.answer_type import expected, holds
+    assert expected("When did Caroline move?") == {"time"}
+    assert expected("Nice! So when are you leaving?") == {"time"}
+    assert expected("What year did you graduate?") == {"time"}
+    assert expected("On May 9, 2018: How long ago did you get back?") == {"time"}
+    assert expected("How long did you live in Korea?") == {"number"}
+    assert expected("how many hours do you work? Also, where do you work?") == {"number", "place"}
+    assert expected("Where do you go for laser tag?") == {"place"}
+    assert not expected("What did you do when you were young?")
+    assert not expected("What year of school are you in?") and not expected("Do you like it?")
+    assert holds("time", "We moved there last May.") and holds("time", "two years ago")
+    assert holds("time", "on Friday") and holds("time", "back in 2019")
+    assert holds("time", "see you 5/7") and holds("time", "in a few weeks")
+    assert not holds("time", "I may go there") and not holds("time", "2000 songs")
+    assert holds("number", "about 3 hours") and holds("number", "twenty minutes")
+    assert not holds("number", "I like it")
+    assert holds("place", "we went to Provo") and holds("place", "at the park")
+    assert not holds("place", "I went to bed") and not holds("kind", "anything")
