@@ -4,7 +4,8 @@ The tail is the list's end as it stands. Three rules decide its candidates, one
 function each, composed by ``candidates``: each stored row once, where the list
 first shows it; live rows shown before a summarized one are stale (summarized,
 never kept); summarized rows shown after the last block and the last stale row
-stay candidates (a list another process built before it compacted).
+stay candidates (a list another process built before it compacted), unless the list
+showed them before as well (a doubled restore's replay).
 """
 
 from __future__ import annotations
@@ -77,10 +78,16 @@ def _listed_rows(body: list, store_ids: Sequence[int | None], inserted: Sequence
     process has summarized since. Left out, the tail starved to the newest turn while
     the previous exchange fit beside it. Rows kept this way are never summarized again
     (their summary stays in the block); rows before a stale one stay out, so the tail
-    is still a stretch of the list as the host shows it."""
+    is still a stretch of the list as the host shows it. A summarized row the list
+    also shows before that point is a replay, not one of them: the host restored its
+    transcript twice (block, rows, block, the same rows); kept at its later showing
+    beside the live rows of the first copy, it sat after newer rows, two replies in a
+    row, which the host merged into a message nobody sent (host walk 610002)."""
     start = max([i for i, ins in enumerate(inserted) if ins]
                 + [i for i, sid in enumerate(store_ids) if sid is not None and sid in stale_ids],
                 default=-1)
+    before = {sid for sid in store_ids[:max(start, 0)] if sid is not None}
     return [(m, sid) for i, (m, sid, ins) in enumerate(zip(body, store_ids, inserted))
             if (sid is None and not ins)
-            or (sid is not None and sid > floor and (sid not in covered or i > start))]
+            or (sid is not None and sid > floor
+                and (sid not in covered or (i > start and sid not in before)))]

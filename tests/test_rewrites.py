@@ -332,3 +332,40 @@ def test_a_second_process_keeps_the_exchange_the_first_one_summarized(tmp_path):
     text = "\n".join(str(m.get("content")) for m in out)
     assert all(f"question {t}" in text or f"answer {t}" in text for t in range(6)), \
         "a summarized turn is neither in the block nor raw"
+
+
+def test_a_doubled_restore_keeps_no_summarized_row_after_a_newer_one(tmp_path):
+    """Found by the host walk (seed 610002): the host restored a compacted list twice
+    (block, rows, block, the same rows) after later compactions summarized all but its
+    last reply. Its summarized rows, shown again after the second block, were kept raw
+    as if another process's list showed them there, after that last reply from the
+    first copy: [block, newest reply, oldest reply, ...], two replies in a row that the
+    host merged into a message nobody sent (stored on the next turn). The tail is a
+    stretch of the list in its order: no row after a newer one, no two of one role."""
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=2)
+    history = [m for t in range(6) for m in turn(f"question {t} about module_{t}",
+                                                 f"answer {t}: handler_{t} returns {t}")]
+    first.ingest(history)
+    asked = {"role": "user", "content": "next question"}
+    first.note_user_turn(asked)
+    listed = compact(first, history + [asked]) + [{"role": "assistant", "content": "a reply"}]
+    first.ingest(listed)
+    first.turn_done()
+    for t in range(3):
+        listed = listed + turn(f"later {t}", f"later answer {t}")
+        first.note_user_turn(listed[-2])
+        first.ingest(listed)
+        first.turn_done()
+    again = {"role": "user", "content": "compact now"}
+    first.note_user_turn(again)
+    compact(first, listed + [again])       # summarizes all of ``listed`` but its last reply
+    count = first.store.count_messages("sess")
+    doubled = [dict(m) for m in listed] + [dict(m) for m in listed]   # the host's restore
+    wide = make_engine(tmp_path, window=64_000, fresh_tail_count=16)
+    out = compact(wide, doubled)
+    ids = wide.ingest(out)
+    raw = [sid for m, sid in zip(out, ids) if not assemble.is_trove_message(m)]
+    assert raw == sorted(raw), f"rows kept out of order: {[m['content'][:12] for m in out]}"
+    roles = [m["role"] for m in out]
+    assert all(a != b for a, b in zip(roles, roles[1:])), f"two of one role in a row: {roles}"
+    assert wide.store.count_messages("sess") == count
