@@ -120,9 +120,10 @@ class Alignment:
         copies = shown.copies
         if not copies:
             return self._identify_once(conn, session_id, shown, hashes, hint, known)
-        # rule 7: a later copy of an element is read as nothing, then shares its row
+        # rule 7: a later copy of an element is read as nothing (holding its place in a
+        # replay: ``identity.read``), then shares its row
         masked = replace(shown, fps=[None if i in copies else fp
-                                     for i, fp in enumerate(shown.fps)], copies={})
+                                     for i, fp in enumerate(shown.fps)])
         found = self._identify_once(conn, session_id, masked,
                                     [None if i in copies else h for i, h in enumerate(hashes)],
                                     hint, known)
@@ -135,7 +136,8 @@ class Alignment:
     def _identify_once(self, conn, session_id: str, shown: identity.Shown,
                        hashes: list[str | None], hint: identity.View | None,
                        known: KnownTail | None) -> "_Identified":
-        """Rules 1-6 for a list without copies of its own elements."""
+        """Rules 1-6 for a list whose later copies of its own elements (rule 7) are
+        read as nothing."""
         if shown.settled is not None and hint is not None and hint.session == session_id:
             found = self._read_settled(conn, session_id, shown)
             if found is not None:
@@ -299,7 +301,7 @@ class Alignment:
             # the fast path serves only a list that goes on from the view (the next turn)
             candidates = [v for v in candidates if identity.continues(held, v)]
         reading = identity.read(held, candidates, turn_index=shown.turn_index,
-                                roles=shown.roles, engine=flags)
+                                roles=shown.roles, engine=flags, copies=shown.copies)
         if reading.view is None and gaps and blocks:
             reading = self._after_returned(conn, session_id, shown, held, flags) or reading
         if reading.view is None:

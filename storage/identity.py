@@ -451,7 +451,8 @@ def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | No
 
 def read(shown: Sequence[str | None], views: Sequence[View], *,
          turn_index: int | None = None, roles: Sequence[str] | None = None,
-         engine: Sequence[bool] | None = None) -> Reading:
+         engine: Sequence[bool] | None = None,
+         copies: dict[int, int] | None = None) -> Reading:
     """Read a shown list (its fingerprints, None where nothing is to be stored)
     against the session's views, newest first (rules 1-3 of the module).
 
@@ -460,7 +461,9 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
     with what ``replies_follow`` leaves of its reading: an "ok" it matched after a
     message it could not is no evidence (host walk 160017: an older list's "ok"
     replies outvoted the view the list went on from). Gaps are returned for the
-    caller to look up in the store (``align_gap``)."""
+    caller to look up in the store (``align_gap``). ``copies`` are rule 7's later
+    copies (later -> earlier), read as nothing (None in ``shown``) yet holding their
+    places in a replay (rule 5)."""
     best: tuple[float, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
     limit = len(shown) if turn_index is None else turn_index
     wanted = sum(1 for fp in shown[:limit] if fp is not None)
@@ -499,7 +502,7 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 ids[k] = None
                 reading.matched -= 1
             seen.add(sid)
-    reading.matched += _replays(shown, ids, limit, reading.same_as)
+    reading.matched += _replays(shown, ids, limit, reading.same_as, copies or {})
     reading.gaps = find_gaps(shown, ids, limit)
     return reading
 
@@ -527,11 +530,20 @@ def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
 
 
 def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
-             same_as: dict[int, int]) -> int:
+             same_as: dict[int, int], copies: dict[int, int]) -> int:
     """Rule 5: elements after a repeated block that repeat, in order, those after
     the block's other copy share their rows (``ids`` is updated, whichever copy the
     view matched; where neither copy has a row yet, ``same_as`` records that the
-    later one is the earlier one, so both get the one new row); how many got a row."""
+    later one is the earlier one, so both get the one new row); how many got a row.
+
+    A later copy of an element (rule 7, in ``copies``: read as nothing) holds its
+    place in the replay and gets its row from rule 7. Why: the host restored its
+    compacted transcript twice with the original timestamps, so everything after the
+    later block was such a copy but the re-sent text after them; read as the replay of
+    the earlier copy's question, the re-send shared that row, was left out of the
+    prompt and lost (host walk 610001)."""
+    placed = [shown[copies[k]] if shown[k] is None and k in copies else shown[k]
+              for k in range(len(shown))]
     at: dict[str, list[int]] = {}
     for k in range(limit):
         if shown[k] is not None and ids[k] in (None, BLOCK_ID):
@@ -548,9 +560,9 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
     for ks in repeated:
         for first, second in zip(ks, ks[1:]):
             earlier, later = run_after(first), run_after(second)
-            for e, l in replay_pairs([shown[i] for i in earlier], [shown[i] for i in later]):
+            for e, l in replay_pairs([placed[i] for i in earlier], [placed[i] for i in later]):
                 one, other = earlier[e], later[l]
-                if shown[one] is None:
+                if shown[one] is None or shown[other] is None:
                     continue
                 if ids[one] is None and ids[other] is not None and ids[other] > 0:
                     ids[one] = ids[other]

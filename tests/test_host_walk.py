@@ -178,20 +178,25 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # rows; a /compress kept those, shown again after the second block, raw after the first
 # copy's newer live rows ([block, reply T65, reply T52, T53, ...]), and the /retry's list had
 # the two replies merged by the host: a message nobody sent, stored (step 222).
+# Seed 610001 (turns up to 20K tokens, the second CLI in this process): a /resume restored
+# a compacted session's transcript twice, block included, with the original timestamps;
+# the re-send of its last question (T30), shown first to the turn's compaction pass, was
+# read by rule 5 as the replay of the earlier copy's T30 (the later copy's elements, rule 7's,
+# read as nothing, held no place): it shared that row, left the prompt and was lost (step 221).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
            100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
            120004: 60, 160002: 19, 160006: 39, 160017: 36,
            170003: 44, 170009: 19, 180004: 17, 220005: 26, 250002: 51, 280003: 92,
-           280002: 255, 490000: 132, 500000: 130, 520001: 74, 610002: 222}
+           280002: 255, 490000: 132, 500000: 130, 520001: 74, 610001: 221, 610002: 222}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
                 150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
                 160006: 20_000, 160017: 20_000, 170003: 20_000, 170009: 20_000,
                 250002: 20_000, 280003: 20_000,
                 280002: 20_000, 490000: 20_000, 500000: 20_000,
-                520001: 20_000, 610002: 20_000}   # tokens; the walks' default elsewhere
+                520001: 20_000, 610001: 20_000, 610002: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
-              160017, 170003, 170009, 610002}    # the second CLI in this process
+              160017, 170003, 170009, 610001, 610002}    # the second CLI in this process
 
 
 @pytest.mark.parametrize("seed", sorted(REPLAYS))

@@ -406,6 +406,23 @@ def test_a_repeated_block_with_new_messages_after_both_copies_stores_them_once(t
     assert contents.count("a question the engine never saw") == 1
 
 
+def test_a_text_re_sent_after_a_doubled_compacted_transcript_is_a_new_message(tmp_path):
+    """The host restored its compacted transcript twice, block included, with the
+    original timestamps (rule 7: the later copy is the earlier); the user then re-sends
+    the last question's text, and the turn's compaction pass (before ``pre_llm_call``)
+    shows the list ending with it. Rule 5 must not read it as the replay of the earlier
+    copy's question: the later copy's elements hold their places (host walk 610001: the
+    re-send was read as the old row, left out of the prompt and lost)."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = stamped(compact(engine, long_history(30)))
+    rows = len(stored(engine))
+    question = next(m["content"] for m in reversed(out) if m["role"] == "user")
+    resent = {"role": "user", "content": question}
+    ids = engine.ingest(out + copy.deepcopy(out) + [resent])
+    assert len(stored(engine)) == rows + 1 and ids[-1] not in ids[:-1]
+    assert [c for _, c in stored(engine)].count(question) == 2
+
+
 def test_compress_returns_a_message_shown_twice_once(tmp_path):
     engine = make_engine(tmp_path, window=64_000, fresh_tail_count=40)
     history = stamped(long_history(6))
