@@ -249,6 +249,7 @@ class Alignment:
             rows = gap_rows(conn, session_id, before, after,
                             sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                             **candidates)
+            rows = self._listed_between(conn, session_id, before, after, rows) + rows
             aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
             if after is None and rows and start > 0 and ids[start - 1] == matched \
                     and all(sid is None for sid in aligned):
@@ -263,6 +264,11 @@ class Alignment:
                 if sid is not None:
                     ids[start + offset] = sid
                     taken.add(sid)
+            for k in self._sends_answered_otherwise(conn, session_id, fps, shown.roles,
+                                                    start, end, aligned):
+                taken.discard(ids[k])
+                ids[k] = None
+                resent.update((k, k + 1))
         alignment = identity.share_rows(identity.replies_follow(
             [sid if sid is not None and sid > 0 else None for sid in ids], fps,
             shown.roles, flags), reading.same_as)
@@ -523,6 +529,52 @@ class Alignment:
                             **candidates)
             return identity.align_gap(run, rows, trailing=True, taken=taken)
         return None
+
+    @staticmethod
+    def _listed_between(conn, session_id: str, before: int | None, after: int | None,
+                        rows: list) -> list[tuple[int, str]]:
+        """``(store_id, fingerprint)`` of the rows a view of the session lists between
+        a gap's two matched rows that are not among the gap's ``rows`` by store
+        order: rows another process stored later than ``after`` that its list showed
+        between the two.
+
+        Why: a second CLI's list stored a restored exchange (the branch's copied send
+        and its reply) after the first CLI's newer rows; a later restore of the session
+        read against the first CLI's view had them in the gap between their neighbours,
+        whose rows by store order held only the undone retry of that send, and the
+        exchange was stored again (host walk 630003)."""
+        if before is None or after is None:
+            return []
+        have = {sid for sid, _ in rows}
+        out: list[tuple[int, str]] = []
+        for view in views.holding(conn, session_id, [before], views.RING):
+            ids = [sid for _, sid in view.entries]
+            at = ids.index(before)
+            end = next((k for k in range(at + 1, len(ids)) if ids[k] == after), None)
+            if end is None:
+                continue
+            for fp, sid in view.entries[at + 1:end]:
+                if sid > 0 and sid not in have:
+                    have.add(sid)
+                    out.append((sid, fp))
+        return out
+
+    def _sends_answered_otherwise(self, conn, session_id: str, fps: list,
+                                  roles: Sequence[str], start: int, end: int,
+                                  aligned: list) -> list[int]:
+        """The user messages of a gap's run that lined up with a row while the reply
+        after them lined up with none, where a view lists that row answered by another
+        reply (``_answered_otherwise``): each is a send of its own, new with its reply.
+
+        Why: a /retry on a /branch before its first turn, an /undo of it and the text
+        sent again; a second CLI's restore shows the copied send and its reply before
+        the re-send (state.db keeps them active). Between two matched rows the copied
+        send lined up with the retry's undone send, answered by the retry's reply in a
+        view, and only its own reply was stored (host walk 630003: the send lost)."""
+        return [start + offset for offset, sid in enumerate(aligned[:-1])
+                if sid is not None and fps[start + offset + 1] is not None
+                and aligned[offset + 1] is None and self._answered_otherwise(
+                    conn, session_id, fps, roles, start + offset + 1, end, sid)]
 
     @staticmethod
     def _answered_otherwise(conn, session_id: str, fps: list, roles: Sequence[str],

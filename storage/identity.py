@@ -42,7 +42,11 @@ reply it matched after an element it could not is no evidence). Then:
    follows the block is a run after the newest row that list was shown. A run after
    the last match that lines up with no row, after a user message whose row (the
    session's only one of its text) a view lists answered by another reply, answers
-   another send of that text: the message is new with it (one send, one reply).
+   another send of that text: the message is new with it (one send, one reply). So
+   does a reply in a run that lines up with no row right after a user message of the
+   run that did (a copied send restored before its undone retry's row). A gap's
+   candidates also hold the rows a view lists between its two matched rows, wherever
+   another process stored them.
 4. **A list of another session stores nothing.** A list handed over at a
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's

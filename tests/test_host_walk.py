@@ -186,12 +186,20 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # the re-send of its last question (T30), shown first to the turn's compaction pass, was
 # read by rule 5 as the replay of the earlier copy's T30 (the later copy's elements, rule 7's,
 # read as nothing, held no place): it shared that row, left the prompt and was lost (step 221).
+# Seed 630003: a /branch, a /retry on it before its first turn, an /undo and the text sent
+# again; a second CLI restored the branch with the copied send and its reply before the
+# re-send (state.db keeps them active): between two matched rows the send lined up with
+# the undone retry's, which a view lists answered by another reply, and only the reply was
+# stored (step 28); once both were stored after the first CLI's newer rows, a /resume read
+# against the first CLI's view had them in a gap whose rows by store order were the retry's,
+# and they were stored again (step 54).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
            100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
            120004: 60, 160002: 19, 160006: 39, 160017: 36,
            170003: 44, 170009: 19, 180004: 17, 220005: 26, 250002: 51, 280003: 92,
-           280002: 255, 490000: 132, 500000: 130, 520001: 74, 610001: 221, 610002: 222}
+           280002: 255, 490000: 132, 500000: 130, 520001: 74, 610001: 221, 610002: 222,
+           630003: 54}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
                 150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
                 160006: 20_000, 160017: 20_000, 170003: 20_000, 170009: 20_000,

@@ -891,3 +891,87 @@ def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(
     assert len(stored(engine, "branch")) == 7
     assert [m for _, m in stored(engine, "parent")] == [
         first, "reply 1", "second message", "reply 2"]
+
+
+
+def _branch_retried_then_re_sent(tmp_path):
+    """A parent's two turns, a /branch, a /retry on the branch before any other turn
+    (its first list lacks the copied exchange u2, a2 that the branch's state.db keeps
+    active), an /undo of the retry and the same text sent again (u2'', "ok"): the
+    engine, the parent's history (the branch's copy) and the re-send's list."""
+    engine = make_engine(tmp_path, session="parent")
+    history = []
+    for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
+        history += turn(user, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    retried = history[:-2] + turn("second message", "reply 3")    # /retry on the branch
+    engine.note_user_turn(retried[-2])
+    engine.ingest(retried[:-1])
+    engine.ingest(retried)
+    engine.turn_done()
+    resent = history[:-2] + turn("second message", "ok")          # /undo, the text again
+    engine.note_user_turn(resent[-2])
+    engine.ingest(resent[:-1])
+    engine.ingest(resent)
+    engine.turn_done()
+    return engine, copy.deepcopy(history), resent
+
+
+def test_a_branchs_copied_send_restored_before_its_re_send_is_a_send_of_its_own(tmp_path):
+    """After ``_branch_retried_then_re_sent`` a second CLI restores the branch: [..., u2,
+    a2, u2'', ok, ...]. u2 lines up, between two matched rows, with the retry's undone
+    u2' (answered by a3 in a view); a2 with nothing. One send has one reply: u2 is a
+    send of its own, stored with a2 (host walk 630003: a2 stored, u2 lost)."""
+    _, restored, resent = _branch_retried_then_re_sent(tmp_path)
+    other = make_engine(tmp_path, session="branch")               # a second CLI's restore
+    restored += copy.deepcopy(resent[-2:]) + [{"role": "user", "content": "third message"}]
+    other.note_user_turn(restored[-1])
+    other.ingest(restored)
+    assert stored(other, "branch") == [
+        ("user", "first message"), ("assistant", "reply 1"),
+        ("user", "second message"), ("assistant", "reply 3"),
+        ("user", "second message"), ("assistant", "ok"),
+        ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
+    other.ingest(restored)                       # the same list again: nothing new
+    assert len(stored(other, "branch")) == 9
+
+
+def test_a_copied_exchange_another_cli_stored_later_keeps_its_rows_in_a_restore(tmp_path):
+    """After ``_branch_retried_then_re_sent`` a second CLI restores the branch and stores
+    the copied exchange (u2, a2) with its turn, after rows the first CLI stored since;
+    the first CLI goes on without them. A restore of the whole branch, read against the
+    first CLI's newest view, has u2, a2 in the gap between their neighbours, whose rows
+    by store order are the undone retry's: the second CLI's view lists u2, a2 there, and
+    they are those rows (host walk 630003: the exchange stored again, step 54)."""
+    first, copied, resent = _branch_retried_then_re_sent(tmp_path)
+    listed = copy.deepcopy(resent)
+    other_list = copy.deepcopy(copied + resent[-2:]) + turn("other CLI turn", "reply 5")
+    listed += turn("first CLI turn", "reply 4")                   # before the other's turn
+    first.note_user_turn(listed[-2])
+    first.ingest(listed)
+    first.turn_done()
+    other = make_engine(tmp_path, session="branch")               # restored before that turn
+    other.note_user_turn(other_list[-2])
+    other.ingest(other_list[:-1])
+    other.ingest(other_list)
+    other.turn_done()
+    for t in range(3):                                            # the first CLI goes on
+        listed += turn(f"first CLI later turn {t}", f"later reply {t}")
+        first.note_user_turn(listed[-2])
+        first.ingest(listed)
+        first.turn_done()
+    rows = stored(first, "branch")
+    assert rows.count(("user", "second message")) == 3 and ("assistant", "reply 2") in rows
+    restored = (copy.deepcopy(other_list[:-2]) + turn("first CLI turn", "reply 4")
+                + copy.deepcopy(other_list[-2:]) + copy.deepcopy(listed[len(resent) + 2:])
+                + [{"role": "user", "content": "after the resume"}])
+    again = make_engine(tmp_path, session="branch")               # /resume of the branch
+    again.note_user_turn(restored[-1])
+    again.ingest(restored)
+    assert stored(again, "branch") == rows + [("user", "after the resume")]
