@@ -177,7 +177,8 @@ class IngestSide:
             copy_from=self._copy_from if own else None,
             roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
             copies=identity.timed_copies(
-                [None if i in block_fps else fp for i, fp in enumerate(fps)], stamps))
+                [None if i in block_fps else fp for i, fp in enumerate(fps)], stamps),
+            stamps=tuple(stamps))
         return encoded, shown, known
 
     def _read_after(self, last: "_LastIngest", messages: list, facts: list, stamps: list,
@@ -202,7 +203,7 @@ class IngestSide:
             shown, fps=fps, turn_index=turn_index,
             origin=self._view_origin(), copy_from=self._copy_from,
             roles=shown.roles + tuple(str(m.get("role") or "") for m in messages[k:]),
-            settled=last.answer)
+            settled=last.answer, stamps=tuple(stamps))
         return encoded + [f.encoded for f in added], shown, known
 
     def _last_read(self, store, key: tuple, own: bool, facts: list,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from . import identity, views
-from .alignment_rows import fresh_from, fresh_rows, gap_rows, hashes_of, rows_between
+from .alignment_rows import (fresh_from, fresh_rows, gap_rows, hashes_of, listed_between,
+                             pin_timed, rows_between)
 
 # At most this many stored copies of the first shown message are tried as anchors.
 ANCHOR_CANDIDATES = 16
@@ -227,8 +228,10 @@ class Alignment:
             return _Identified(identity.share_rows(identity.replies_follow(
                 [sid if sid is not None and sid > 0 else None for sid in ids], fps,
                 shown.roles, flags), reading.same_as), flags, same_as=reading.same_as)
+        limit = len(fps) if shown.turn_index is None else shown.turn_index
+        if pin_timed(conn, session_id, shown, fps, ids, flags, reading.gaps):
+            reading.gaps = identity.find_gaps(fps, ids, limit)
         if self._slide_into_room(conn, session_id, fps, ids, reading.gaps):
-            limit = len(fps) if shown.turn_index is None else shown.turn_index
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         seen_with: dict = {}    # per block shown: its views read once per list
@@ -249,7 +252,7 @@ class Alignment:
             rows = gap_rows(conn, session_id, before, after,
                             sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                             **candidates)
-            rows = self._listed_between(conn, session_id, before, after, rows) + rows
+            rows = listed_between(conn, session_id, before, after, rows) + rows
             aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
             if after is None and rows and start > 0 and ids[start - 1] == matched \
                     and all(sid is None for sid in aligned):
@@ -529,35 +532,6 @@ class Alignment:
                             **candidates)
             return identity.align_gap(run, rows, trailing=True, taken=taken)
         return None
-
-    @staticmethod
-    def _listed_between(conn, session_id: str, before: int | None, after: int | None,
-                        rows: list) -> list[tuple[int, str]]:
-        """``(store_id, fingerprint)`` of the rows a view of the session lists between
-        a gap's two matched rows that are not among the gap's ``rows`` by store
-        order: rows another process stored later than ``after`` that its list showed
-        between the two.
-
-        Why: a second CLI's list stored a restored exchange (the branch's copied send
-        and its reply) after the first CLI's newer rows; a later restore of the session
-        read against the first CLI's view had them in the gap between their neighbours,
-        whose rows by store order held only the undone retry of that send, and the
-        exchange was stored again (host walk 630003)."""
-        if before is None or after is None:
-            return []
-        have = {sid for sid, _ in rows}
-        out: list[tuple[int, str]] = []
-        for view in views.holding(conn, session_id, [before], views.RING):
-            ids = [sid for _, sid in view.entries]
-            at = ids.index(before)
-            end = next((k for k in range(at + 1, len(ids)) if ids[k] == after), None)
-            if end is None:
-                continue
-            for fp, sid in view.entries[at + 1:end]:
-                if sid > 0 and sid not in have:
-                    have.add(sid)
-                    out.append((sid, fp))
-        return out
 
     def _sends_answered_otherwise(self, conn, session_id: str, fps: list,
                                   roles: Sequence[str], start: int, end: int,

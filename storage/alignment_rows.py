@@ -3,12 +3,14 @@
 Identity's rules (``storage/identity``) decide which row a shown message is; these
 functions only read the session's rows a gap, a block's tail or an anchored list may
 line up with (all of them by ``store_id`` order, parameters bound). Kept apart so the
-alignment module holds the reading of lists and this one the queries it needs.
+alignment module holds the reading of lists and this one the queries it needs
+(with the two readings of rows that are only queries and their use: rows a view lists
+between two rows, rows named by the host's timestamps).
 """
 
 from __future__ import annotations
 
-from . import identity
+from . import identity, timekeys, views
 from .database import chunked
 
 # A block whose tail is unknown is aligned against unsummarized rows among this many
@@ -86,6 +88,21 @@ def fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
         rows.append((store_id, digest))
     return rows[:limit][::-1]
 
+
+def timed_rows(conn, session_id: str, times) -> dict[tuple[str, float], int]:
+    """``(fingerprint, message_at) -> store_id`` of the session's rows stored with one of
+    the host's ``times`` (the first in store order): a restored message carries its
+    time, and the row it was stored as holds it (``pin_timed``)."""
+    found: dict[tuple[str, float], int] = {}
+    for chunk in chunked(sorted(times)):
+        for r in conn.execute(
+                "SELECT store_id, role, content, content_format, tool_calls, tool_call_id,"
+                f" message_at FROM messages WHERE session_id = ? AND message_at IN"
+                f" ({','.join('?' * len(chunk))}) ORDER BY store_id", (session_id, *chunk)):
+            found.setdefault((identity.fingerprint(r[1], r[2], r[3], r[4], r[5]), r[6]), r[0])
+    return found
+
+
 def hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
     """``(store_id, content hash)`` of these rows (any order; missing ones left out)."""
     found = []
@@ -94,3 +111,81 @@ def hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
             f"SELECT store_id, content_hash FROM messages WHERE store_id IN"
             f" ({','.join('?' * len(chunk))})", chunk)]
     return found
+
+
+def listed_between(conn, session_id: str, before: int | None, after: int | None,
+                    rows: list) -> list[tuple[int, str]]:
+    """``(store_id, fingerprint)`` of the rows a view of the session lists between
+    a gap's two matched rows that are not among the gap's ``rows`` by store
+    order: rows another process stored later than ``after`` that its list showed
+    between the two.
+
+    Why: a second CLI's list stored a restored exchange (the branch's copied send
+    and its reply) after the first CLI's newer rows; a later restore of the session
+    read against the first CLI's view had them in the gap between their neighbours,
+    whose rows by store order held only the undone retry of that send, and the
+    exchange was stored again (host walk 630003)."""
+    if before is None or after is None:
+        return []
+    have = {sid for sid, _ in rows}
+    out: list[tuple[int, str]] = []
+    for view in views.holding(conn, session_id, [before], views.RING):
+        ids = [sid for _, sid in view.entries]
+        at = ids.index(before)
+        end = next((k for k in range(at + 1, len(ids)) if ids[k] == after), None)
+        if end is None:
+            continue
+        for fp, sid in view.entries[at + 1:end]:
+            if sid > 0 and sid not in have:
+                have.add(sid)
+                out.append((sid, fp))
+    return out
+
+
+def pin_timed(conn, session_id: str, shown: identity.Shown, fps: list, ids: list,
+               flags: list, gaps: list) -> bool:
+    """Rows by the host's timestamp, for a list with a run between two matched rows
+    (rule 3): an element carrying one is the session's row stored with that time
+    and its fingerprint, wherever the row stands; an element the view's reading gave
+    that row to without carrying its time gives it up, to be looked up as a run
+    (``ids`` is updated). Not after the engine's block (the rows it stands for are
+    no candidates there). Whether any element moved.
+
+    Why: a second CLI's list showed a /retry's first attempt the host keeps in
+    state.db ("continue", "ok", before the next turn) and stored it after every row
+    around its place. The view of that list left the rings; a later restored list,
+    read against a view without the attempt, gave the retried exchange's rows to
+    the attempt (the latest of equal elements) and the retried exchange lay between
+    two consecutive rows: stored again (host walk 640000). The timestamps are the
+    host's own names of those messages (rule 7 reads them so within one list)."""
+    limit = len(fps) if shown.turn_index is None else shown.turn_index
+    if not shown.stamps or not any(
+            before is not None and after is not None and not any(flags[:start])
+            for start, _, before, after in gaps):
+        return False
+    first_block = next((k for k in range(limit) if flags[k]), limit)
+    times = {k: timekeys.message_time(shown.stamps[k])
+             for k in range(min(first_block, len(shown.stamps)))
+             if fps[k] is not None and shown.stamps[k] not in (None, "")}
+    times = {k: t for k, t in times.items() if t is not None}
+    if not times:
+        return False
+    rows = timed_rows(conn, session_id, set(times.values()))
+    held = {sid: k for k, sid in enumerate(ids) if sid is not None and sid > 0}
+    queue = sorted(times)
+    moved = False
+    while queue:
+        k = queue.pop(0)
+        sid = rows.get((fps[k], times[k])) if k in times else None
+        if sid is None or ids[k] == sid:
+            continue
+        j = held.get(sid)
+        if j is not None:
+            if times.get(j) == times[k]:
+                continue  # an element carrying the row's time holds it
+            ids[j] = None
+            queue.append(j)
+        if ids[k] is not None and ids[k] > 0:
+            held.pop(ids[k], None)
+        ids[k], held[sid], moved = sid, k, True
+    return moved

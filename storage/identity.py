@@ -47,6 +47,11 @@ reply it matched after an element it could not is no evidence). Then:
    run that did (a copied send restored before its undone retry's row). A gap's
    candidates also hold the rows a view lists between its two matched rows, wherever
    another process stored them.
+   In a list with a run between two matched elements, an element carrying the host's
+   timestamp is the session's row stored with that timestamp and fingerprint, wherever
+   it was stored (a second process stored a restored /retry's first attempt after the
+   rows around its place); an element the view's reading gave that row to without that
+   timestamp gives it up.
 4. **A list of another session stores nothing.** A list handed over at a
    session end (``on_session_end``: exit, /new, a review fork's end) that no view of its session
    explains, but a view of another session does (the previous session's
@@ -205,6 +210,9 @@ class Shown:
     # (store_ids, engine flags) of the list's first elements as this copy's last
     # ingest read them: the list goes on from that list, whose view is the hint
     settled: tuple | None = None
+    # each element's host timestamp as the message carries it (None: none); a restored
+    # message's row holds it (rule 3: a list with a run between two matched rows)
+    stamps: tuple = ()
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
         """Which elements may be the engine's own: ``preinserted`` ones, a block whose

@@ -975,3 +975,33 @@ def test_a_copied_exchange_another_cli_stored_later_keeps_its_rows_in_a_restore(
     again.note_user_turn(restored[-1])
     again.ingest(restored)
     assert stored(again, "branch") == rows + [("user", "after the resume")]
+
+
+def test_a_restored_attempt_stored_after_the_rows_around_it_keeps_its_row(tmp_path):
+    """A /retry's first attempt the host keeps in state.db ("continue", "ok") is shown
+    restored after the retried exchange and before the next turn. A list that went on
+    from an older view stored the attempt after every other row; a later view without
+    it explains the restored list best, and its reading (the latest of equal elements)
+    gave the retried exchange's rows to the attempt: the retried exchange lay between
+    two consecutive rows and was stored again (host walk 640000). The attempt's
+    timestamps name its rows."""
+    engine = make_engine(tmp_path, window=64_000)
+    head = stamped(long_history(4))
+    t1 = 1_796_100_000.0
+    ok_ok = [{"role": "user", "content": "ok", "timestamp": t1},
+             {"role": "assistant", "content": "ok", "timestamp": t1}]
+    retried = turn("continue", "ok")                    # live: no timestamp
+    attempt = [{"role": "user", "content": "continue", "timestamp": t1 + 0.5},
+               {"role": "assistant", "content": "ok", "timestamp": t1 + 0.6}]
+    later = turn("question 21", "reply 21") + turn("question 22", "reply 22") \
+        + turn("question 23", "reply 23")
+    engine.ingest(head + ok_ok + retried)
+    engine.ingest(head + ok_ok + retried + later)
+    # a second copy's list goes on from the first view: the attempt after the retry
+    engine.ingest(head + ok_ok + retried + attempt + turn("question 26", "reply 26"))
+    rows = len(stored(engine))
+    # restored from state.db: every message with a time, the attempt's as it was stored
+    again = [dict(m, timestamp=t1 + 0.2 + k * 0.01) for k, m in enumerate(retried)]
+    restored = head + ok_ok + again + attempt + later + turn("question 26", "reply 26")
+    engine.ingest(copy.deepcopy(restored))
+    assert len(stored(engine)) == rows
