@@ -1,0 +1,179 @@
+"""storage/identity on /branch flows and restored attempts (issue #24): a /retry on a
+branch before its first turn, the copied exchange the host keeps active in the branch's
+state.db, an /undo and the text sent again, and a second CLI's restores of all that
+(host walks 490000, 500000, 630003, 640000). The helpers are test_identity's."""
+
+import copy
+
+import pytest
+
+from enginekit import make_engine
+from test_identity import long_history, stamped, stored, turn
+
+
+class _HostSessions:
+    """The one method of the host's SessionDB that bind_session_state reads."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def get_session(self, session_id):
+        return self.rows.get(session_id)
+
+
+@pytest.mark.parametrize("first", ["first message", "second message"])
+def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(tmp_path, first):
+    """/branch, then /retry on the branch before any other turn: the branch's first
+    list (the retry's) lacks the parent's last exchange that the host copied into the
+    branch and keeps active in its state.db. After an /undo of the retry a restore of
+    the branch ends with that copied exchange (u2, a2): u2 is not the re-send's row but
+    a send of its own, stored with a2, and a2 is no second reply of the re-send (host
+    walk 490000: u2 lost, a2 stored after a2'). The same when u2's text was sent
+    before too (a repeated "continue": host walk 500000)."""
+    engine = make_engine(tmp_path, session="parent")
+    history = []
+    for user, reply in ((first, "reply 1"), ("second message", "reply 2")):
+        history += turn(user, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    restored = copy.deepcopy(history)            # what the branch's state.db keeps active
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    assert engine.last_switch["kind"] == "branch"
+    retried = history[:-2] + turn("second message", "reply 3")    # /retry on the branch
+    engine.note_user_turn(retried[-2])
+    engine.ingest(retried[:-1])
+    engine.ingest(retried)
+    engine.turn_done()
+    engine.on_session_reset()                    # /undo of the retry, then away and back
+    engine.bind_session_state(host, "parent")
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")
+    restored += [{"role": "user", "content": "third message"}]
+    engine.note_user_turn(restored[-1])
+    engine.ingest(restored)
+    assert stored(engine, "branch") == [
+        ("user", first), ("assistant", "reply 1"),
+        ("user", "second message"), ("assistant", "reply 3"),
+        ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
+    engine.ingest(restored)                      # the same list again: nothing new
+    assert len(stored(engine, "branch")) == 7
+    assert [m for _, m in stored(engine, "parent")] == [
+        first, "reply 1", "second message", "reply 2"]
+
+
+
+def _branch_retried_then_re_sent(tmp_path):
+    """A parent's two turns, a /branch, a /retry on the branch before any other turn
+    (its first list lacks the copied exchange u2, a2 that the branch's state.db keeps
+    active), an /undo of the retry and the same text sent again (u2'', "ok"): the
+    engine, the parent's history (the branch's copy) and the re-send's list."""
+    engine = make_engine(tmp_path, session="parent")
+    history = []
+    for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
+        history += turn(user, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    retried = history[:-2] + turn("second message", "reply 3")    # /retry on the branch
+    engine.note_user_turn(retried[-2])
+    engine.ingest(retried[:-1])
+    engine.ingest(retried)
+    engine.turn_done()
+    resent = history[:-2] + turn("second message", "ok")          # /undo, the text again
+    engine.note_user_turn(resent[-2])
+    engine.ingest(resent[:-1])
+    engine.ingest(resent)
+    engine.turn_done()
+    return engine, copy.deepcopy(history), resent
+
+
+def test_a_branchs_copied_send_restored_before_its_re_send_is_a_send_of_its_own(tmp_path):
+    """After ``_branch_retried_then_re_sent`` a second CLI restores the branch: [..., u2,
+    a2, u2'', ok, ...]. u2 lines up, between two matched rows, with the retry's undone
+    u2' (answered by a3 in a view); a2 with nothing. One send has one reply: u2 is a
+    send of its own, stored with a2 (host walk 630003: a2 stored, u2 lost)."""
+    _, restored, resent = _branch_retried_then_re_sent(tmp_path)
+    other = make_engine(tmp_path, session="branch")               # a second CLI's restore
+    restored += copy.deepcopy(resent[-2:]) + [{"role": "user", "content": "third message"}]
+    other.note_user_turn(restored[-1])
+    other.ingest(restored)
+    assert stored(other, "branch") == [
+        ("user", "first message"), ("assistant", "reply 1"),
+        ("user", "second message"), ("assistant", "reply 3"),
+        ("user", "second message"), ("assistant", "ok"),
+        ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
+    other.ingest(restored)                       # the same list again: nothing new
+    assert len(stored(other, "branch")) == 9
+
+
+def test_a_copied_exchange_another_cli_stored_later_keeps_its_rows_in_a_restore(tmp_path):
+    """After ``_branch_retried_then_re_sent`` a second CLI restores the branch and stores
+    the copied exchange (u2, a2) with its turn, after rows the first CLI stored since;
+    the first CLI goes on without them. A restore of the whole branch, read against the
+    first CLI's newest view, has u2, a2 in the gap between their neighbours, whose rows
+    by store order are the undone retry's: the second CLI's view lists u2, a2 there, and
+    they are those rows (host walk 630003: the exchange stored again, step 54)."""
+    first, copied, resent = _branch_retried_then_re_sent(tmp_path)
+    listed = copy.deepcopy(resent)
+    other_list = copy.deepcopy(copied + resent[-2:]) + turn("other CLI turn", "reply 5")
+    listed += turn("first CLI turn", "reply 4")                   # before the other's turn
+    first.note_user_turn(listed[-2])
+    first.ingest(listed)
+    first.turn_done()
+    other = make_engine(tmp_path, session="branch")               # restored before that turn
+    other.note_user_turn(other_list[-2])
+    other.ingest(other_list[:-1])
+    other.ingest(other_list)
+    other.turn_done()
+    for t in range(3):                                            # the first CLI goes on
+        listed += turn(f"first CLI later turn {t}", f"later reply {t}")
+        first.note_user_turn(listed[-2])
+        first.ingest(listed)
+        first.turn_done()
+    rows = stored(first, "branch")
+    assert rows.count(("user", "second message")) == 3 and ("assistant", "reply 2") in rows
+    restored = (copy.deepcopy(other_list[:-2]) + turn("first CLI turn", "reply 4")
+                + copy.deepcopy(other_list[-2:]) + copy.deepcopy(listed[len(resent) + 2:])
+                + [{"role": "user", "content": "after the resume"}])
+    again = make_engine(tmp_path, session="branch")               # /resume of the branch
+    again.note_user_turn(restored[-1])
+    again.ingest(restored)
+    assert stored(again, "branch") == rows + [("user", "after the resume")]
+
+
+def test_a_restored_attempt_stored_after_the_rows_around_it_keeps_its_row(tmp_path):
+    """A /retry's first attempt the host keeps in state.db ("continue", "ok") is shown
+    restored after the retried exchange and before the next turn. A list that went on
+    from an older view stored the attempt after every other row; a later view without
+    it explains the restored list best, and its reading (the latest of equal elements)
+    gave the retried exchange's rows to the attempt: the retried exchange lay between
+    two consecutive rows and was stored again (host walk 640000). The attempt's
+    timestamps name its rows."""
+    engine = make_engine(tmp_path, window=64_000)
+    head = stamped(long_history(4))
+    t1 = 1_796_100_000.0
+    ok_ok = [{"role": "user", "content": "ok", "timestamp": t1},
+             {"role": "assistant", "content": "ok", "timestamp": t1}]
+    retried = turn("continue", "ok")                    # live: no timestamp
+    attempt = [{"role": "user", "content": "continue", "timestamp": t1 + 0.5},
+               {"role": "assistant", "content": "ok", "timestamp": t1 + 0.6}]
+    later = turn("question 21", "reply 21") + turn("question 22", "reply 22") \
+        + turn("question 23", "reply 23")
+    engine.ingest(head + ok_ok + retried)
+    engine.ingest(head + ok_ok + retried + later)
+    # a second copy's list goes on from the first view: the attempt after the retry
+    engine.ingest(head + ok_ok + retried + attempt + turn("question 26", "reply 26"))
+    rows = len(stored(engine))
+    # restored from state.db: every message with a time, the attempt's as it was stored
+    again = [dict(m, timestamp=t1 + 0.2 + k * 0.01) for k, m in enumerate(retried)]
+    restored = head + ok_ok + again + attempt + later + turn("question 26", "reply 26")
+    engine.ingest(copy.deepcopy(restored))
+    assert len(stored(engine)) == rows
