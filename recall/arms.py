@@ -169,18 +169,15 @@ def search_arms(ctx: Any, plan: QueryPlan, limit: int, *,
     if dated is not None:
         start, end = window.start - DATE_SLACK, window.end + DATE_SLACK
         inside = {key for key, hit in hits.items() if _overlaps(hit.row, start, end)}
-        fused = sorted(((k, s * (1 + DATE_BOOST) if k in inside else s, r) for k, s, r in fused),
-                       key=lambda f: -f[1])
+        fused = _scaled(fused, 1 + DATE_BOOST, lambda k: k in inside)
         notes.append(f"read {window.label!r} in the query as a preference for that time "
                      f"(pass period to filter by it)")
     if ASKING_TURN != 1.0 and plan.text.rstrip().endswith("?"):
-        fused = sorted(((k, s * ASKING_TURN if k[0] == "m" and _only_asks(hits[k].text) else s, r)
-                        for k, s, r in fused), key=lambda f: -f[1])
+        fused = _scaled(fused, ASKING_TURN, lambda k: k[0] == "m" and _only_asks(hits[k].text))
     kinds = answer_type.expected(plan.text) if ANSWER_TYPE else frozenset()
     if kinds:
-        fused = sorted(((k, s * (1 + ANSWER_TYPE) if k[0] == "m" and any(
-            answer_type.holds(kind, hits[k].text) for kind in kinds) else s, r)
-            for k, s, r in fused), key=lambda f: -f[1])
+        fused = _scaled(fused, 1 + ANSWER_TYPE, lambda k: k[0] == "m" and any(
+            answer_type.holds(kind, hits[k].text) for kind in kinds))
     result = [ranking.Fused(*f) for f in fused]
     if INTERLEAVE and not _alone:
         result = _interleave(ctx, plan, limit, result, hits, message_scope=message_scope,
@@ -285,6 +282,14 @@ def _vector_text(text: str, names: set[str]) -> str:
         return text
     stripped = ranking.without_names(text, names)
     return stripped if query_plan.parse_query(stripped).concepts else text
+
+
+def _scaled(fused: list, factor: float, applies) -> list:
+    """``(key, score, reasons)`` with the score of every key ``applies`` accepts
+    multiplied by ``factor``, best first again (a stable sort: ties keep their order).
+    Why: the date, asking-turn and answer-type preferences act after fusion alike."""
+    return sorted(((k, s * factor if applies(k) else s, r) for k, s, r in fused),
+                  key=lambda f: -f[1])
 
 
 def _only_asks(text: str) -> bool:
