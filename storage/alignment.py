@@ -254,11 +254,11 @@ class Alignment:
                             **candidates)
             rows = listed_between(conn, session_id, before, after, rows) + rows
             aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
-            if after is None and rows and start > 0 and ids[start - 1] == matched \
+            if after is None and start > 0 and ids[start - 1] == matched \
                     and all(sid is None for sid in aligned):
                 aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
-                                                   taken, candidates) or aligned
-                if all(sid is None for sid in aligned) and self._answered_otherwise(
+                                                   taken, candidates, bool(rows)) or aligned
+                if rows and all(sid is None for sid in aligned) and self._answered_otherwise(
                         conn, session_id, fps, shown.roles, start, end, matched):
                     taken.discard(matched)
                     ids[start - 1] = None
@@ -483,7 +483,8 @@ class Alignment:
         return moved
 
     def _slide_back_for_run(self, conn, session_id: str, fps: list, ids: list, start: int,
-                            run: list, taken: set[int], candidates: dict) -> list | None:
+                            run: list, taken: set[int], candidates: dict,
+                            went_on: bool = True) -> list | None:
         """Rows for a run after the list's last match (rule 3) that lines up with none
         of the rows after it, found by moving the last matched elements back: when the
         session holds those elements' texts, followed by the run's first, as consecutive
@@ -499,12 +500,27 @@ class Alignment:
         elements may follow the list's block alone: a second CLI restored a compacted
         session with a /retry's first attempt kept ([block, T23, ok, T23, reply 46]);
         the first CLI's view after its /undo and re-send reads T23, ok as the re-sent
-        rows, and T23 with reply 46 were stored again (host walk 520001)."""
+        rows, and T23 with reply 46 were stored again (host walk 520001). The run's first
+        may be the first moved element's own row, a moved element may be one no row
+        explained (looked up with the others), and the last match may have no row after
+        it (``went_on`` false): a turn sent four times (/retry, re-sends), restored whole by
+        a /resume and its last send undone; the newest view, holding the last two sends,
+        was read as the first two, and the first reply and the third send with its reply
+        were stored again (host walk 680002). Without a row after the last match only a
+        move over such an element counts: a list read whole but for its last run is the
+        turn going on, its reply new (a re-sent text's "ok" read as an older send's:
+        host walk 280003, the reply lost)."""
         first = next(fp for fp in run if fp is not None)
+        over_open = False
         for length in range(1, SLIDE_RUN + 1):
             k0 = start - length
-            if k0 < 0 or fps[k0] is None or (ids[k0] or 0) <= 0:
+            if k0 < 0 or fps[k0] is None or (ids[k0] is not None and ids[k0] <= 0):
                 return None
+            if ids[k0] is None:
+                over_open = True
+                continue  # an element no row explained: looked up with the others
+            if not (went_on or over_open):
+                continue
             prev = next((ids[p] for p in range(k0 - 1, -1, -1) if (ids[p] or 0) > 0), None)
             if prev is None:
                 # only the engine's block (and its acknowledgement) before them: the
@@ -516,9 +532,12 @@ class Alignment:
             elif prev >= ids[k0]:
                 return None
             want = fps[k0:start] + [first]
+            # the run's first may be the first moved element's row itself: the view's
+            # run then goes on as the list's run
+            moving = {ids[k] for k in range(k0, start)}
             between = [(sid, fp) for sid, fp in gap_rows(
-                conn, session_id, prev, ids[k0], len(want) + ALIGN_SLACK, **candidates)
-                if sid not in taken]
+                conn, session_id, prev, ids[k0] + 1, len(want) + ALIGN_SLACK, **candidates)
+                if sid not in taken or sid in moving]
             at = next((i for i in range(len(between) - len(want) + 1)
                        if [fp for _, fp in between[i:i + len(want)]] == want), None)
             if at is None:

@@ -200,19 +200,25 @@ def test_random_walk_over_the_cli_keeps_every_message_once(tmp_path, server, wal
 # retried exchange's rows to the attempt (the latest of equal elements), and the retried
 # exchange, between two consecutive rows, was stored again (step 122). The attempt's
 # timestamps name its rows.
+# Seed 680002 (turns up to 20K tokens): a turn sent four times (/retry, re-sends), a /resume
+# restoring every attempt, a whitespace edit and an /undo of the last send with the text
+# sent again; the newest view (the last two sends) was read as the first two, and the
+# first reply and the third send with its reply, after the session's last row, were
+# stored again: the slide back needed rows after the last match (step 193).
 REPLAYS = {2: 56, 5: 48, 9: 20, 12: 54, 16: 60, 18: 60, 7302: 25, 8400: 56, 9504: 19, 9505: 24,
            30004: 51, 30009: 38, 70003: 10, 80000: 46, 80001: 60, 90004: 28, 100002: 22,
            100018: 8, 110001: 19, 120000: 39, 120017: 19, 140012: 14, 150004: 40, 160013: 45,
            120004: 60, 160002: 19, 160006: 39, 160017: 36,
            170003: 44, 170009: 19, 180004: 17, 220005: 26, 250002: 51, 280003: 92,
            280002: 255, 490000: 132, 500000: 130, 520001: 74, 610001: 221, 610002: 222,
-           630003: 54, 640000: 122}
+           630003: 54, 640000: 122, 680002: 193}
 LARGEST_TURN = {90004: 20_000, 120000: 20_000, 120017: 20_000,
                 150004: 20_000, 160013: 20_000, 120004: 20_000, 160002: 20_000,
                 160006: 20_000, 160017: 20_000, 170003: 20_000, 170009: 20_000,
                 250002: 20_000, 280003: 20_000,
                 280002: 20_000, 490000: 20_000, 500000: 20_000,
-                520001: 20_000, 610001: 20_000, 610002: 20_000}   # tokens; the walks' default elsewhere
+                520001: 20_000, 610001: 20_000, 610002: 20_000,
+                680002: 20_000}   # tokens; the walks' default elsewhere
 IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
               160017, 170003, 170009, 610001, 610002, 640000}    # the second CLI in this process
 
@@ -227,6 +233,7 @@ LONG_REPLAYS = {
     610001: "test_identity.py::test_a_text_re_sent_after_a_doubled_compacted_transcript_is_a_new_message",
     610002: "test_rewrites.py::test_a_doubled_restore_keeps_no_summarized_row_after_a_newer_one",
     640000: "test_identity_branches.py::test_a_restored_attempt_stored_after_the_rows_around_it_keeps_its_row",
+    680002: "test_identity_branches.py::test_a_restored_retry_chain_whose_last_send_is_undone_keeps_its_rows",
 }
 
 

@@ -177,3 +177,32 @@ def test_a_restored_attempt_stored_after_the_rows_around_it_keeps_its_row(tmp_pa
     restored = head + ok_ok + again + attempt + later + turn("question 26", "reply 26")
     engine.ingest(copy.deepcopy(restored))
     assert len(stored(engine)) == rows
+
+
+def test_a_restored_retry_chain_whose_last_send_is_undone_keeps_its_rows(tmp_path):
+    """A turn sent four times (/retry, re-sends): state.db keeps every attempt, and a
+    /resume restores them all; the last one is undone and the text sent again. The
+    newest view holds only the last two sends; its reading (the latest of equal
+    elements) gave the first send the third's row and the second send the fourth's,
+    the first reply lined up with nothing between them and the third send with its
+    reply with nothing after the last row: all three were stored again (host walk
+    680002). A whitespace edit kept the whole-history reading from lining the list up.
+    The sends move back onto the rows before the view's, and the run goes on after
+    them."""
+    engine = make_engine(tmp_path, window=64_000)
+    head = long_history(4) + turn("yes", "ok")
+    ask = "question 28 " + "word " * 30
+    engine.ingest(head + turn(ask, "reply 47"))
+    engine.ingest(head + turn(ask, "ok"))                      # /undo, the text again
+    engine.ingest(head + turn(ask, "reply 49"))                # /retry
+    engine.ingest(head + turn(ask, "reply 49") + turn(ask, "ok"))   # the text again
+    rows = len(stored(engine))
+    # /resume: state.db keeps every attempt; a whitespace edit of an older reply
+    restored = stamped(head + turn(ask, "reply 47") + turn(ask, "ok") + turn(ask, "reply 49")
+                       + turn(ask, "ok"))
+    restored[len(head) - 1]["content"] += " "
+    # /undo of the last send, and the text sent again
+    again = copy.deepcopy(restored[:-2]) + [{"role": "user", "content": ask}]
+    engine.note_user_turn(again[-1])
+    engine.ingest(again)
+    assert len(stored(engine)) == rows + 1
