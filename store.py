@@ -230,8 +230,9 @@ class Store(Alignment):
                 found = self._identify(conn, canonical, shown, hashes, hint, known)
             else:
                 flags = [False] * len(messages)
-                found = _Identified(self._legacy_alignment(conn, canonical, hashes, known,
-                                                           after_block), flags)
+                fps = [None if e is None else identity.fingerprint_encoded(e) for e in encoded]
+                found = _Identified(self._legacy_alignment(conn, canonical, fps, known,
+                                                           after_block, hashes), flags)
             alignment = found.store_ids
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None
                    and not found.engine[i] and i not in found.foreign]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from . import identity, views
-from .alignment_rows import (fresh_from, fresh_rows, gap_rows, hashes_of, listed_between,
-                             pin_timed, rows_between)
+from .alignment_rows import (FP_COLUMNS, anchor_rows, fingerprints_of, fresh_from, fresh_rows,
+                             gap_rows, listed_between, pin_timed, row_fp, rows_between)
 
 # At most this many stored copies of the first shown message are tried as anchors.
 ANCHOR_CANDIDATES = 16
@@ -159,7 +159,8 @@ class Alignment:
                 # Part of it is no view's: a whole-transcript list from before the ring
                 # (a stale copy, a replay) may line up with the history as it stands.
                 legacy = self._legacy_alignment(conn, session_id, self._masked(
-                    shown, hashes, found.engine), known, any(found.engine))
+                    shown, shown.fps, found.engine), known, any(found.engine),
+                    self._masked(shown, hashes, found.engine))
                 if identity.matched_count(legacy) > sum(
                         1 for sid in found.store_ids if sid is not None):
                     return _Identified(legacy, found.engine)
@@ -172,8 +173,9 @@ class Alignment:
             if owner is not None:
                 return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
                                    foreign_of=owner.session)
-        alignment = self._legacy_alignment(conn, session_id, self._masked(shown, hashes, flags),
-                                           known, any(flags) or bool(shown.preinserted))
+        alignment = self._legacy_alignment(conn, session_id, self._masked(shown, shown.fps, flags),
+                                           known, any(flags) or bool(shown.preinserted),
+                                           self._masked(shown, hashes, flags))
         return _Identified(alignment, flags)
 
     @staticmethod
@@ -193,10 +195,10 @@ class Alignment:
         return owner, [i for i in body if shown.fps[i] is not None]
 
     @staticmethod
-    def _masked(shown: identity.Shown, hashes: list[str | None],
+    def _masked(shown: identity.Shown, hashes: Sequence[str | None],
                 flags: list[bool]) -> list[str | None]:
-        """Content hashes for the legacy rule: none for the engine's own elements, and
-        none from the turn's user message on (rule 2: those are new)."""
+        """Fingerprints (or content hashes) for the legacy rule: none for the engine's
+        own elements, and none from the turn's user message on (rule 2: those are new)."""
         out = [None if flags[i] else h for i, h in enumerate(hashes)]
         if shown.turn_index is not None:
             out = out[:shown.turn_index] + [None] * (len(out) - shown.turn_index)
@@ -686,15 +688,18 @@ class Alignment:
         return None
 
     def _legacy_alignment(self, conn, session_id: str, hashes: list[str | None],
-                          known: KnownTail | None, after_block: bool) -> list[int | None]:
+                          known: KnownTail | None, after_block: bool,
+                          digests: list[str | None]) -> list[int | None]:
         """Rule 6 of ``storage/identity``: where a list no view explains starts in
         the stored history (a known tail, the unsummarized rows after a block, or
-        the anchored whole-history search)."""
+        the anchored whole-history search). ``hashes`` are the elements' fingerprints,
+        compared with the rows' as every other rule does (a whitespace edit is the
+        same message); ``digests`` their exact content hashes, for the index."""
         if known is not None:
             return self._align_known(conn, session_id, hashes, known)
         if after_block:
             return self._align_fresh(conn, session_id, hashes)
-        return self._align(conn, session_id, hashes)
+        return self._align(conn, session_id, hashes, digests)
 
     def _align_known(self, conn, session_id: str, hashes: list[str | None],
                      known: KnownTail) -> list[int | None]:
@@ -711,7 +716,7 @@ class Alignment:
         """
         real = [i for i, h in enumerate(hashes) if h is not None]
         ids = list(known.store_ids)
-        stored = dict(hashes_of(conn, ids))
+        stored = dict(fingerprints_of(conn, ids))
         alignment: list[int | None] = [None] * len(hashes)
         matched, last = 0, known.low - 1
         for pos, store_id in zip(real, ids):
@@ -720,8 +725,8 @@ class Alignment:
             alignment[pos], last, matched = store_id, store_id, matched + 1
         rest = real[matched:]
         if rest:
-            window = [(r[0], r[1]) for r in conn.execute(
-                "SELECT store_id, content_hash FROM messages AS m WHERE session_id = ?"
+            window = [row_fp(r) for r in conn.execute(
+                f"SELECT {FP_COLUMNS} FROM messages AS m WHERE session_id = ?"
                 " AND store_id > ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
                 " WHERE e.child_store_id = m.store_id AND e.parent_id <= ?)"
                 " ORDER BY store_id LIMIT ?",
@@ -741,7 +746,8 @@ class Alignment:
         return _best_anchor(hashes, (window[i:] for i, (_, digest) in enumerate(window)
                                      if digest == first))
 
-    def _align(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
+    def _align(self, conn, session_id: str, hashes: list[str | None],
+               digests: list[str | None]) -> list[int | None]:
         """Find where a list without a summary block starts in the stored history.
 
         Such a list is a whole-transcript view (the host before any compaction, a
@@ -750,22 +756,16 @@ class Alignment:
         each the list is aligned in order, and the candidate lining up the most
         messages wins (a list that starts with something new is new throughout).
         """
-        first = next((h for h in hashes if h is not None), None)
+        first = next((i for i, h in enumerate(hashes) if h is not None), None)
         if first is None:
             return [None] * len(hashes)
-        candidates: list[int] = []
         # The newest copies (a tail shown again) and the oldest (a whole
-        # transcript replayed), both found through the identity index.
-        for order in ("DESC", "ASC"):
-            for r in conn.execute(
-                    f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
-                    f" ORDER BY ordinal {order} LIMIT ?",
-                    (session_id, first, ANCHOR_CANDIDATES)):
-                if r[0] not in candidates:
-                    candidates.append(r[0])
+        # transcript replayed).
+        candidates = anchor_rows(conn, session_id, digests[first], hashes[first],
+                                 ANCHOR_CANDIDATES)
         span = sum(1 for h in hashes if h is not None) + ALIGN_SLACK
-        windows = ([(r[0], r[1]) for r in conn.execute(
-            "SELECT store_id, content_hash FROM messages WHERE session_id = ?"
+        windows = ([row_fp(r) for r in conn.execute(
+            f"SELECT {FP_COLUMNS} FROM messages WHERE session_id = ?"
             " AND store_id >= ? ORDER BY store_id LIMIT ?", (session_id, store_id, span))]
             for store_id in candidates)
         return _best_anchor(hashes, windows)

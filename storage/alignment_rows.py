@@ -16,6 +16,15 @@ from .database import chunked
 # A block whose tail is unknown is aligned against unsummarized rows among this many
 # times the shown list's length of the session's newest rows.
 FRESH_SCAN_FACTOR = 8
+# The columns a row's identity fingerprint is read from (``row_fp``).
+FP_COLUMNS = "store_id, role, content, content_format, tool_calls, tool_call_id"
+
+
+def row_fp(row) -> tuple[int, str]:
+    """``(store_id, fingerprint)`` of a row selected with ``FP_COLUMNS`` first: every
+    rule compares rows by the fingerprint views hold (``identity.fingerprint``, blind
+    to the whitespace the host rewrites), never by the exact ``content_hash``."""
+    return row[0], identity.fingerprint(row[1], row[2], row[3], row[4], row[5])
 
 
 def fresh_from(conn, session_id: str, low: int, limit: int) -> list[int]:
@@ -46,7 +55,7 @@ def gap_rows(conn, session_id: str, before: int | None, after: int | None,
     a row a later compaction summarized is still the stale list's message; and,
     whatever covers them, the rows ``beside`` (a view showed them raw after the
     list's block: ``Alignment._block_in_views``)."""
-    columns = "store_id, role, content, content_format, tool_calls, tool_call_id"
+    columns = FP_COLUMNS
     first: tuple = (session_id,)
     fresh = ""
     if fresh_only:
@@ -68,24 +77,24 @@ def gap_rows(conn, session_id: str, before: int | None, after: int | None,
     else:
         rows = conn.execute(f"{head} AND store_id < ? ORDER BY store_id DESC LIMIT ?",
                             (*first, after, limit)).fetchall()[::-1]
-    return [(r[0], identity.fingerprint(r[1], r[2], r[3], r[4], r[5])) for r in rows]
+    return [row_fp(r) for r in rows]
 
 
 def fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
-    """``(store_id, hash)`` of the session's newest ``limit`` rows that no summary
+    """``(store_id, fingerprint)`` of the session's newest ``limit`` rows that no summary
     covers and that come after the newest row one does, in store order (looking
     at most ``FRESH_SCAN_FACTOR * limit`` rows back). A row older than what the
     newest summary covers and left out of it is one the host dropped (a /retry's
     or /undo's first attempt): nothing shown after a block is that row."""
     rows = []
-    for store_id, digest, covered in conn.execute(
-            "SELECT store_id, content_hash, EXISTS (SELECT 1 FROM node_edges AS e"
+    for r in conn.execute(
+            f"SELECT {FP_COLUMNS}, EXISTS (SELECT 1 FROM node_edges AS e"
             " WHERE e.child_store_id = m.store_id) FROM messages AS m"
             " WHERE session_id = ? ORDER BY store_id DESC LIMIT ?",
             (session_id, FRESH_SCAN_FACTOR * limit)):
-        if covered:
+        if r[6]:
             break
-        rows.append((store_id, digest))
+        rows.append(row_fp(r))
     return rows[:limit][::-1]
 
 
@@ -103,14 +112,38 @@ def timed_rows(conn, session_id: str, times) -> dict[tuple[str, float], int]:
     return found
 
 
-def hashes_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
-    """``(store_id, content hash)`` of these rows (any order; missing ones left out)."""
+def fingerprints_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
+    """``(store_id, fingerprint)`` of these rows (any order; missing ones left out)."""
     found = []
     for chunk in chunked(store_ids):
-        found += [(r[0], r[1]) for r in conn.execute(
-            f"SELECT store_id, content_hash FROM messages WHERE store_id IN"
+        found += [row_fp(r) for r in conn.execute(
+            f"SELECT {FP_COLUMNS} FROM messages WHERE store_id IN"
             f" ({','.join('?' * len(chunk))})", chunk)]
     return found
+
+
+def anchor_rows(conn, session_id: str, digest: str, fp: str, count: int) -> list[int]:
+    """The newest and the oldest ``count`` stored copies of a list's first message,
+    newest first: by its exact ``digest`` through the identity index, else (the host
+    rewrote its whitespace since it was stored) by its fingerprint ``fp``, reading
+    the session's rows once.
+
+    Why: a list no view explains (rule 6) anchored by the exact hash alone found no
+    copy of a first message the host had stripped, and the whole list was stored
+    again."""
+    found: list[int] = []
+    for order in ("DESC", "ASC"):
+        for r in conn.execute(
+                f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
+                f" ORDER BY ordinal {order} LIMIT ?", (session_id, digest, count)):
+            if r[0] not in found:
+                found.append(r[0])
+    if found:
+        return found
+    same = [sid for sid, other in map(row_fp, conn.execute(
+        f"SELECT {FP_COLUMNS} FROM messages WHERE session_id = ? ORDER BY store_id",
+        (session_id,))) if other == fp]
+    return list(dict.fromkeys(same[::-1][:count] + same[:count]))
 
 
 def listed_between(conn, session_id: str, before: int | None, after: int | None,

@@ -685,10 +685,10 @@ def foreign_owner(shown: Sequence[str | None], own_matched: int,
 
 # ---------------------------------------------------------------- legacy rule
 def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> list[int | None]:
-    """Rule 6, for lists no view explains: map each shown content hash to the
+    """Rule 6, for lists no view explains: map each shown fingerprint to the
     store_id it lines up with, or None when it is new.
 
-    ``stored`` is the candidate rows from an anchor on, as ``(store_id, hash)``
+    ``stored`` is the candidate rows from an anchor on, as ``(store_id, fingerprint)``
     in store order. Matching is greedy and monotonic (a stored row is claimed at
     most once and never before an earlier claim), and it stops at the first shown
     message that does not line up: that one and every later one are new."""

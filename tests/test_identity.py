@@ -237,6 +237,36 @@ def test_a_whitespace_edit_of_a_tail_message_stores_nothing_again(tmp_path):
     assert stored(engine)[-1] == ("user", "next")
 
 
+@pytest.mark.parametrize("restored", ["stripped", "one_reply_edited"])
+def test_a_whitespace_edit_in_a_list_no_view_explains_stores_nothing_again(tmp_path, restored):
+    """Rule 6 (a list no view explains: here a database from before views) compares
+    the fingerprint every other rule does. By the exact content hash, a transcript the
+    host restored through ``.strip()`` anchored nowhere and was stored again whole,
+    and a reply the host edited in place by whitespace, with everything after it,
+    was stored again."""
+    a = make_engine(tmp_path, window=256_000)
+    history = []
+    for t in range(6):
+        history += turn(f"question {t} " + "word " * 10, f"answer {t}\n")
+        a.note_user_turn(history[-2])
+        a.ingest(history)
+        a.turn_done()
+    rows = stored(a)
+    with a.store.db.transaction() as conn:
+        conn.execute("DELETE FROM session_views")
+    shown = copy.deepcopy(history)
+    if restored == "stripped":
+        for m in shown:
+            m["content"] = m["content"].strip()
+    else:
+        shown[-3]["content"] += " "     # "answer 4\n" -> "answer 4\n "
+    shown.append({"role": "user", "content": "next question"})
+    b = make_engine(tmp_path, window=256_000)  # another process: no reading of its own
+    b.note_user_turn(shown[-1])
+    b.ingest(shown)
+    assert stored(b) == rows + [("user", "next question")]
+
+
 def test_an_identical_resend_after_undo_is_a_new_row(tmp_path):
     engine = make_engine(tmp_path, window=64_000)
     history = turn("first message", "reply one") + turn("second message", "reply two")

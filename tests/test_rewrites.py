@@ -277,6 +277,33 @@ def test_after_a_block_with_no_known_tail_summarized_rows_are_not_candidates(tmp
     database.forget_database(tmp_path / "s.db")
 
 
+def test_the_anchored_rule_reads_a_whitespace_edit_as_the_stored_row(tmp_path):
+    """Rule 6 without views (an import, a replay) compares fingerprints, blind to the
+    whitespace the host rewrites, on every path: after a block with no known tail,
+    with a known tail, and in a whole transcript; only the new exchange is stored."""
+    from hermes_trove.dag import Dag, NewNode
+    from hermes_trove.storage import database
+    from hermes_trove.store import KnownTail, Store
+    db = database.get_database(tmp_path / "s.db")
+    store, dag = Store(db), Dag(db)
+    history = [m for t in range(10) for m in turn(f"step {t}\n", f"done {t}\n")]
+    ids = store.ingest("s", history).store_ids
+    dag.add_node(NewNode(session_id="s", depth=0, text="old turns", token_count=2,
+                         source_token_count=40, level=1, model="test",
+                         child_store_ids=ids[:16]))
+    stripped = [dict(m, content=m["content"].strip()) for m in history]
+    block = {"role": "user", "content": "[block]"}
+    shown = [block] + stripped[16:] + turn("continue", "ok")
+    skip = [True] + [False] * (len(shown) - 1)
+    result = store.ingest("s", shown, skip=skip, after_block=True)
+    assert result.store_ids[1:5] == ids[16:] and result.inserted == 2
+    known = KnownTail(store_ids=tuple(ids[16:]), low=ids[16], nodes=None)
+    result = store.ingest("s", shown, skip=skip, known=known)
+    assert result.store_ids[1:5] == ids[16:] and result.inserted == 0
+    assert store.ingest("s", stripped).store_ids == ids
+    database.forget_database(tmp_path / "s.db")
+
+
 # ---------------------------------------------------------------- blocks restored by the host
 def _rendered_block() -> dict:
     return {"role": "user", "content": "[trove context: summaries of earlier turns]\n"
