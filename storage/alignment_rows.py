@@ -16,6 +16,9 @@ from .database import chunked
 # A block whose tail is unknown is aligned against unsummarized rows among this many
 # times the shown list's length of the session's newest rows.
 FRESH_SCAN_FACTOR = 8
+# A list's first message with no exact stored copy is looked for by its fingerprint
+# among at most this many of the session's oldest and as many of its newest rows.
+ANCHOR_SCAN = 4096
 # The columns a row's identity fingerprint is read from (``row_fp``).
 FP_COLUMNS = "store_id, role, content, content_format, tool_calls, tool_call_id"
 
@@ -125,12 +128,14 @@ def fingerprints_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
 def anchor_rows(conn, session_id: str, digest: str, fp: str, count: int) -> list[int]:
     """The newest and the oldest ``count`` stored copies of a list's first message,
     newest first: by its exact ``digest`` through the identity index, else (the host
-    rewrote its whitespace since it was stored) by its fingerprint ``fp``, reading
-    the session's rows once.
+    rewrote its whitespace since it was stored) by its fingerprint ``fp``, among the
+    session's oldest and newest ``ANCHOR_SCAN`` rows.
 
     Why: a list no view explains (rule 6) anchored by the exact hash alone found no
     copy of a first message the host had stripped, and the whole list was stored
-    again."""
+    again. The scan is bounded: a list that starts with something new finds no copy
+    either, and a session of 100K rows must not be read whole for it (a replayed
+    transcript starts near the oldest rows, a tail shown again near the newest)."""
     found: list[int] = []
     for order in ("DESC", "ASC"):
         for r in conn.execute(
@@ -140,10 +145,10 @@ def anchor_rows(conn, session_id: str, digest: str, fp: str, count: int) -> list
                 found.append(r[0])
     if found:
         return found
-    same = [sid for sid, other in map(row_fp, conn.execute(
-        f"SELECT {FP_COLUMNS} FROM messages WHERE session_id = ? ORDER BY store_id",
-        (session_id,))) if other == fp]
-    return list(dict.fromkeys(same[::-1][:count] + same[:count]))
+    ends = {order: [sid for sid, other in map(row_fp, conn.execute(
+        f"SELECT {FP_COLUMNS} FROM messages WHERE session_id = ? ORDER BY store_id {order}"
+        f" LIMIT ?", (session_id, ANCHOR_SCAN))) if other == fp] for order in ("DESC", "ASC")}
+    return list(dict.fromkeys(ends["DESC"][:count] + ends["ASC"][:count]))
 
 
 def listed_between(conn, session_id: str, before: int | None, after: int | None,
