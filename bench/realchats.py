@@ -49,6 +49,10 @@ evidence is unchanged. The names are the rendering's (``chats.NAMES``), which
 the chats' own text never writes: in ``named`` turns the name is the sender's
 field, in ``plain`` turns it is a name no row holds.
 
+With ``--questions typed`` the kinds are instead what a question asks for (``asks
+time`` / ``number`` / ``place``, ``recall.answer_type.expected``), from the unique
+questions, up to ``TYPED_PER_KIND`` each: a set to measure the answer-type preference.
+
 Per history at most ``PER_KIND`` questions of each kind, drawn with a seeded
 ``random.Random`` (the pair's rank), so the set is the same on every run.
 Renderings as in ``chats.py``: ``plain`` (first sender = user, the other =
@@ -65,7 +69,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import chats
-from hermes_trove.recall import query_plan
+from hermes_trove.recall import answer_type, query_plan
 
 MIN_TURNS = 8               # a conversation shorter than this is left out
 MIN_QUESTION_TERMS = 2
@@ -77,6 +81,8 @@ SIMILAR = 0.4               # two questions are alike when their content words o
 MIN_REPLY_TERMS = 5
 PER_KIND = 6
 KINDS = ("single-hop", "open-domain", "temporal", "multi-hop")
+TYPED_PER_KIND = 10         # --questions typed: at most this many per history and answer kind
+ANSWER_KINDS = ("time", "number", "place")
 
 
 @dataclass
@@ -137,8 +143,10 @@ def _conversation_turns(conv: dict) -> list[tuple[str, list[str], float]]:
     return turns
 
 
-def histories(n_histories: int, max_sessions: int) -> list[History]:
-    """The ``n_histories`` pairs with most usable conversations, questions derived."""
+def histories(n_histories: int, max_sessions: int, questions: str = "kinds") -> list[History]:
+    """The ``n_histories`` pairs with most usable conversations, questions derived
+    (``questions="typed"``: only questions asking for a time, number or place, see
+    ``_derive``)."""
     data = load_dataset()
     by_pair: dict[frozenset, list] = defaultdict(list)
     for key in sorted(data):
@@ -150,7 +158,7 @@ def histories(n_histories: int, max_sessions: int) -> list[History]:
     result = []
     for rank, pair in enumerate(pairs[:n_histories]):
         sessions = sorted(by_pair[pair], key=lambda turns: turns[0][2])[:max_sessions]
-        result.append(_derive(rank, sessions))
+        result.append(_derive(rank, sessions, typed=questions == "typed"))
     return result
 
 
@@ -213,8 +221,14 @@ def self_contained(question: str) -> bool:
             and not BACK_REFERENCES.intersection(words))
 
 
-def _derive(rank: int, sessions: list) -> History:
-    """Questions of one history by the rules of the module docstring."""
+def _derive(rank: int, sessions: list, typed: bool = False) -> History:
+    """Questions of one history by the rules of the module docstring.
+
+    ``typed``: instead of the four kinds, the unique questions that ask for one kind
+    of answer (``answer_type.expected``: a time, a number, a place), up to
+    ``TYPED_PER_KIND`` of each, kind ``asks <kind>``, their reply the evidence
+    whatever it holds. Why: the four kinds hold only 21 such questions, too few to
+    measure the answer-type preference (``recall.arms.ANSWER_TYPE``)."""
     first = sessions[0][0][0]
     names = [chats.NAMES[(2 * rank) % len(chats.NAMES)],
              chats.NAMES[(2 * rank + 1) % len(chats.NAMES)]]
@@ -256,10 +270,10 @@ def _derive(rank: int, sessions: list) -> History:
         rng.shuffle(pool)
         return pool
 
-    def take(kind: str, pool: list, make) -> None:
+    def take(kind: str, pool: list, make, most: int = PER_KIND) -> None:
         taken = 0
         for item in pool:
-            if taken >= PER_KIND:
+            if taken >= most:
                 break
             cands = item if isinstance(item, tuple) and isinstance(item[0], tuple) else (item,)
             if not free(*cands):
@@ -269,16 +283,23 @@ def _derive(rank: int, sessions: list) -> History:
             chosen.append((kind, make(*cands), [c[2] for c in cands], [c[3] for c in cands]))
             taken += 1
 
-    take("single-hop", shuffled([c for c in unique if c[4]]), lambda c: c[1])
-    take("open-domain", shuffled([c for c in unique if not c[4]]), lambda c: c[1])
-    pairs = []
-    for replier in (0, 1):
-        mine = [c for c in unique if raw[c[3]][1] == replier]
-        rng.shuffle(mine)
-        pairs += [(a, b) for a, b in zip(mine[::2], mine[1::2]) if raw[a[2]][0] != raw[b[2]][0]]
-    take("multi-hop", shuffled(pairs), lambda a, b: f"{a[1]} Also, {b[1]}")
-    take("temporal", shuffled(repeated) + shuffled(unique),
-         lambda c: f"On {_date(raw[c[2]][3])}: {c[1]}")
+    if typed:
+        for kind in ANSWER_KINDS:
+            take(f"asks {kind}", shuffled([c for c in unique
+                                           if answer_type.expected(c[1]) == {kind}]),
+                 lambda c: c[1], TYPED_PER_KIND)
+    else:
+        take("single-hop", shuffled([c for c in unique if c[4]]), lambda c: c[1])
+        take("open-domain", shuffled([c for c in unique if not c[4]]), lambda c: c[1])
+        pairs = []
+        for replier in (0, 1):
+            mine = [c for c in unique if raw[c[3]][1] == replier]
+            rng.shuffle(mine)
+            pairs += [(a, b) for a, b in zip(mine[::2], mine[1::2])
+                      if raw[a[2]][0] != raw[b[2]][0]]
+        take("multi-hop", shuffled(pairs), lambda a, b: f"{a[1]} Also, {b[1]}")
+        take("temporal", shuffled(repeated) + shuffled(unique),
+             lambda c: f"On {_date(raw[c[2]][3])}: {c[1]}")
     asked = {t for _, _, turns, _ in chosen for t in turns}
     for i in asked:
         raw[i][2] = raw[i][2][:-1]

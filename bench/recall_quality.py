@@ -94,13 +94,15 @@ class Bm25:
         return sorted(scores, key=lambda k: (-scores[k], -k))[:limit]
 
 
-def conversations(data: str, n_chats: int, max_sessions: int, asked: str = "you") -> list:
+def conversations(data: str, n_chats: int, max_sessions: int, asked: str = "you",
+                  questions: str = "kinds") -> list:
     """``(chat, render, now)`` per conversation of a data set (see ``--data``);
-    ``asked="name"``: the real chats' questions name the people (``--asked``)."""
+    ``asked="name"``: the real chats' questions name the people (``--asked``);
+    ``questions``: which real-chat questions (``--questions``)."""
     if data == "generated":
         made = [chats.make_chat(1000 + index) for index in range(n_chats)]
         return [(chat, chats.render, chat.session_starts[-1] + 30 * 86400) for chat in made]
-    found = realchats.histories(n_chats, max_sessions)
+    found = realchats.histories(n_chats, max_sessions, questions)
     if asked == "name":
         for history in found:
             realchats.ask_by_name(history)
@@ -258,6 +260,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--asked", choices=["you", "name"], default="you",
                         help="chitchat: questions as typed (\"you\") or naming the person "
                              "asked and the asker (\"Is Melanie dressing up?\")")
+    parser.add_argument("--questions", choices=["kinds", "typed"], default="kinds",
+                        help="chitchat: the four question kinds, or only questions asking "
+                             "for a time, number or place (realchats.py)")
     parser.add_argument("--styles", nargs="+", default=["plain", "named", "field"])
     parser.add_argument("--embeddings", action="store_true",
                         help="turn the local embedding model on and add the mode runs")
@@ -291,7 +296,7 @@ def main(argv: list[str]) -> int:
     if args.methods:
         methods = [m for m in methods if m in args.methods]
     n_chats = args.chats or (10 if args.data == "generated" else 12)
-    convs = conversations(args.data, n_chats, args.sessions, args.asked)
+    convs = conversations(args.data, n_chats, args.sessions, args.asked, args.questions)
     print(f"data {args.data} (asked: {args.asked}): {len(convs)} conversations, "
           f"{sum(len(c.turns) for c, _, _ in convs)} turns, "
           f"{sum(len(c.questions) for c, _, _ in convs)} questions")
@@ -312,7 +317,8 @@ def main(argv: list[str]) -> int:
         print("overrides: " + ", ".join(args.set) + " (results not saved)")
         return 0
     name = "recall_quality" + ("" if args.data == "generated" else "_" + args.data) + (
-        "_" + args.model if args.model else "") + ("_named_questions" if args.asked == "name" else "")
+        "_" + args.model if args.model else "") + ("_named_questions" if args.asked == "name" else "") + (
+        "_typed" if args.questions == "typed" else "")
     synth.save_results(name,
                        data=args.data, chats=n_chats, sessions=args.sessions, fusion=args.fusion,
                        weights=dict(semantic.WEIGHTS), results=results)
