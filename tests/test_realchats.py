@@ -92,3 +92,25 @@ def test_asking_by_name_keeps_the_evidence_and_names_the_replier():
         if re.search(r"\byou(r|rs|rself)?\b", text, re.IGNORECASE):
             assert replier in question.text
             assert not re.search(r"\byou(r|rs|rself)?\b", question.text, re.IGNORECASE)
+
+
+def test_typed_questions_each_ask_for_one_kind_of_answer_and_are_taken_out():
+    """``--questions typed``: every question asks for exactly the kind it is filed
+    under, is one of the history's own questions taken out of it, and its evidence
+    is the other person's next turn."""
+    from hermes_trove.recall import answer_type
+
+    typed = realchats.histories(12, 25, questions="typed")
+    questions = [(h, q) for h in typed for q in h.questions]
+    assert questions
+    assert {q.kind for _, q in questions} <= {f"asks {k}" for k in realchats.ANSWER_KINDS}
+    for history, q in questions:
+        assert answer_type.expected(q.text) == {q.kind.split()[1]}
+        assert realchats.self_contained(q.text)
+        assert len(q.evidence) == 1
+        stored = [line for t in history.turns for line in t["text"].split("\n")]
+        assert q.text not in stored
+    per = {}
+    for history, q in questions:
+        per[(id(history), q.kind)] = per.get((id(history), q.kind), 0) + 1
+    assert max(per.values()) <= realchats.TYPED_PER_KIND
