@@ -58,7 +58,6 @@ def gap_rows(conn, session_id: str, before: int | None, after: int | None,
     a row a later compaction summarized is still the stale list's message; and,
     whatever covers them, the rows ``beside`` (a view showed them raw after the
     list's block: ``Alignment._block_in_views``)."""
-    columns = FP_COLUMNS
     first: tuple = (session_id,)
     fresh = ""
     if fresh_only:
@@ -69,7 +68,7 @@ def gap_rows(conn, session_id: str, before: int | None, after: int | None,
                  + (" AND e.parent_id <= ?)" if rendered is not None else ")")
                  + (f" OR store_id IN ({','.join('?' * len(shown))}))" if shown else ")"))
         first = (session_id, *(() if rendered is None else (rendered,)), *shown)
-    head = f"SELECT {columns} FROM messages AS m WHERE session_id = ?{fresh}"
+    head = f"SELECT {FP_COLUMNS} FROM messages AS m WHERE session_id = ?{fresh}"
     if before is not None and after is not None:
         rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
                             f" ORDER BY store_id LIMIT ?",
@@ -97,8 +96,8 @@ def fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
             (session_id, FRESH_SCAN_FACTOR * limit)):
         if r[6]:
             break
-        rows.append(row_fp(r))
-    return rows[:limit][::-1]
+        rows.append(r)
+    return [row_fp(r) for r in rows[:limit][::-1]]
 
 
 def timed_rows(conn, session_id: str, times) -> dict[tuple[str, float], int]:
@@ -108,10 +107,11 @@ def timed_rows(conn, session_id: str, times) -> dict[tuple[str, float], int]:
     found: dict[tuple[str, float], int] = {}
     for chunk in chunked(sorted(times)):
         for r in conn.execute(
-                "SELECT store_id, role, content, content_format, tool_calls, tool_call_id,"
-                f" message_at FROM messages WHERE session_id = ? AND message_at IN"
-                f" ({','.join('?' * len(chunk))}) ORDER BY store_id", (session_id, *chunk)):
-            found.setdefault((identity.fingerprint(r[1], r[2], r[3], r[4], r[5]), r[6]), r[0])
+                f"SELECT {FP_COLUMNS}, message_at FROM messages WHERE session_id = ? AND"
+                f" message_at IN ({','.join('?' * len(chunk))}) ORDER BY store_id",
+                (session_id, *chunk)):
+            store_id, fp = row_fp(r)
+            found.setdefault((fp, r[6]), store_id)
     return found
 
 
