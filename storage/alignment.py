@@ -760,7 +760,8 @@ class Alignment:
         if first is None:
             return [None] * len(hashes)
         # The newest copies (a tail shown again) and the oldest (a whole
-        # transcript replayed).
+        # transcript replayed); read lazily, so the fingerprint scan runs only when
+        # the exact copies do not line the whole list up.
         candidates = anchor_rows(conn, session_id, digests[first], hashes[first],
                                  ANCHOR_CANDIDATES)
         span = sum(1 for h in hashes if h is not None) + ALIGN_SLACK

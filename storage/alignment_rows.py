@@ -10,14 +10,16 @@ between two rows, rows named by the host's timestamps).
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from . import identity, timekeys, views
 from .database import chunked
 
 # A block whose tail is unknown is aligned against unsummarized rows among this many
 # times the shown list's length of the session's newest rows.
 FRESH_SCAN_FACTOR = 8
-# A list's first message with no exact stored copy is looked for by its fingerprint
-# among at most this many of the session's oldest and as many of its newest rows.
+# A list's first message is also looked for by its fingerprint (when its exact
+# stored copies do not explain the list) among at most this many of the session's oldest and as many of its newest rows.
 ANCHOR_SCAN = 4096
 # The columns a row's identity fingerprint is read from (``row_fp``).
 FP_COLUMNS = "store_id, role, content, content_format, tool_calls, tool_call_id"
@@ -125,30 +127,36 @@ def fingerprints_of(conn, store_ids: list[int]) -> list[tuple[int, str]]:
     return found
 
 
-def anchor_rows(conn, session_id: str, digest: str, fp: str, count: int) -> list[int]:
-    """The newest and the oldest ``count`` stored copies of a list's first message,
-    newest first: by its exact ``digest`` through the identity index, else (the host
-    rewrote its whitespace since it was stored) by its fingerprint ``fp``, among the
-    session's oldest and newest ``ANCHOR_SCAN`` rows.
+def anchor_rows(conn, session_id: str, digest: str, fp: str, count: int) -> Iterator[int]:
+    """The stored copies of a list's first message, each at most once, the newest
+    and the oldest ``count`` first: by its exact ``digest`` through the identity
+    index, then (read only when the caller asks for more) by its fingerprint ``fp``
+    among the session's oldest and newest ``ANCHOR_SCAN`` rows.
 
     Why: a list no view explains (rule 6) anchored by the exact hash alone found no
     copy of a first message the host had stripped, and the whole list was stored
-    again. The scan is bounded: a list that starts with something new finds no copy
-    either, and a session of 100K rows must not be read whole for it (a replayed
-    transcript starts near the oldest rows, a tail shown again near the newest)."""
-    found: list[int] = []
+    again; and when the user had later sent the stripped text itself, the exact
+    hash found only that later send, so the list's own first row was never tried
+    and everything before the later send was stored again. The scan is bounded: a
+    list that starts with something new finds no copy either, and a session of 100K
+    rows must not be read whole for it (a replayed transcript starts near the
+    oldest rows, a tail shown again near the newest)."""
+    seen: set[int] = set()
     for order in ("DESC", "ASC"):
-        for r in conn.execute(
+        for (store_id,) in conn.execute(
                 f"SELECT store_id FROM messages WHERE session_id = ? AND content_hash = ?"
-                f" ORDER BY ordinal {order} LIMIT ?", (session_id, digest, count)):
-            if r[0] not in found:
-                found.append(r[0])
-    if found:
-        return found
+                f" ORDER BY ordinal {order} LIMIT ?", (session_id, digest, count)).fetchall():
+            if store_id not in seen:
+                seen.add(store_id)
+                yield store_id
     ends = {order: [sid for sid, other in map(row_fp, conn.execute(
         f"SELECT {FP_COLUMNS} FROM messages WHERE session_id = ? ORDER BY store_id {order}"
-        f" LIMIT ?", (session_id, ANCHOR_SCAN))) if other == fp] for order in ("DESC", "ASC")}
-    return list(dict.fromkeys(ends["DESC"][:count] + ends["ASC"][:count]))
+        f" LIMIT ?", (session_id, ANCHOR_SCAN)).fetchall()) if other == fp]
+        for order in ("DESC", "ASC")}
+    for store_id in dict.fromkeys(ends["DESC"][:count] + ends["ASC"][:count]):
+        if store_id not in seen:
+            seen.add(store_id)
+            yield store_id
 
 
 def listed_between(conn, session_id: str, before: int | None, after: int | None,

@@ -267,6 +267,32 @@ def test_a_whitespace_edit_in_a_list_no_view_explains_stores_nothing_again(tmp_p
     assert stored(b) == rows + [("user", "next question")]
 
 
+def test_a_stripped_first_message_that_a_later_row_repeats_still_anchors_at_its_own_row(tmp_path):
+    """Rule 6 anchors a list no view explains at the stored copies of its first
+    message: by the exact hash first. When the host stripped that message and the
+    user later sent the stripped text again, the exact hash finds only the later
+    send; the list's own first row (stored with its whitespace) must still be tried,
+    or everything before the later send is stored again."""
+    a = make_engine(tmp_path, window=256_000)
+    history = []
+    for t, text in enumerate(["hello there\n", "tell me more", "and then?", "hello there"]):
+        history += turn(text, f"answer {t}")
+        a.note_user_turn(history[-2])
+        a.ingest(history)
+        a.turn_done()
+    rows = stored(a)
+    with a.store.db.transaction() as conn:
+        conn.execute("DELETE FROM session_views")
+    shown = copy.deepcopy(history)
+    for m in shown:   # Hermes restores text through sanitize_context(...).strip()
+        m["content"] = m["content"].strip()
+    shown.append({"role": "user", "content": "next question"})
+    b = make_engine(tmp_path, window=256_000)  # another process: no reading of its own
+    b.note_user_turn(shown[-1])
+    b.ingest(shown)
+    assert stored(b) == rows + [("user", "next question")]
+
+
 def test_an_identical_resend_after_undo_is_a_new_row(tmp_path):
     engine = make_engine(tmp_path, window=64_000)
     history = turn("first message", "reply one") + turn("second message", "reply two")
