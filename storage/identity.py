@@ -218,13 +218,16 @@ class Shown:
         """Which elements may be the engine's own: ``preinserted`` ones, a block whose
         fingerprint a view of the session holds, and every acknowledgement (the
         engine's exact text in the assistant's role, which nobody else writes; the
-        host may restore one away from its block: host walk 120017). A pasted block
-        header is conversation, and so is a copy of a block the user sent
-        (``user_sent``). A flagged block that a view reads as a row is the user's
-        too (``own_flags``)."""
+        host may restore one away from its block: host walk 120017). A block that no
+        view holds is the engine's too when the acknowledgement follows it: the pair
+        is the engine's compaction output (views lost or dropped, a database from
+        before views), and read as conversation the block was stored as a user
+        message and the tail after it stored again. A pasted block header is
+        conversation, and so is a copy of a block the user sent (``user_sent``). A
+        flagged block that a view reads as a row is the user's too (``own_flags``)."""
         flags = [i in self.preinserted for i in range(len(self.fps))]
         for pos, fp in self.block_fps.items():
-            if fp in known_blocks:
+            if fp in known_blocks or pos + 1 in self.ack_at:
                 flags[pos] = True
         for pos in self.ack_at:
             flags[pos] = True

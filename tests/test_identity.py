@@ -893,3 +893,35 @@ def test_a_row_a_second_copys_compaction_kept_beside_the_block_is_that_row_later
     again.ingest(restored)
     assert len(stored(first)) == rows + 1 and stored(first)[-1][1] == "after the restart"
     assert sum(1 for role, _ in stored(first) if role == "assistant") == 6 + 5
+
+
+@pytest.mark.parametrize("second_process", [False, True])
+def test_a_block_no_view_remembers_is_still_the_engines_own_when_its_acknowledgement_follows(
+        tmp_path, second_process):
+    """The engine knows its summary blocks from the views (``known_blocks``). A list
+    whose block no view holds (views lost, a database from before views, a session
+    whose views were dropped) had the block stored as a user message and the tail
+    after it stored again. A block followed by the engine's exact acknowledgement in
+    the assistant's role is the engine's own: nobody else writes that pair."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=8)
+    out = compact(engine, long_history(60))
+    assert any(assemble.is_block_candidate(m) for m in out)
+    rows = stored(engine)
+    with engine.store.db.transaction() as conn:
+        conn.execute("DELETE FROM session_views")
+    reader = make_engine(tmp_path, window=64_000, fresh_tail_count=8) if second_process else engine
+    shown = copy.deepcopy(out) + [{"role": "user", "content": "next question"}]
+    reader.note_user_turn(shown[-1])
+    reader.ingest(shown)
+    assert stored(reader) == rows + [("user", "next question")]
+
+
+def test_a_pasted_block_header_without_the_acknowledgement_stays_conversation(tmp_path):
+    """The other side of the rule above: a user message that only opens like a block
+    (no view holds it, no acknowledgement after it) is the user's and is stored."""
+    engine = make_engine(tmp_path, window=64_000)
+    pasted = assemble.BLOCK_MARKER + "\nsomething the user pasted"
+    history = turn("hello", "hi") + [{"role": "user", "content": pasted}]
+    engine.note_user_turn(history[-1])
+    engine.ingest(history)
+    assert stored(engine)[-1] == ("user", pasted)
