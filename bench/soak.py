@@ -13,6 +13,7 @@ soak walk does not stop at its first failure.
     .venv/bin/python bench/soak.py --steps 2000 --seed 1          # ~13 min
     .venv/bin/python bench/soak.py --steps 300 --seed 1           # ~2 min
     .venv/bin/python bench/soak.py --seed 2400 --steps 40 --walk-steps 40   # replay a test walk
+    .venv/bin/python bench/soak.py --steps 600 --weight branch=10 --weight restart=10  # rare flows
     PG_TROVE_TEST_URL=postgresql://... .venv/bin/python bench/soak.py --postgres --steps 300
 
 ``--postgres``: trove stores on PostgreSQL (``TROVE_DATABASE_URL``), each walk in a
@@ -45,6 +46,22 @@ def _isolate() -> None:
     os.environ.pop("HERMES_SESSION_ID", None)
 
 
+def step_weights(defaults: dict, overrides: list, error) -> dict:
+    """The walk's step weights: the test's defaults with ``STEP=N`` overrides, so a
+    soak can stress the rare flows (a branch, a restart, a second process) that the
+    defaults pick a few times per hundred steps. An unknown step or a weight that
+    is not a whole number >= 0 is an error, not a silent default."""
+    weights = dict(defaults)
+    for item in overrides:
+        name, _, value = item.partition("=")
+        if name not in weights or not value.isdigit():
+            error(f"--weight {item!r}: expected STEP=N with STEP one of {sorted(weights)}")
+        weights[name] = int(value)
+    if not any(weights.values()):
+        error("--weight: every step weighs 0")
+    return weights
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2000, help="total random steps (default 2000)")
@@ -57,6 +74,9 @@ def main(argv=None) -> int:
     parser.add_argument("--postgres", action="store_true",
                         help="store on PostgreSQL: a fresh schema per walk on PG_TROVE_TEST_URL")
     parser.add_argument("--show", type=int, default=5, help="failures to print per walk")
+    parser.add_argument("--weight", action="append", default=[], metavar="STEP=N",
+                        help="this step's weight instead of walkkit.STEP_WEIGHTS' (repeatable;"
+                             " e.g. --weight branch=10 --weight restart=8 to stress rare flows)")
     args = parser.parse_args(argv)
 
     _isolate()
@@ -70,6 +90,7 @@ def main(argv=None) -> int:
 
     if args.postgres and pgkit.pg_unavailable():
         parser.error(f"--postgres: {pgkit.pg_unavailable()}")
+    weights = step_weights(wk.STEP_WEIGHTS, args.weight, parser.error)
 
     total = wk.WalkStats()
     walks = []
@@ -84,7 +105,7 @@ def main(argv=None) -> int:
                                 extra_env=store) as host:
                     walk = wk.Walk(host, seed, steps=steps, stop_at_first=False,
                                    use_process=not args.in_process,
-                                   largest_turn=args.largest_turn)
+                                   largest_turn=args.largest_turn, weights=weights)
                     stats = walk.run()
                     server.clear()
             total.add(stats)

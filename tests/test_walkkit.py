@@ -142,3 +142,24 @@ def test_a_branch_copy_of_a_replayed_transcript_counts_each_message_once():
     oracle.branched("branch", replayed)
     assert Counter({("user", "[T1] a"): 1, ("assistant", "ok"): 2,
                     ("user", "[T2] b"): 1}) in oracle.branch_copy["branch"]
+
+
+def test_the_soaks_step_weights_override_the_defaults_and_refuse_what_they_do_not_know():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import soak
+
+    def error(message):
+        raise ValueError(message)
+
+    weights = soak.step_weights(wk.STEP_WEIGHTS, ["branch=10", "chat=0"], error)
+    assert weights["branch"] == 10 and weights["chat"] == 0
+    assert weights["undo"] == wk.STEP_WEIGHTS["undo"]
+    assert wk.STEP_WEIGHTS["chat"] == 40   # the defaults are not changed in place
+    for bad in (["nosuch=1"], ["branch=-1"], ["branch"], [f"{n}=0" for n in wk.STEP_WEIGHTS]):
+        try:
+            soak.step_weights(wk.STEP_WEIGHTS, bad, error)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} accepted")

@@ -574,7 +574,7 @@ class Walk:
 
     # -- steps -----------------------------------------------------------------
     def step(self) -> str:
-        names = [n for n in self.weights if self._possible(n)]
+        names = [n for n in self.weights if self.weights[n] and self._possible(n)] or ["chat"]
         name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]
         if name in ("new", "resume", "branch", "restart", "undo", "undo_resend", "retry"):
             self._manual.clear()  # the next request is not the one right after the /compress
