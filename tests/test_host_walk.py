@@ -227,7 +227,7 @@ IN_PROCESS = {100002, 100018, 120000, 160013, 120004, 160002, 160006,
 # test worker for most of the suite) and the tests that hold each fault on their own.
 REPLAY_STEPS = int(os.environ.get("HOSTWALK_REPLAY_STEPS", "120"))
 LONG_REPLAYS = {
-    280002: "test_identity.py::test_a_second_copys_old_list_after_a_returned_block_keeps_rows_summarized_since",
+    280002: "test_identity_blocks.py::test_a_second_copys_old_list_after_a_returned_block_keeps_rows_summarized_since",
     490000: "test_host_identity.py::test_a_branch_retried_then_undone_keeps_the_copied_attempt",
     500000: "test_identity_branches.py::test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own",
     610001: "test_identity.py::test_a_text_re_sent_after_a_doubled_compacted_transcript_is_a_new_message",
