@@ -236,17 +236,14 @@ def test_a_whitespace_edit_of_a_tail_message_stores_nothing_again(tmp_path):
     assert stored(engine)[-1] == ("user", "next")
 
 
-@pytest.mark.parametrize("restored", ["stripped", "one_reply_edited"])
-def test_a_whitespace_edit_in_a_list_no_view_explains_stores_nothing_again(tmp_path, restored):
-    """Rule 6 (a list no view explains: here a database from before views) compares
-    the fingerprint every other rule does. By the exact content hash, a transcript the
-    host restored through ``.strip()`` anchored nowhere and was stored again whole,
-    and a reply the host edited in place by whitespace, with everything after it,
-    was stored again."""
+def stored_then_shown_without_views(tmp_path, users: list[str], edit) -> tuple:
+    """A session of ``users`` turns stored by one engine, its views then lost (a
+    database from before views), and the transcript, changed by ``edit`` with the
+    next question after it, read by another process: (rows before, rows after)."""
     a = make_engine(tmp_path, window=256_000)
     history = []
-    for t in range(6):
-        history += turn(f"question {t} " + "word " * 10, f"answer {t}\n")
+    for t, text in enumerate(users):
+        history += turn(text, f"answer {t}\n")
         a.note_user_turn(history[-2])
         a.ingest(history)
         a.turn_done()
@@ -254,16 +251,34 @@ def test_a_whitespace_edit_in_a_list_no_view_explains_stores_nothing_again(tmp_p
     with a.store.db.transaction() as conn:
         conn.execute("DELETE FROM session_views")
     shown = copy.deepcopy(history)
-    if restored == "stripped":
-        for m in shown:
-            m["content"] = m["content"].strip()
-    else:
-        shown[-3]["content"] += " "     # "answer 4\n" -> "answer 4\n "
+    edit(shown)
     shown.append({"role": "user", "content": "next question"})
     b = make_engine(tmp_path, window=256_000)  # another process: no reading of its own
     b.note_user_turn(shown[-1])
     b.ingest(shown)
-    assert stored(b) == rows + [("user", "next question")]
+    return rows, stored(b)
+
+
+def strip_all(shown: list[dict]) -> None:
+    """Hermes restores text through ``sanitize_context(...).strip()``."""
+    for m in shown:
+        m["content"] = m["content"].strip()
+
+
+def edit_one_reply(shown: list[dict]) -> None:
+    shown[-3]["content"] += " "     # "answer 4\n" -> "answer 4\n "
+
+
+@pytest.mark.parametrize("edit", [strip_all, edit_one_reply])
+def test_a_whitespace_edit_in_a_list_no_view_explains_stores_nothing_again(tmp_path, edit):
+    """Rule 6 (a list no view explains: here a database from before views) compares
+    the fingerprint every other rule does. By the exact content hash, a transcript the
+    host restored through ``.strip()`` anchored nowhere and was stored again whole,
+    and a reply the host edited in place by whitespace, with everything after it,
+    was stored again."""
+    rows, after = stored_then_shown_without_views(
+        tmp_path, [f"question {t} " + "word " * 10 for t in range(6)], edit)
+    assert after == rows + [("user", "next question")]
 
 
 def test_a_stripped_first_message_that_a_later_row_repeats_still_anchors_at_its_own_row(tmp_path):
@@ -272,24 +287,9 @@ def test_a_stripped_first_message_that_a_later_row_repeats_still_anchors_at_its_
     user later sent the stripped text again, the exact hash finds only the later
     send; the list's own first row (stored with its whitespace) must still be tried,
     or everything before the later send is stored again."""
-    a = make_engine(tmp_path, window=256_000)
-    history = []
-    for t, text in enumerate(["hello there\n", "tell me more", "and then?", "hello there"]):
-        history += turn(text, f"answer {t}")
-        a.note_user_turn(history[-2])
-        a.ingest(history)
-        a.turn_done()
-    rows = stored(a)
-    with a.store.db.transaction() as conn:
-        conn.execute("DELETE FROM session_views")
-    shown = copy.deepcopy(history)
-    for m in shown:   # Hermes restores text through sanitize_context(...).strip()
-        m["content"] = m["content"].strip()
-    shown.append({"role": "user", "content": "next question"})
-    b = make_engine(tmp_path, window=256_000)  # another process: no reading of its own
-    b.note_user_turn(shown[-1])
-    b.ingest(shown)
-    assert stored(b) == rows + [("user", "next question")]
+    rows, after = stored_then_shown_without_views(
+        tmp_path, ["hello there\n", "tell me more", "and then?", "hello there"], strip_all)
+    assert after == rows + [("user", "next question")]
 
 
 def test_an_identical_resend_after_undo_is_a_new_row(tmp_path):
