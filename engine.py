@@ -123,6 +123,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         self._last_ingest = None                   # its last ingest (a repeat is not read again)
         self._foreign_noted: set = set()
         self._copy_from: str | None = None         # a /branch's parent: its lists are copied
+        self._earlier: tuple[str, ...] = ()        # sessions this copy was bound to, newest first
         self._real_overhead: int | None = None     # learned from the provider's usage
 
     def __deepcopy__(self, memo):
@@ -325,6 +326,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
 
     def _bind(self, session_id: str, canonical: str, how: str) -> None:
         previous = self.session_id
+        self._earlier = identity.earlier_sessions(self._earlier, self.canonical_id, canonical)
         self.session_id, self.canonical_id, self.binding = session_id, canonical, how
         self._known_tails = {}
         self._view, self._pending_turn, self._copy_from = None, None, None

@@ -174,7 +174,7 @@ class IngestSide:
             ack_at=frozenset(i for i, f in enumerate(facts) if f.ack),
             preinserted=frozenset(i for i, flag in enumerate(legacy) if flag),
             origin=self._view_origin(), turn_index=turn_index,
-            copy_from=self._copy_from if own else None,
+            copy_from=self._copy_from if own else None, earlier=self._earlier,
             roles=tuple(str(m.get("role") or "") for m in messages), handover=handover,
             copies=identity.timed_copies(
                 [None if i in block_fps else fp for i, fp in enumerate(fps)], stamps),
@@ -201,7 +201,7 @@ class IngestSide:
             return None
         shown = replace(
             shown, fps=fps, turn_index=turn_index,
-            origin=self._view_origin(), copy_from=self._copy_from,
+            origin=self._view_origin(), copy_from=self._copy_from, earlier=self._earlier,
             roles=shown.roles + tuple(str(m.get("role") or "") for m in messages[k:]),
             settled=last.answer, stamps=tuple(stamps))
         return encoded + [f.encoded for f in added], shown, known

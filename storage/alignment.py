@@ -184,8 +184,12 @@ class Alignment:
         """Rule 4: the other session whose view explains the list better than the
         ``own_matched`` elements this session's views do, and the list's elements
         before the turn. The blocks that session rendered count as its own, not as
-        conversation (its compacted list at exit, seed 80000)."""
-        others = list(views.load_others(conn, session_id))
+        conversation (its compacted list at exit, seed 80000). The sessions this copy
+        was bound to before are read first (``Shown.earlier``), then the newest views
+        of all others."""
+        others = [v for earlier in shown.earlier if earlier != session_id
+                  for v in views.load(conn, earlier, views.RING)] \
+            + list(views.load_others(conn, session_id))
         blocks = known_blocks | {fp for v in others for fp, sid in v.entries
                                  if sid == identity.BLOCK_ID}
         fps = shown.view_fps(shown.engine_flags(blocks))

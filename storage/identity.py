@@ -102,6 +102,8 @@ LCS_CELLS = 40_000
 # A list another session's view explains this well (share of its elements) is that
 # session's, when its own views explain less.
 FOREIGN_SHARE = 0.8
+# Sessions an engine copy was bound to before, kept for rule 4 (newest first).
+EARLIER_SESSIONS = 4
 
 # What the host's sanitize_context removes (agent/memory_manager.py): injected
 # memory-context blocks, their system note, and stray fence tags.
@@ -213,6 +215,9 @@ class Shown:
     # each element's host timestamp as the message carries it (None: none); a restored
     # message's row holds it (rule 3: a list with a run between two matched rows)
     stamps: tuple = ()
+    # the sessions this engine copy was bound to before, newest first
+    # (``earlier_sessions``): a list handed over at a session end is theirs first
+    earlier: tuple = ()
 
     def engine_flags(self, known_blocks: set[str]) -> list[bool]:
         """Which elements may be the engine's own: ``preinserted`` ones, a block whose
@@ -664,6 +669,22 @@ def replies_follow(store_ids: list[int | None], fps: Sequence[str | None],
         elif carry:
             out[i] = None
     return out
+
+
+def earlier_sessions(earlier: tuple, leaving: str | None, joining: str) -> tuple:
+    """The sessions an engine copy was bound to before ``joining``, newest first and
+    at most ``EARLIER_SESSIONS``: ``leaving`` (the session it is bound to now) ahead
+    of the ones it had.
+
+    Why: after /new or /resume the CLI hands the previous session's transcript to
+    ``on_session_end`` under the new session's id (rule 4). That list was told apart
+    only by the newest views of all other sessions, and with a gateway writing to the
+    same database those were soon all the gateway's: the transcript was stored again
+    under the new session. The copy itself knows which sessions it showed."""
+    if not leaving or leaving == joining:
+        return tuple(s for s in earlier if s != joining)[:EARLIER_SESSIONS]
+    return tuple(dict.fromkeys((leaving,) + tuple(s for s in earlier if s != joining)))[
+        :EARLIER_SESSIONS]
 
 
 def foreign_owner(shown: Sequence[str | None], own_matched: int,

@@ -385,9 +385,32 @@ def test_pre_compaction_list_after_an_automatic_compaction_stores_nothing(tmp_pa
         assert_stored_once(talk)
 
 
-def test_exit_after_new_without_a_turn_stores_nothing_under_the_new_session(tmp_path, server):
+def busy_gateway(home, oracle, users: int = 10, turns: int = 4) -> None:
+    """A messaging gateway on the same database (Hermes's CLI and gateway share
+    ``$HERMES_HOME``): ``users`` chats of ``turns`` turns, each writing its views
+    (the ``oracle`` is told each message)."""
+    from enginekit import make_engine
+    gateway = make_engine(home, window=64_000, session=None)
+    for u in range(users):
+        gateway.on_session_start(f"telegram-chat-{u}", platform="telegram")
+        history = []
+        for t in range(turns):
+            history += [{"role": "user", "content": f"gateway user {u} says {t}"},
+                        {"role": "assistant", "content": f"gateway reply {u}.{t}"}]
+            gateway.note_user_turn(history[-2])
+            gateway.ingest(history)
+            gateway.turn_done()
+            for message in history[-2:]:
+                oracle.shown(f"telegram-chat-{u}", message)
+
+
+@pytest.mark.parametrize("gateway", [False, True], ids=["alone", "busy_gateway"])
+def test_exit_after_new_without_a_turn_stores_nothing_under_the_new_session(tmp_path, server,
+                                                                            gateway):
     """/new then exit: the CLI hands the PREVIOUS session's transcript to
-    on_session_end under the NEW session's id; nothing is stored there."""
+    on_session_end under the NEW session's id; nothing is stored there. Also when a
+    gateway on the same database wrote many views meanwhile: the newest views of
+    other sessions were then all the gateway's, and the transcript was stored again."""
     model = wk.ScriptedModel(seed=8, ok_share=0.0)
     with ck.CliHost(tmp_path, server=server, responder=model) as host:
         talk = Talk(host)
@@ -396,15 +419,19 @@ def test_exit_after_new_without_a_turn_stores_nothing_under_the_new_session(tmp_
         first = talk.cli.session_id
         second = talk.cli.new()
         talk.oracle.session(second)
+        if gateway:
+            busy_gateway(host.home, talk.oracle)
         talk.cli.exit()
         assert rows(host, second) == [], f"the first session's transcript landed in {second}"
         assert_stored_once(talk)
 
 
-def test_exit_after_resume_without_a_turn_stores_nothing_under_the_resumed_session(tmp_path, server):
+@pytest.mark.parametrize("gateway", [False, True], ids=["alone", "busy_gateway"])
+def test_exit_after_resume_without_a_turn_stores_nothing_under_the_resumed_session(
+        tmp_path, server, gateway):
     """/new, a turn, /resume the first session, exit: the second session's
     transcript (still the agent's _session_messages) is not stored under the
-    first."""
+    first, also with a busy gateway on the same database."""
     model = wk.ScriptedModel(seed=9, ok_share=0.0)
     with ck.CliHost(tmp_path, server=server, responder=model) as host:
         talk = Talk(host)
@@ -412,8 +439,11 @@ def test_exit_after_resume_without_a_turn_stores_nothing_under_the_resumed_sessi
         first = talk.cli.session_id
         second = talk.cli.new()
         talk.say("gamma in the second session")
+        talk.say("delta in the second session")
         talk.cli.resume(first)
         assert talk.cli.session_id == first
+        if gateway:
+            busy_gateway(host.home, talk.oracle)
         talk.cli.exit()
         assert ("user", "gamma in the second session") not in rows(host, first)
         assert_stored_once(talk)

@@ -399,6 +399,39 @@ def test_the_previous_sessions_transcript_at_exit_is_not_stored_under_the_new_on
     assert [c for _, c in stored(engine, "other-session")] == [history[0]["content"], "hi"]
 
 
+def test_the_previous_sessions_transcript_at_exit_is_its_own_after_a_busy_gateway(tmp_path):
+    """Rule 4 read only the newest views of all other sessions: after a gateway on
+    the same database had written more of them, the CLI's previous session's
+    transcript at exit was stored again under the new session. The sessions the
+    copy was bound to are read first."""
+    engine = make_engine(tmp_path, window=64_000)
+    history = long_history(6)
+    engine.ingest(history)
+    engine.turn_done()
+    engine.on_session_start("other-session", platform="cli")
+    gateway = make_engine(tmp_path, window=64_000, session=None)
+    for user in range(10):
+        gateway.on_session_start(f"telegram-{user}", platform="telegram")
+        chat = []
+        for t in range(4):
+            chat += turn(f"user {user} says {t}", f"reply {user}.{t}")
+            gateway.note_user_turn(chat[-2])
+            gateway.ingest(chat)
+            gateway.turn_done()
+    engine.on_session_end("other-session", history)   # the CLI at exit after /new
+    assert stored(engine, "other-session") == []
+    assert len(stored(engine)) == len(history)
+
+
+def test_earlier_sessions_are_the_copys_own_newest_first_and_bounded():
+    earlier = ()
+    for leaving, joining in [(None, "s1"), ("s1", "s2"), ("s2", "s1"), ("s1", "s3"),
+                             ("s3", "s4"), ("s4", "s5"), ("s5", "s5")]:
+        earlier = identity.earlier_sessions(earlier, leaving, joining)
+    assert earlier == ("s4", "s3", "s1", "s2")     # s5 is the session bound now
+    assert identity.earlier_sessions(("s1", "s2"), "s2", "s1") == ("s2",)
+
+
 def test_two_copies_on_one_session_see_each_others_compactions(tmp_path):
     a = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
     b = copy.deepcopy(a)
