@@ -163,17 +163,23 @@ def request_user_text(body: dict, index: int = -1) -> str:
 # The store as the tests read it (trove.db, or the PostgreSQL schema)
 # ---------------------------------------------------------------------------
 
+def ensure_package() -> None:
+    """Make the repository importable as ``hermes_trove`` (the tests' name for it),
+    also from a script (bench/soak.py) that did not load it yet."""
+    try:
+        import hermes_trove  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(TESTS_DIR.parent / "scripts"))
+        from _bootstrap import load_package
+        load_package()
+
+
 def store_target(home: Path) -> str:
     """Where the plugin on ``home`` keeps its store: the plugin's own choice
     (``config.load_config(...).database_target``: ``TROVE_DATABASE_URL`` when set,
     else the SQLite file), read with the environment the host runs with, so a walk
     on PostgreSQL is checked against the server, never against a file not written."""
-    try:
-        import hermes_trove  # noqa: F401
-    except ImportError:  # a script that did not load the package yet
-        sys.path.insert(0, str(TESTS_DIR.parent / "scripts"))
-        from _bootstrap import load_package
-        load_package()
+    ensure_package()
     from hermes_trove.config import CONFIG_FILE_NAME, load_config
     config = Path(home) / CONFIG_FILE_NAME
     stat = config.stat() if config.exists() else None

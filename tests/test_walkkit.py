@@ -163,3 +163,30 @@ def test_the_soaks_step_weights_override_the_defaults_and_refuse_what_they_do_no
         except ValueError:
             continue
         raise AssertionError(f"{bad} accepted")
+
+
+def test_a_branch_of_a_doubled_restore_may_hold_one_copy():
+    """After an /undo the CLI may write its list twice with the original timestamps
+    and a /resume restores both copies (identity's rule 7: one message shown twice).
+    A /branch of that list is right with one copy of each message, wrong with two;
+    a text re-sent with a timestamp of its own is a message of its own."""
+    first = [{"role": "user", "content": "hello", "timestamp": 1.0},
+             {"role": "assistant", "content": "hi", "timestamp": 2.0},
+             {"role": "user", "content": "hello", "timestamp": 3.0}]   # re-sent
+    doubled = first + [dict(m) for m in first]
+    assert [m["timestamp"] for m in wk.without_timed_copies(doubled)] == [1.0, 2.0, 3.0]
+    untimed = [{"role": "user", "content": "hello"}, {"role": "user", "content": "hello"}]
+    assert len(wk.without_timed_copies(untimed)) == 2
+    o = wk.Oracle()
+    for m in first:
+        o.shown("parent", m)
+    o.branched("branch", doubled)
+    one_copy = [("parent", m["role"], m["content"]) for m in first] + \
+               [("branch", m["role"], m["content"]) for m in first]
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        assert o.check(store(Path(tmp), one_copy)).total == 0
+    with tempfile.TemporaryDirectory() as tmp:
+        one_reply_twice = one_copy + [("branch", "assistant", "hi")]
+        assert o.check(store(Path(tmp), one_reply_twice)).duplicates == 1

@@ -90,6 +90,24 @@ def without_replays(history: List[dict], replayable: set) -> List[dict]:
     return [m for i, m in enumerate(history) if i not in drop]
 
 
+def without_timed_copies(history: List[dict]) -> List[dict]:
+    """``history`` without a message's later copies that carry its timestamp: after
+    an /undo the CLI may write its whole list to state.db a second time with the
+    original timestamps, and a /resume restores both copies (identity's rule 7: one
+    message shown twice); a /branch then copies it once. A re-sent text has a
+    timestamp of its own, and a message without one is never a copy."""
+    seen: set = set()
+    out = []
+    for m in history:
+        stamp = m.get("timestamp")
+        mark = (key_of(m), stamp)
+        if stamp is not None and mark[0] is not None and mark in seen:
+            continue
+        seen.add(mark)
+        out.append(m)
+    return out
+
+
 @dataclass
 class Problems:
     duplicates: int = 0
@@ -152,7 +170,8 @@ class Oracle:
         if final:
             self._ingested.add(branch)
         replayable = {id(m) for m in self._restored}
-        for shown in (history, without_replays(history, replayable)):
+        once = without_replays(history, replayable)
+        for shown in (history, once, without_timed_copies(once)):
             copy = Counter(k for k in (key_of(m) for m in shown)
                            if k is not None and k in self.where)
             if copy in copies:
@@ -389,7 +408,10 @@ STEP_WEIGHTS = {
     "chat": 40, "chat_other": 8, "resend": 5, "undo_resend": 5, "undo": 3, "retry": 5,
     "whitespace": 6, "compress": 4, "new": 2, "resume": 3, "branch": 2,
     "open_other": 2, "close_other": 1, "restart": 2, "tool": 3,
+    # opt-in (bench/soak.py --weight gateway=N): 0 keeps every seed's walk as it was
+    "gateway": 0,
 }
+GATEWAY_CHATS = 12           # the gateway's chats a "gateway" step picks from
 
 
 @dataclass
@@ -473,6 +495,8 @@ class Walk:
         self.log: List[str] = []
         self._seen_details: set = set()
         self._manual: Dict[int, Tuple[str, Dict[int, set]]] = {}  # CLI -> its /compress
+        self._gateway: Any = None                  # the gateway's engine ("gateway" steps)
+        self._gateway_chats: Dict[str, List[dict]] = {}
 
     # -- texts -----------------------------------------------------------------
     def _text(self, kind: Optional[str] = None) -> str:
@@ -599,7 +623,7 @@ class Walk:
 
     def _possible(self, name: str) -> bool:
         started = self.cli.agent is not None and self._has_history()
-        if name in ("chat", "tool"):
+        if name in ("chat", "tool", "gateway"):
             return True
         if name == "chat_other":
             return self.other is not None
@@ -689,6 +713,32 @@ class Walk:
         history = list(self.cli.history)
         branch = self.cli.branch()
         self.oracle.branched(branch, history)
+
+    def do_gateway(self) -> None:
+        """A messaging gateway on the same database writes a few turns in its own
+        chats (Hermes's CLI and gateway share ``$HERMES_HOME``): the CLI's lists must
+        still be told apart from the gateway's when the newest views are all its."""
+        if self._gateway is None:
+            import os
+
+            ck.ensure_package()
+            from hermes_trove import config as trove_config
+            from hermes_trove.engine import TroveEngine
+            self._gateway = TroveEngine(trove_config.load_config(dict(os.environ)))
+            self._gateway.update_model("gateway-model", self.host.context_length)
+        for _ in range(self.rng.randint(2, 8)):
+            chat = f"telegram-walk-{self.rng.randrange(GATEWAY_CHATS)}"
+            history = self._gateway_chats.setdefault(chat, [])
+            self._gateway.on_session_start(chat, platform="telegram")
+            for _ in range(self.rng.randint(1, 3)):
+                n = len(history) // 2
+                history += [{"role": "user", "content": f"{chat} user turn {n}"},
+                            {"role": "assistant", "content": f"{chat} reply {n}"}]
+                self._gateway.note_user_turn(history[-2])
+                self._gateway.ingest(history)
+                self._gateway.turn_done()
+                for message in history[-2:]:
+                    self.oracle.shown(chat, message)
 
     def do_open_other(self) -> None:
         if self.use_process:
