@@ -740,6 +740,23 @@ class Walk:
                 for message in history[-2:]:
                     self.oracle.shown(chat, message)
 
+    def _close_gateway(self) -> None:
+        """The gateway's end: its background work done and its connections closed,
+        before the walk's home is removed (a pass still writing there failed the
+        removal with "Directory not empty")."""
+        if self._gateway is None:
+            return
+        import threading
+
+        from hermes_trove.storage import database
+        deadline = time.monotonic() + 30
+        for thread in threading.enumerate():
+            if thread.name.startswith("trove-") and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        for key in list(database._registry):
+            database.forget_database(key)
+        self._gateway = None
+
     def do_open_other(self) -> None:
         if self.use_process:
             self.other = self.host.process(resume=self.cli.session_id)
@@ -778,6 +795,7 @@ class Walk:
                     self.do_close_other()
                 except Exception:
                     pass
+            self._close_gateway()
             self.stats.seconds = time.perf_counter() - started
         self.stats.problems = getattr(self, "_last_problems", Problems())
         return self.stats
