@@ -265,3 +265,23 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
     assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
                            f" --postgres --seed {seed} --steps {PG_REPLAYS[seed]}"
                            f" --walk-steps {PG_REPLAYS[seed]}")
+
+
+# Walks with a gateway on the same database and the rare flows weighted up (the soak's
+# ``--weight chat=8 --weight gateway=15 --weight new=10 --weight resume=8 --weight
+# restart=10``, in-process, 30 steps). Seed 900000 stored the CLI's previous transcript,
+# handed over at exit after /new, under the new session once the gateway's views were
+# the newest (rule 4 read only those: ``identity.earlier_sessions``); seed 900007 is a
+# /branch of a doubled restore that the oracle had no one-copy reading of.
+GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
+GATEWAY_SEEDS = (900000, 900007)
+
+
+@pytest.mark.parametrize("seed", GATEWAY_SEEDS)
+def test_walks_beside_a_gateway_on_the_same_database_keep_every_message_once(
+        tmp_path, server, seed):
+    w = run_walk(tmp_path, server, seed, 30, use_process=False, weights=GATEWAY_WEIGHTS)
+    assert w.stats.step_counts["gateway"], "the walk never let the gateway write"
+    assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
+                           f" --seed {seed} --steps 30 --walk-steps 30 --in-process --weight chat=8"
+                           " --weight gateway=15 --weight new=10 --weight resume=8 --weight restart=10")
