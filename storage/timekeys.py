@@ -161,8 +161,10 @@ def message_time(value: object, writer_zone: tzinfo | None = None) -> float | No
     say (or says something impossible: a bool, NaN, a time before ``CLOCK_FLOOR``
     or after the year 9998).
 
-    Accepted: epoch seconds or milliseconds (a number, or a string of one), and
-    ISO-8601 strings with an offset or ``Z``, or naive. The one rule for a naive
+    Accepted: epoch seconds or milliseconds (a number, or a string of one), ISO-8601
+    strings with an offset or ``Z``, or naive, e-mail style strings (RFC 2822) and
+    ``datetime`` / ``date`` objects (a harness or an importer building messages in
+    Python; a date is its midnight). The one rule for a naive
     time: it is wall-clock time of the zone its writer was in. The host writes them
     with ``datetime.now().isoformat()`` (the gateway mirror, slash-command notes,
     run_agent): the local zone of the host's process (``TZ``, else the machine's),
@@ -173,6 +175,10 @@ def message_time(value: object, writer_zone: tzinfo | None = None) -> float | No
     in Paris by a host whose trove shows Tokyo days moved by eight hours)."""
     if isinstance(value, bool):
         return None
+    if isinstance(value, date):   # a datetime or date object (a harness, an importer)
+        moment = value if isinstance(value, datetime) else datetime(value.year, value.month,
+                                                                    value.day)
+        return _moment_seconds(moment, writer_zone)
     if isinstance(value, str):
         text = value.strip()
         if not text or len(text) > 64:
@@ -180,18 +186,37 @@ def message_time(value: object, writer_zone: tzinfo | None = None) -> float | No
         try:
             value = float(text)
         except ValueError:
-            try:
-                moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ"
-                                                else text)
-            except ValueError:
-                return None
-            if moment.tzinfo is None:   # the writer's zone (see above)
-                moment = (moment.replace(tzinfo=writer_zone) if writer_zone is not None
-                          else moment.astimezone())
-            return _plausible(moment.timestamp())  # a date: never read as milliseconds
+            moment = _parsed(text)
+            return None if moment is None else _moment_seconds(moment, writer_zone)
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return _plausible(float(value) / 1000.0 if abs(value) >= EPOCH_MS_FLOOR else float(value))
+
+
+def _parsed(text: str) -> datetime | None:
+    """An ISO-8601 time (``Z`` for UTC), else an e-mail style one (RFC 2822: "Tue, 01
+    Dec 2026 09:00:00 +0000", what HTTP headers and mail exports hold), else None."""
+    try:
+        return datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ" else text)
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    try:
+        return parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _moment_seconds(moment: datetime, writer_zone: tzinfo | None) -> float | None:
+    """``moment`` as Unix seconds, a naive one in its writer's zone (``message_time``);
+    a date is never read as milliseconds."""
+    try:
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            moment = (moment.replace(tzinfo=writer_zone) if writer_zone is not None
+                      else moment.astimezone())
+        return _plausible(moment.timestamp())
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 FUTURE_SKEW_SECONDS = 3600.0   # a writer's clock may run this far ahead of the store's

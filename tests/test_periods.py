@@ -1,5 +1,5 @@
 """recall/periods.py and storage/timekeys.py: natural periods resolve to the right window."""
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -249,6 +249,11 @@ NINE_UTC = datetime(2026, 12, 1, 9, tzinfo=timezone.utc).timestamp()
     ("2026-12-01 18:00:00", TOKYO, NINE_UTC),
     (NINE_UTC, TOKYO, NINE_UTC), (int(NINE_UTC * 1000), None, NINE_UTC),
     (str(int(NINE_UTC)), None, NINE_UTC), (f"{NINE_UTC * 1000:.0f}", None, NINE_UTC),
+    ("Tue, 01 Dec 2026 09:00:00 +0000", TOKYO, NINE_UTC),   # RFC 2822 (mail, HTTP)
+    ("Tue, 01 Dec 2026 18:00:00", TOKYO, NINE_UTC),         # ... naive: the writer's zone
+    (datetime(2026, 12, 1, 9, tzinfo=timezone.utc), TOKYO, NINE_UTC),   # objects
+    (datetime(2026, 12, 1, 18), TOKYO, NINE_UTC),
+    (date(2026, 12, 1), None, datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()),
     # an ISO date past 5138 is that date, never epoch milliseconds (it read as 1974)
     ("6000-01-01T00:00:00Z", None, datetime(6000, 1, 1, tzinfo=timezone.utc).timestamp()),
 ])
@@ -273,10 +278,26 @@ def test_a_naive_time_is_read_in_its_writers_zone_not_trove_timezone(tmp_path, p
     assert times == {"mirror note": NINE_UTC, "replayed note": NINE_UTC}
 
 
+def test_datetime_objects_and_mail_style_times_reach_the_stored_row(tmp_path):
+    """A harness or importer building messages in Python passes ``datetime`` objects,
+    and mail or HTTP exports hold RFC 2822 times; both were stored with no time, so
+    every period read the ingest time instead."""
+    from enginekit import make_engine
+    engine = make_engine(tmp_path)
+    engine.ingest([{"role": "user", "content": "dated", "timestamp": datetime(
+                       2026, 12, 1, 9, tzinfo=timezone.utc)},
+                   {"role": "assistant", "content": "ok",
+                    "timestamp": "Tue, 01 Dec 2026 09:00:05 +0000"}])
+    rows = engine.store.session_messages(engine.canonical_id, 0, 10)
+    assert [r["message_at"] for r in rows] == [NINE_UTC, NINE_UTC + 5]
+
+
 @pytest.mark.parametrize("value", [None, True, "", "yesterday", "2026-13-01T00:00:00", 0, "0",
                                    0.0, "1970-01-01T00:00:00Z",
                                    float("nan"), float("inf"), -5e12, "9" * 80, [], {},
-                                   "9999-12-31T23:59:59+14:00"])
+                                   "9999-12-31T23:59:59+14:00", "Tue, 99 Foo 2026 25:00:00",
+                                   datetime(1970, 1, 1, tzinfo=timezone.utc), date(1, 1, 1),
+                                   datetime.max, datetime.min])
 def test_impossible_message_times_are_no_time(value):
     """An ISO date past 5138 is a date, never epoch milliseconds: year 9999 read as 1978."""
     assert timekeys.message_time(value) is None
