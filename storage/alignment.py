@@ -139,13 +139,15 @@ class Alignment:
                        known: KnownTail | None) -> "_Identified":
         """Rules 1-6 for a list whose later copies of its own elements (rule 7) are
         read as nothing."""
+        # A list handed over at a session end that the fast paths read as going on with
+        # new messages is read whole: those may be another session's (rule 4).
         if shown.settled is not None and hint is not None and hint.session == session_id:
             found = self._read_settled(conn, session_id, shown)
-            if found is not None:
+            if found is not None and not (shown.handover and self._unexplained(shown, found)):
                 return found
         if hint is not None and hint.session == session_id:
             fast = self._read_views(conn, session_id, shown, [hint], gaps=False)
-            if fast is not None:
+            if fast is not None and not (shown.handover and self._unexplained(shown, fast)):
                 return fast
         # a /branch shows its parent's block before it has views: the parent's (and
         # theirs, a branch of a branch) are the engine's too, also when another

@@ -615,3 +615,30 @@ def test_a_branch_retried_then_undone_keeps_the_copied_attempt(tmp_path, server)
             branch_rows
         assert len({t for r, t in branch_rows if r == "assistant"}) == 4, branch_rows
         assert_stored_once(talk)
+
+
+@pytest.mark.parametrize("after_branch", ["compress", "nothing"])
+def test_exit_after_undo_and_branch_stores_nothing_the_branch_never_showed(tmp_path, server,
+                                                                          after_branch):
+    """A turn, /undo, /branch, (a /compress on the branch), exit: the CLI hands over the
+    agent's transcript from before the /undo (the undone exchange at its end) under the
+    branch's id. The branch's own view explained the list's start, and the fast paths
+    took the undone exchange for new messages of the branch and stored it there (soak
+    seed 960003, rare flows weighted up); a list handed over at a session end is read
+    whole, and the parent's view makes that exchange the parent's (rule 4)."""
+    model = wk.ScriptedModel(seed=11, ok_share=0.0)
+    with ck.CliHost(tmp_path, server=server, responder=model) as host:
+        talk = Talk(host)
+        talk.say("alpha in the parent")
+        talk.say("beta in the parent")
+        talk.say("gamma, undone in the parent")
+        talk.cli.undo()
+        history = list(talk.cli.history)
+        branch = talk.cli.branch()
+        talk.oracle.branched(branch, history)
+        if after_branch == "compress":
+            talk.cli.compress()
+            talk.oracle.first_ingest(branch, history)
+        talk.cli.exit()
+        assert ("user", "gamma, undone in the parent") not in rows(host, branch)
+        assert_stored_once(talk)
