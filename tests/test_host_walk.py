@@ -267,21 +267,29 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
                            f" --walk-steps {PG_REPLAYS[seed]}")
 
 
-# Walks with a gateway on the same database and the rare flows weighted up (the soak's
-# ``--weight chat=8 --weight gateway=15 --weight new=10 --weight resume=8 --weight
-# restart=10``, in-process, 30 steps). Seed 900000 stored the CLI's previous transcript,
-# handed over at exit after /new, under the new session once the gateway's views were
-# the newest (rule 4 read only those: ``identity.earlier_sessions``); seed 900007 is a
-# /branch of a doubled restore that the oracle had no one-copy reading of.
+# Walks with the rare flows weighted up (bench/soak.py --weight ..., in-process), replayed:
+# seed -> (weights, steps). With a gateway on the same database (``--weight chat=8
+# --weight gateway=15 --weight new=10 --weight resume=8 --weight restart=10``): seed 900000
+# stored the CLI's previous transcript, handed over at exit after /new, under the new
+# session once the gateway's views were the newest (rule 4 read only those:
+# ``identity.earlier_sessions``); 900007 is a /branch of a doubled restore that the
+# oracle had no one-copy reading of. With /undo, /branch and /compress weighted up
+# (``--weight chat=15 --weight branch=10 --weight undo=8 --weight retry=8 --weight
+# whitespace=10 --weight compress=8``): seed 960003 stored an exchange undone in the
+# parent, handed over at exit under its branch's id, in the branch (the fast paths read
+# a handed-over list as going on with new messages).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
-GATEWAY_SEEDS = (900000, 900007)
+UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
+                           compress=8)
+WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
+                    960003: (UNDO_BRANCH_WEIGHTS, 60)}
 
 
-@pytest.mark.parametrize("seed", GATEWAY_SEEDS)
-def test_walks_beside_a_gateway_on_the_same_database_keep_every_message_once(
-        tmp_path, server, seed):
-    w = run_walk(tmp_path, server, seed, 30, use_process=False, weights=GATEWAY_WEIGHTS)
-    assert w.stats.step_counts["gateway"], "the walk never let the gateway write"
+@pytest.mark.parametrize("seed", sorted(WEIGHTED_REPLAYS))
+def test_walks_with_rare_flows_weighted_up_keep_every_message_once(tmp_path, server, seed):
+    weights, steps = WEIGHTED_REPLAYS[seed]
+    w = run_walk(tmp_path, server, seed, steps, use_process=False, weights=weights)
+    assert w.stats.steps == steps
+    changed = " ".join(f"--weight {k}={v}" for k, v in weights.items() if v != wk.STEP_WEIGHTS[k])
     assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
-                           f" --seed {seed} --steps 30 --walk-steps 30 --in-process --weight chat=8"
-                           " --weight gateway=15 --weight new=10 --weight resume=8 --weight restart=10")
+                           f" --seed {seed} --steps {steps} --walk-steps {steps} --in-process {changed}")
