@@ -18,8 +18,9 @@ from .database import chunked
 # A block whose tail is unknown is aligned against unsummarized rows among this many
 # times the shown list's length of the session's newest rows.
 FRESH_SCAN_FACTOR = 8
-# A list's first message is also looked for by its fingerprint (when its exact
-# stored copies do not explain the list) among at most this many of the session's oldest and as many of its newest rows.
+# A list's first message is also looked for by its fingerprint (when its exact stored
+# copies do not explain the list) among this many of the session's oldest and as many
+# of its newest rows.
 ANCHOR_SCAN = 4096
 # The columns a row's identity fingerprint is read from (``row_fp``).
 FP_COLUMNS = "store_id, role, content, content_format, tool_calls, tool_call_id"

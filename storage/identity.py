@@ -681,10 +681,9 @@ def earlier_sessions(earlier: tuple, leaving: str | None, joining: str) -> tuple
     only by the newest views of all other sessions, and with a gateway writing to the
     same database those were soon all the gateway's: the transcript was stored again
     under the new session. The copy itself knows which sessions it showed."""
-    if not leaving or leaving == joining:
-        return tuple(s for s in earlier if s != joining)[:EARLIER_SESSIONS]
-    return tuple(dict.fromkeys((leaving,) + tuple(s for s in earlier if s != joining)))[
-        :EARLIER_SESSIONS]
+    ahead = (leaving,) if leaving and leaving != joining else ()
+    kept = tuple(s for s in earlier if s != joining)
+    return tuple(dict.fromkeys(ahead + kept))[:EARLIER_SESSIONS]
 
 
 def foreign_owner(shown: Sequence[str | None], own_matched: int,
