@@ -271,6 +271,12 @@ class Alignment:
                     taken.discard(matched)
                     ids[start - 1] = None
                     resent.update(range(start - 1, end))
+            elif after is None and start > 0 and ids[start - 1] == matched \
+                    and self._sends_answered_otherwise(conn, session_id, fps, shown.roles,
+                                                       start, end, aligned):
+                # the view's last matched elements may be this run (host walk 1110000)
+                aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
+                                                   taken, candidates, bool(rows)) or aligned
             for offset, sid in enumerate(aligned):
                 if sid is not None:
                     ids[start + offset] = sid
@@ -517,7 +523,9 @@ class Alignment:
         were stored again (host walk 680002). Without a row after the last match only a
         move over such an element counts: a list read whole but for its last run is the
         turn going on, its reply new (a re-sent text's "ok" read as an older send's:
-        host walk 280003, the reply lost)."""
+        host walk 280003, the reply lost). Tried before ``_sends_answered_otherwise``
+        too; the run then goes on from the first moved element's own row if that explains
+        as much (the re-send's rows given to a restored first send: host walk 1110000)."""
         first = next(fp for fp in run if fp is not None)
         over_open = False
         for length in range(1, SLIDE_RUN + 1):
@@ -557,7 +565,15 @@ class Alignment:
             rows = gap_rows(conn, session_id, ids[start - 1], None,
                             sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                             **candidates)
-            return identity.align_gap(run, rows, trailing=True, taken=taken)
+            aligned = identity.align_gap(run, rows, trailing=True, taken=taken)
+            own = min((sid for sid in moving if sid is not None), default=None)
+            if own is not None:
+                # the view's run going on as the list's run (host walk 1110000)
+                theirs = identity.align_gap(run, [(sid, fp) for sid, fp in rows if sid >= own],
+                                            trailing=True, taken=taken)
+                if identity.matched_count(theirs) >= identity.matched_count(aligned):
+                    aligned = theirs
+            return aligned
         return None
 
     def _sends_answered_otherwise(self, conn, session_id: str, fps: list,

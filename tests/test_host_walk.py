@@ -277,19 +277,30 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # (``--weight chat=15 --weight branch=10 --weight undo=8 --weight retry=8 --weight
 # whitespace=10 --weight compress=8``): seed 960003 stored an exchange undone in the
 # parent, handed over at exit under its branch's id, in the branch (the fast paths read
-# a handed-over list as going on with new messages).
+# a handed-over list as going on with new messages). With tool calls weighted up too
+# (``--weight tool=8``, turns up to 20K tokens): seed 1110000 sent a turn four times in a
+# session (answered "ok", /retry, /undo and the text again, /retry), /branch twice, then
+# /resume restored the attempts state.db keeps active and an /undo with the text sent
+# again: the re-send's view, which the restored list goes on from, gave its rows to the
+# first send, the re-send lined up with the last retry's row (answered otherwise in a
+# view) and was stored again with its "ok" (step 71). Entries: (weights, steps) or
+# (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
                            compress=8)
+UNDO_BRANCH_TOOL_WEIGHTS = dict(UNDO_BRANCH_WEIGHTS, tool=8)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
-                    960003: (UNDO_BRANCH_WEIGHTS, 60)}
+                    960003: (UNDO_BRANCH_WEIGHTS, 60),
+                    1110000: (UNDO_BRANCH_TOOL_WEIGHTS, 71, 20_000)}
 
 
 @pytest.mark.parametrize("seed", sorted(WEIGHTED_REPLAYS))
 def test_walks_with_rare_flows_weighted_up_keep_every_message_once(tmp_path, server, seed):
-    weights, steps = WEIGHTED_REPLAYS[seed]
-    w = run_walk(tmp_path, server, seed, steps, use_process=False, weights=weights)
+    weights, steps, *largest = WEIGHTED_REPLAYS[seed]
+    sizes = {"largest_turn": largest[0]} if largest else {}
+    w = run_walk(tmp_path, server, seed, steps, use_process=False, weights=weights, **sizes)
     assert w.stats.steps == steps
     changed = " ".join(f"--weight {k}={v}" for k, v in weights.items() if v != wk.STEP_WEIGHTS[k])
+    changed += f" --largest-turn {largest[0]}" if largest else ""
     assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
                            f" --seed {seed} --steps {steps} --walk-steps {steps} --in-process {changed}")

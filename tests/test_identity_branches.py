@@ -8,6 +8,7 @@ import copy
 import pytest
 
 from enginekit import make_engine
+from hermes_trove.storage import views
 from test_identity import long_history, stamped, stored, turn
 
 
@@ -206,3 +207,38 @@ def test_a_restored_retry_chain_whose_last_send_is_undone_keeps_its_rows(tmp_pat
     engine.note_user_turn(again[-1])
     engine.ingest(again)
     assert len(stored(engine)) == rows + 1
+
+
+def test_a_restored_retry_chain_read_as_going_on_from_its_view_keeps_its_rows(tmp_path):
+    """A turn sent four times: answered "ok", /retry (reply 9), /undo and the text sent
+    again ("ok"), /retry (reply 9). A /resume restores the attempts state.db keeps
+    active (the first send, the re-send, the last retry); the last is undone and the
+    text sent again. The view of the re-send's list ([head, T, "ok"]) is the restored
+    list's start, so its rows went to the first send; the re-send then lined up with the
+    last retry's row, which a view lists answered by reply 9, and read as a send of its
+    own it was stored again with its "ok" (host walk 1110000). The view's rows are the
+    re-send's (the run after them repeats them), and the first send takes the equal
+    rows before them."""
+    engine = make_engine(tmp_path, window=64_000)
+    head = long_history(4)
+    ask = "question 17 " + "word " * 30
+    for reply in ("ok", "reply 9", "ok", "reply 9"):   # chat, /retry, /undo + send, /retry
+        history = head + turn(ask, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    rows = len(stored(engine))
+    # /resume: the first send, the re-send and the last retry are active in state.db
+    restored = stamped(head + turn(ask, "ok") + turn(ask, "ok") + turn(ask, "reply 9"))
+    again = copy.deepcopy(restored[:-2]) + [{"role": "user", "content": ask}]
+    engine.note_user_turn(again[-1])
+    engine.ingest(again)
+    assert len(stored(engine)) == rows + 1
+    engine.ingest(again + [{"role": "assistant", "content": "reply 10"}])
+    assert len(stored(engine)) == rows + 2
+    # each restored attempt is its own row: the first send's, then the re-send's
+    ids = [r["store_id"] for r in engine.store.session_messages("sess", limit=5000)]
+    sends = ids[len(head):]
+    with engine.store.db.reading() as conn:
+        newest = views.load(conn, "sess")[0]
+    assert [sid for _, sid in newest.entries][-6:] == sends[:2] + sends[4:6] + sends[8:]
