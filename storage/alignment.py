@@ -324,7 +324,8 @@ class Alignment:
             # the fast path serves only a list that goes on from the view (the next turn)
             candidates = [v for v in candidates if identity.continues(held, v)]
         reading = identity.read(held, candidates, turn_index=shown.turn_index,
-                                roles=shown.roles, engine=flags, copies=shown.copies)
+                                roles=shown.roles, engine=flags, copies=shown.copies,
+                                stamps=shown.stamps)
         if reading.view is None and gaps and blocks:
             reading = self._after_returned(conn, session_id, shown, held, flags) or reading
         if reading.view is None:

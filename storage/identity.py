@@ -73,7 +73,10 @@ reply it matched after an element it could not is no evidence). Then:
    same fingerprint and the same host timestamp (the host wrote its transcript to
    its database twice, e.g. after an /undo, and restores both copies) share one
    row; the later copy is left out of the reading. A re-sent text has a timestamp
-   of its own, and a message without one is never such a copy.
+   of its own, and a message without one is never such a copy. Where such copies
+   open a second copy of the list, the stamped elements after them that repeat,
+   in order and whole, the stamped ones between the earlier copies and them are
+   those messages too, stamped anew by a second write (``_rewritten_runs``).
 
 Fingerprints ignore what the host is known to rewrite: whitespace around text,
 the memory-context fences ``sanitize_context`` removes, host-internal keys, the
@@ -90,7 +93,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Container, Sequence
+from typing import Container, Iterator, Sequence
 
 # How far ahead in the stored window a shown message may match (the legacy rule).
 LOOKAHEAD = 64
@@ -472,7 +475,7 @@ def read_against(shown: Sequence[str | None], view: View) -> tuple[list[int | No
 def read(shown: Sequence[str | None], views: Sequence[View], *,
          turn_index: int | None = None, roles: Sequence[str] | None = None,
          engine: Sequence[bool] | None = None,
-         copies: dict[int, int] | None = None) -> Reading:
+         copies: dict[int, int] | None = None, stamps: Sequence[object] = ()) -> Reading:
     """Read a shown list (its fingerprints, None where nothing is to be stored)
     against the session's views, newest first (rules 1-3 of the module).
 
@@ -483,7 +486,8 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
     replies outvoted the view the list went on from). Gaps are returned for the
     caller to look up in the store (``align_gap``). ``copies`` are rule 7's later
     copies (later -> earlier), read as nothing (None in ``shown``) yet holding their
-    places in a replay (rule 5)."""
+    places in a replay (rule 5); ``stamps`` are the elements' host timestamps (rule 7's
+    replay: ``_rewritten_runs``)."""
     best: tuple[float, int, list[int | None], View | None] = (0, 0, [None] * len(shown), None)
     limit = len(shown) if turn_index is None else turn_index
     wanted = sum(1 for fp in shown[:limit] if fp is not None)
@@ -522,7 +526,7 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 ids[k] = None
                 reading.matched -= 1
             seen.add(sid)
-    reading.matched += _replays(shown, ids, limit, reading.same_as, copies or {})
+    reading.matched += _replays(shown, ids, limit, reading.same_as, copies or {}, stamps)
     reading.gaps = find_gaps(shown, ids, limit)
     return reading
 
@@ -550,7 +554,8 @@ def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
 
 
 def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
-             same_as: dict[int, int], copies: dict[int, int]) -> int:
+             same_as: dict[int, int], copies: dict[int, int],
+             stamps: Sequence[object] = ()) -> int:
     """Rule 5: elements after a repeated block that repeat, in order, those after
     the block's other copy share their rows (``ids`` is updated, whichever copy the
     view matched; where neither copy has a row yet, ``same_as`` records that the
@@ -564,6 +569,7 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
     prompt and lost (host walk 610001)."""
     placed = [shown[copies[k]] if shown[k] is None and k in copies else shown[k]
               for k in range(len(shown))]
+    rewritten = list(_rewritten_runs(placed, copies, limit, stamps))
     at: dict[str, list[int]] = {}
     for k in range(limit):
         if shown[k] is not None and ids[k] in (None, BLOCK_ID):
@@ -592,7 +598,46 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
                     given += 1
                 elif ids[one] is None and ids[other] is None:
                     same_as[other] = same_as.get(one, one)
+    for earlier, later in rewritten:
+        for one, other in zip(earlier, later):
+            if shown[other] is None:
+                continue
+            if ids[other] is None and ids[one] is not None and ids[one] > 0:
+                ids[other] = ids[one]
+                given += 1
+            elif ids[other] is None and ids[one] is None:
+                same_as[other] = same_as.get(one, one)
     return given
+
+
+def _rewritten_runs(placed: Sequence[str | None], copies: dict[int, int], limit: int,
+                    stamps: Sequence[object]) -> Iterator[tuple[range, range]]:
+    """Rule 7's replay: where a run of later copies (``copies``: later -> earlier)
+    opens a second copy of the list, the elements after it that repeat, in order and
+    whole, those between the earlier copies and it, every one of both with a host
+    timestamp (both restored from the host's transcript): (those, the repeats).
+
+    Why: the host writes the list a /compress returned to its state.db twice, stamping
+    each message that carries no timestamp at each write, and a /resume restores both
+    copies. The first message and its reply kept their timestamps (rule 7's copies);
+    the re-sent turn after them, stamped anew, read as a third send of its text and
+    was stored again (soak seed 1130002, rare flows weighted up). A run that differs
+    anywhere (a /retry's new reply) is no such copy, nor one without timestamps (sent
+    since the restore: a new message, as in rule 7)."""
+    for c in sorted(copies):
+        o = copies[c]
+        if copies.get(c - 1) == o - 1:
+            continue  # inside a run of copies: read from its first
+        m = 1
+        while copies.get(c + m) == o + m:
+            m += 1
+        earlier = range(o + m, c)
+        end = next((k for k in sorted(copies) if k >= c + m), limit)
+        later = range(c + m, min(end, limit, c + m + len(earlier)))
+        if earlier and len(later) == len(earlier) \
+                and [placed[k] for k in earlier] == [placed[k] for k in later] \
+                and all(k < len(stamps) and _stamped(stamps[k]) for k in (*earlier, *later)):
+            yield earlier, later
 
 
 def timed_copies(fps: Sequence[str | None], stamps: Sequence[object]) -> dict[int, int]:
@@ -603,7 +648,7 @@ def timed_copies(fps: Sequence[str | None], stamps: Sequence[object]) -> dict[in
     first: dict[tuple, int] = {}
     out: dict[int, int] = {}
     for i, (fp, stamp) in enumerate(zip(fps, stamps)):
-        if fp is None or stamp is None or stamp == "" or isinstance(stamp, bool):
+        if fp is None or not _stamped(stamp):
             continue
         key = (fp, repr(stamp))
         if key in first:
@@ -611,6 +656,11 @@ def timed_copies(fps: Sequence[str | None], stamps: Sequence[object]) -> dict[in
         else:
             first[key] = i
     return out
+
+
+def _stamped(stamp: object) -> bool:
+    """Whether an element carries a host timestamp (rule 7)."""
+    return not (stamp is None or stamp == "" or isinstance(stamp, bool))
 
 
 def share_rows(store_ids: list[int | None], same_as: dict[int, int]) -> list[int | None]:

@@ -283,15 +283,24 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # /resume restored the attempts state.db keeps active and an /undo with the text sent
 # again: the re-send's view, which the restored list goes on from, gave its rows to the
 # first send, the re-send lined up with the last retry's row (answered otherwise in a
-# view) and was stored again with its "ok" (step 71). Entries: (weights, steps) or
-# (weights, steps, largest turn).
+# view) and was stored again with its "ok" (step 71). With /compress, /undo and re-send
+# and /resume weighted up (``--weight chat=12 --weight compress=10 --weight undo_resend=8
+# --weight resume=8 --weight new=6 --weight branch=6 --weight gateway=6``): seed 1130002's
+# /compress after an /undo and re-send returned the list, which the host wrote to its
+# state.db twice, stamping the re-sent turn anew at each write (the first turn kept its
+# timestamps); a /resume restored both copies and the re-sent turn's second copy was
+# stored as a third send (step 45; the same without the gateway's writes). Entries:
+# (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
                            compress=8)
 UNDO_BRANCH_TOOL_WEIGHTS = dict(UNDO_BRANCH_WEIGHTS, tool=8)
+COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resend=8, resume=8,
+                               new=6, branch=6, gateway=6)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
                     960003: (UNDO_BRANCH_WEIGHTS, 60),
-                    1110000: (UNDO_BRANCH_TOOL_WEIGHTS, 71, 20_000)}
+                    1110000: (UNDO_BRANCH_TOOL_WEIGHTS, 71, 20_000),
+                    1130002: (COMPRESS_RESUME_WEIGHTS, 45)}
 
 
 @pytest.mark.parametrize("seed", sorted(WEIGHTED_REPLAYS))

@@ -242,3 +242,37 @@ def test_a_restored_retry_chain_read_as_going_on_from_its_view_keeps_its_rows(tm
     with engine.store.db.reading() as conn:
         newest = views.load(conn, "sess")[0]
     assert [sid for _, sid in newest.entries][-6:] == sends[:2] + sends[4:6] + sends[8:]
+
+
+@pytest.mark.parametrize("second, new", [("reply 2 again", 1), ("reply 2 retried", 3)])
+def test_a_transcript_written_twice_around_a_re_sent_turn_keeps_its_rows(tmp_path, second, new):
+    """A turn undone and its text sent again (two rows of that text), then a /compress
+    between turns: the host writes the list it returns to its state.db twice, stamping
+    the messages that carry no timestamp anew at each write, and a /resume restores
+    both copies, the whole written twice more with the same timestamps. Rule 7 reads
+    the later copies of the first message and its reply as nothing; the re-sent turn
+    after them, stamped anew, is the same message as the one before them. The view
+    read that one as the re-send, and the second copy, after the copies read as
+    nothing, lined up with no row after it: stored again as a third send (soak seed
+    1130002, rare flows weighted up). A second copy that differs (a /retry's new
+    reply) is a send of its own, stored with its reply."""
+    engine = make_engine(tmp_path, window=64_000)
+    first = stamped(turn("question 1 " + "word " * 30, "reply 1"))
+    ask = "question 2 " + "word " * 30
+    engine.note_user_turn(first[0])
+    engine.ingest(first)
+    engine.turn_done()
+    for reply in ("reply 2", "reply 2 again"):       # sent, undone, sent again
+        history = first + turn(ask, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    rows = len(stored(engine))
+    written = (first + stamped(turn(ask, "reply 2 again"), 1_796_000_100.0)
+               + first + stamped(turn(ask, second), 1_796_000_200.0))
+    restored = copy.deepcopy(written) + copy.deepcopy(written) + [
+        {"role": "user", "content": "continue"}]
+    engine.note_user_turn(restored[-1])
+    engine.ingest(restored)
+    assert len(stored(engine)) == rows + new
+    assert [c for _, c in stored(engine)].count(ask) == 2 + (new > 1)
