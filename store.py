@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from .storage import codec, identity, scans, timekeys, views
 from .storage.alignment import Alignment, KnownTail, _Identified  # noqa: F401 (KnownTail: the API)
+from .storage.alignment_legacy import legacy_alignment
 from .storage.database import Database, chunked
 from .storage.postgres import search as pg_search
 from .storage.sessionset import session_filter
@@ -231,8 +232,8 @@ class Store(Alignment):
             else:
                 flags = [False] * len(messages)
                 fps = [None if e is None else identity.fingerprint_encoded(e) for e in encoded]
-                found = _Identified(self._legacy_alignment(conn, canonical, fps, known,
-                                                           after_block, hashes), flags)
+                found = _Identified(legacy_alignment(conn, canonical, fps, known,
+                                                     after_block, hashes), flags)
             alignment = found.store_ids
             new = [i for i, enc in enumerate(encoded) if enc is not None and alignment[i] is None
                    and not found.engine[i] and i not in found.foreign]

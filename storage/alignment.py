@@ -14,13 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from . import identity, views
-from .alignment_rows import (FP_COLUMNS, anchor_rows, fingerprints_of, fresh_from, fresh_rows,
-                             gap_rows, listed_between, pin_timed, row_fp, rows_between)
+from .alignment_legacy import KnownTail, legacy_alignment  # noqa: F401 (KnownTail: the API)
+from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, fresh_from, gap_rows, listed_between,
+                             pin_timed, row_fp, rows_between)
 
-# At most this many stored copies of the first shown message are tried as anchors.
-ANCHOR_CANDIDATES = 16
-# Stored rows read past the shown list's length when aligning (room for skipped rows).
-ALIGN_SLACK = 64
 
 
 @dataclass
@@ -85,21 +82,6 @@ def _after(view: identity.View, store_id: int) -> list[int]:
     return [sid for sid in ids[at + 1:] if sid > 0]
 
 
-@dataclass(frozen=True)
-class KnownTail:
-    """What the engine returned after one of its summary blocks: the raw messages
-    after it were ``store_ids``; ``nodes`` was the highest node_id when the block
-    was rendered (summaries above it were written later; None when not known).
-
-    A list carrying that block starts with those messages, as far as the host
-    did not rewrite them (/undo, /retry, edits). What follows is aligned in order
-    against unsummarized rows after the last match: rows stored later (by a
-    hook), or newer turns the host keeps verbatim beside a manual /compress of
-    the older part; anything else is new."""
-
-    store_ids: tuple[int, ...]
-    low: int
-    nodes: int | None = None
 
 
 
@@ -160,7 +142,7 @@ class Alignment:
             if open_:
                 # Part of it is no view's: a whole-transcript list from before the ring
                 # (a stale copy, a replay) may line up with the history as it stands.
-                legacy = self._legacy_alignment(conn, session_id, self._masked(
+                legacy = legacy_alignment(conn, session_id, self._masked(
                     shown, shown.fps, found.engine), known, any(found.engine),
                     self._masked(shown, hashes, found.engine))
                 if identity.matched_count(legacy) > sum(
@@ -175,7 +157,7 @@ class Alignment:
             if owner is not None:
                 return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
                                    foreign_of=owner.session)
-        alignment = self._legacy_alignment(conn, session_id, self._masked(shown, shown.fps, flags),
+        alignment = legacy_alignment(conn, session_id, self._masked(shown, shown.fps, flags),
                                            known, any(flags) or bool(shown.preinserted),
                                            self._masked(shown, hashes, flags))
         return _Identified(alignment, flags)
@@ -709,105 +691,3 @@ class Alignment:
                                      for fp, sid in view.entries):
                     return view.meta
         return None
-
-    def _legacy_alignment(self, conn, session_id: str, hashes: list[str | None],
-                          known: KnownTail | None, after_block: bool,
-                          digests: list[str | None]) -> list[int | None]:
-        """Rule 6 of ``storage/identity``: where a list no view explains starts in
-        the stored history (a known tail, the unsummarized rows after a block, or
-        the anchored whole-history search). ``hashes`` are the elements' fingerprints,
-        compared with the rows' as every other rule does (a whitespace edit is the
-        same message); ``digests`` their exact content hashes, for the index."""
-        if known is not None:
-            return self._align_known(conn, session_id, hashes, known)
-        if after_block:
-            return self._align_fresh(conn, session_id, hashes)
-        return self._align(conn, session_id, hashes, digests)
-
-    def _align_known(self, conn, session_id: str, hashes: list[str | None],
-                     known: KnownTail) -> list[int | None]:
-        """Align a list that follows the engine's summary block.
-
-        The shown messages line up with the known tail's store_ids as far as they
-        agree (an /undo, /retry or edit changes the list from some point on);
-        what follows is aligned, in order, against the rows after the last match:
-        rows a hook stored later, the verbatim turns beside a manual /compress, or
-        nothing (then it is new). A row already summarized when the block was
-        rendered (by a node up to ``nodes``) is never a candidate; a row only a
-        later compaction summarized is: a stale view shown again must still line
-        up with it.
-        """
-        real = [i for i, h in enumerate(hashes) if h is not None]
-        ids = list(known.store_ids)
-        stored = dict(fingerprints_of(conn, ids))
-        alignment: list[int | None] = [None] * len(hashes)
-        matched, last = 0, known.low - 1
-        for pos, store_id in zip(real, ids):
-            if stored.get(store_id) != hashes[pos] or store_id <= last:
-                break
-            alignment[pos], last, matched = store_id, store_id, matched + 1
-        rest = real[matched:]
-        if rest:
-            window = [row_fp(r) for r in conn.execute(
-                f"SELECT {FP_COLUMNS} FROM messages AS m WHERE session_id = ?"
-                " AND store_id > ? AND NOT EXISTS (SELECT 1 FROM node_edges AS e"
-                " WHERE e.child_store_id = m.store_id AND e.parent_id <= ?)"
-                " ORDER BY store_id LIMIT ?",
-                (session_id, last, 2**62 if known.nodes is None else known.nodes,
-                 len(rest) + ALIGN_SLACK))]
-            for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest], window)):
-                alignment[pos] = store_id
-        return alignment
-
-    def _align_fresh(self, conn, session_id: str, hashes: list[str | None]) -> list[int | None]:
-        """Align a list that follows a summary block whose tail is not known: only
-        the newest rows no summary covers are candidates, anchored at each stored
-        copy of the first shown message; the longest in-order match wins."""
-        wanted = sum(1 for h in hashes if h is not None)
-        first = next((h for h in hashes if h is not None), None)
-        window = fresh_rows(conn, session_id, wanted + ALIGN_SLACK)
-        return _best_anchor(hashes, (window[i:] for i, (_, digest) in enumerate(window)
-                                     if digest == first))
-
-    def _align(self, conn, session_id: str, hashes: list[str | None],
-               digests: list[str | None]) -> list[int | None]:
-        """Find where a list without a summary block starts in the stored history.
-
-        Such a list is a whole-transcript view (the host before any compaction, a
-        replay, an import), so any row may match, summarized or not. Candidates
-        are the newest and the oldest stored copies of its first message; from
-        each the list is aligned in order, and the candidate lining up the most
-        messages wins (a list that starts with something new is new throughout).
-        """
-        first = next((i for i, h in enumerate(hashes) if h is not None), None)
-        if first is None:
-            return [None] * len(hashes)
-        # The newest copies (a tail shown again) and the oldest (a whole
-        # transcript replayed); read lazily, so the fingerprint scan runs only when
-        # the exact copies do not line the whole list up.
-        candidates = anchor_rows(conn, session_id, digests[first], hashes[first],
-                                 ANCHOR_CANDIDATES)
-        span = sum(1 for h in hashes if h is not None) + ALIGN_SLACK
-        windows = ([row_fp(r) for r in conn.execute(
-            f"SELECT {FP_COLUMNS} FROM messages WHERE session_id = ?"
-            " AND store_id >= ? ORDER BY store_id LIMIT ?", (session_id, store_id, span))]
-            for store_id in candidates)
-        return _best_anchor(hashes, windows)
-
-def _best_anchor(hashes: list[str | None],
-                 windows: Iterable[Sequence[tuple[int, str]]]) -> list[int | None]:
-    """The in-order alignment that lines up the most shown messages, over candidate
-    windows each starting at a stored copy of the first shown message (the first
-    window wins a tie; all new when there is none)."""
-    wanted = sum(1 for h in hashes if h is not None)
-    best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
-    for window in windows:
-        alignment = identity.align(hashes, window)
-        score = identity.matched_count(alignment)
-        if score > best[0]:
-            best = (score, alignment)
-        if score == wanted:
-            break
-    return best[1]
-
-

@@ -15,6 +15,8 @@ from typing import Iterator
 from . import identity, timekeys, views
 from .database import chunked
 
+# Stored rows read past the shown list's length when aligning (room for skipped rows).
+ALIGN_SLACK = 64
 # A block whose tail is unknown is aligned against unsummarized rows among this many
 # times the shown list's length of the session's newest rows.
 FRESH_SCAN_FACTOR = 8
