@@ -158,9 +158,14 @@ class Alignment:
                 return _Identified([None] * len(shown.fps), flags, foreign=frozenset(body),
                                    foreign_of=owner.session)
         alignment = legacy_alignment(conn, session_id, self._masked(shown, shown.fps, flags),
-                                           known, any(flags) or bool(shown.preinserted),
-                                           self._masked(shown, hashes, flags))
-        return _Identified(alignment, flags)
+                                     known, any(flags) or bool(shown.preinserted),
+                                     self._masked(shown, hashes, flags))
+        # rule 5 holds for it too: a repeated block replays what followed it
+        alignment, same_as = identity.replayed(
+            shown.view_fps(flags), alignment, flags, shown.ack_at,
+            len(shown.fps) if shown.turn_index is None else shown.turn_index, shown.copies,
+            shown.stamps)
+        return _Identified(alignment, flags, same_as=same_as)
 
     @staticmethod
     def _foreign_list(conn, session_id: str, shown: identity.Shown, known_blocks: set[str],

@@ -65,7 +65,8 @@ reply it matched after an element it could not is no evidence). Then:
    transcript twice, and a /resume restores both) shows the same messages again
    after it: the elements after the later copy that repeat, in order, those
    after the earlier copy are those rows, not new ones (where neither copy has a
-   row yet, both share the one new row).
+   row yet, both share the one new row); also in a list no view explains, after
+   rule 6 aligned it (``replayed``).
 6. **A list no view explains at all** (a database written before views existed,
    an import, a replay) is aligned against the stored history by the older
    anchored rule (``align`` below and ``store.Store``).
@@ -638,6 +639,24 @@ def _rewritten_runs(placed: Sequence[str | None], copies: dict[int, int], limit:
                 and [placed[k] for k in earlier] == [placed[k] for k in later] \
                 and all(k < len(stamps) and _stamped(stamps[k]) for k in (*earlier, *later)):
             yield earlier, later
+
+
+def replayed(shown: Sequence[str | None], store_ids: Sequence[int | None],
+             engine: Sequence[bool], ack_at: Container[int], limit: int,
+             copies: dict[int, int], stamps: Sequence[object] = ()
+             ) -> tuple[list[int | None], dict[int, int]]:
+    """Rule 5 for a list no view explains (rule 6 aligned it): its rows with those
+    the replay gives, and which later element replays which earlier one
+    (``same_as``). Why: ``read`` applies rule 5 only to a view's reading; a /branch's
+    first list of a compacted transcript the host wrote twice (the second time with
+    new timestamps on the block and the turn it ran in) had rule 7 share the rows of
+    the elements with equal timestamps only, and that turn was stored twice (host
+    walk 1110002)."""
+    ids = [ACK_ID if engine[k] and k in ack_at else BLOCK_ID if engine[k] else sid
+           for k, sid in enumerate(store_ids)]
+    same_as: dict[int, int] = {}
+    _replays(shown, ids, limit, same_as, copies, stamps)
+    return [sid if sid is not None and sid > 0 else None for sid in ids], same_as
 
 
 def timed_copies(fps: Sequence[str | None], stamps: Sequence[object]) -> dict[int, int]:

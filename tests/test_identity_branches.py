@@ -276,3 +276,29 @@ def test_a_transcript_written_twice_around_a_re_sent_turn_keeps_its_rows(tmp_pat
     engine.ingest(restored)
     assert len(stored(engine)) == rows + new
     assert [c for _, c in stored(engine)].count(ask) == 2 + (new > 1)
+
+
+def test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once(tmp_path):
+    """The host wrote its compacted list to state.db twice, the second time with new
+    timestamps on the block, its acknowledgement and the last exchange (the turn the
+    compaction ran in); a /resume restores both copies and a /branch copies them. No
+    view explains the branch's first list: rule 7 shares the rows of the elements with
+    equal timestamps, and rule 5 (a repeated block replays what followed it) must hold
+    for the rest: the last exchange was stored twice (host walk 1110002)."""
+    from test_identity import compact
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4, session="parent")
+    out = stamped(compact(engine, long_history(30)))
+    later = stamped(copy.deepcopy(out), start=1_796_000_100.0)
+    again = copy.deepcopy(out)
+    for k in (0, 1, -2, -1):   # the block, its acknowledgement, the last exchange
+        again[k]["timestamp"] = later[k]["timestamp"]
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch of the restored session
+    assert engine.last_switch["kind"] == "branch"
+    shown = out + again + [{"role": "user", "content": "next question"}]
+    engine.note_user_turn(shown[-1])
+    engine.ingest(shown)
+    tail = [m["content"] for m in out[2:]]
+    assert [c for _, c in stored(engine, "branch")] == tail + ["next question"]
