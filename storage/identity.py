@@ -588,27 +588,29 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
         for first, second in zip(ks, ks[1:]):
             earlier, later = run_after(first), run_after(second)
             for e, l in replay_pairs([placed[i] for i in earlier], [placed[i] for i in later]):
-                one, other = earlier[e], later[l]
-                if shown[one] is None or shown[other] is None:
-                    continue
-                if ids[one] is None and ids[other] is not None and ids[other] > 0:
-                    ids[one] = ids[other]
-                    given += 1
-                elif ids[other] is None and ids[one] is not None and ids[one] > 0:
-                    ids[other] = ids[one]
-                    given += 1
-                elif ids[one] is None and ids[other] is None:
-                    same_as[other] = same_as.get(one, one)
+                given += _share(shown, ids, same_as, earlier[e], later[l])
     for earlier, later in rewritten:
         for one, other in zip(earlier, later):
-            if shown[other] is None:
-                continue
-            if ids[other] is None and ids[one] is not None and ids[one] > 0:
-                ids[other] = ids[one]
-                given += 1
-            elif ids[other] is None and ids[one] is None:
-                same_as[other] = same_as.get(one, one)
+            given += _share(shown, ids, same_as, one, other)
     return given
+
+
+def _share(shown: Sequence[str | None], ids: list[int | None], same_as: dict[int, int],
+           one: int, other: int) -> int:
+    """One replayed pair (``other`` shows ``one`` again): the row either has goes to the
+    one without; with none, ``same_as`` makes them one new row. 1 when a row was given.
+    Why one place: rules 5 and 7's replays pair elements the same way."""
+    if shown[one] is None or shown[other] is None:
+        return 0
+    if ids[one] is None and ids[other] is not None and ids[other] > 0:
+        ids[one] = ids[other]
+        return 1
+    if ids[other] is None and ids[one] is not None and ids[one] > 0:
+        ids[other] = ids[one]
+        return 1
+    if ids[one] is None and ids[other] is None:
+        same_as[other] = same_as.get(one, one)
+    return 0
 
 
 def _rewritten_runs(placed: Sequence[str | None], copies: dict[int, int], limit: int,
