@@ -4,7 +4,7 @@ stored history (a database from before views, an import, a replay, views lost).
 The older anchored alignment: a known tail the engine returned after its block, the
 unsummarized rows after a block whose tail is not known, or the stored copies of the
 list's first message (``alignment_rows.anchor_rows``), each read in order with
-``identity.align``. ``storage/alignment`` asks it for the elements its views leave
+``align``. ``storage/alignment`` asks it for the elements its views leave
 unexplained; its SQL reads message rows and lineage only.
 """
 
@@ -84,7 +84,7 @@ def align_known(conn, session_id: str, hashes: list[str | None],
             " ORDER BY store_id LIMIT ?",
             (session_id, last, 2**62 if known.nodes is None else known.nodes,
              len(rest) + ALIGN_SLACK))]
-        for pos, store_id in zip(rest, identity.align([hashes[p] for p in rest], window)):
+        for pos, store_id in zip(rest, align([hashes[p] for p in rest], window)):
             alignment[pos] = store_id
     return alignment
 
@@ -134,7 +134,7 @@ def _best_anchor(hashes: list[str | None],
     wanted = sum(1 for h in hashes if h is not None)
     best: tuple[int, list[int | None]] = (0, [None] * len(hashes))
     for window in windows:
-        alignment = identity.align(hashes, window)
+        alignment = align(hashes, window)
         score = identity.matched_count(alignment)
         if score > best[0]:
             best = (score, alignment)
@@ -143,3 +143,30 @@ def _best_anchor(hashes: list[str | None],
     return best[1]
 
 
+def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> list[int | None]:
+    """Rule 6, for lists no view explains: map each shown fingerprint to the
+    store_id it lines up with, or None when it is new.
+
+    ``stored`` is the candidate rows from an anchor on, as ``(store_id, fingerprint)``
+    in store order. Matching is greedy and monotonic (a stored row is claimed at
+    most once and never before an earlier claim), and it stops at the first shown
+    message that does not line up: that one and every later one are new."""
+    result: list[int | None] = []
+    cursor = 0
+    ended = False
+    for digest in shown:
+        if digest is None or ended:
+            result.append(None)
+            continue
+        found = None
+        for offset in range(cursor, min(len(stored), cursor + identity.LOOKAHEAD)):
+            if stored[offset][1] == digest:
+                found = offset
+                break
+        if found is None:
+            ended = True
+            result.append(None)
+        else:
+            result.append(stored[found][0])
+            cursor = found + 1
+    return result

@@ -777,36 +777,6 @@ def foreign_owner(shown: Sequence[str | None], own_matched: int,
     return None
 
 
-# ---------------------------------------------------------------- legacy rule
-def align(shown: Sequence[str | None], stored: Sequence[tuple[int, str]]) -> list[int | None]:
-    """Rule 6, for lists no view explains: map each shown fingerprint to the
-    store_id it lines up with, or None when it is new.
-
-    ``stored`` is the candidate rows from an anchor on, as ``(store_id, fingerprint)``
-    in store order. Matching is greedy and monotonic (a stored row is claimed at
-    most once and never before an earlier claim), and it stops at the first shown
-    message that does not line up: that one and every later one are new."""
-    result: list[int | None] = []
-    cursor = 0
-    ended = False
-    for digest in shown:
-        if digest is None or ended:
-            result.append(None)
-            continue
-        found = None
-        for offset in range(cursor, min(len(stored), cursor + LOOKAHEAD)):
-            if stored[offset][1] == digest:
-                found = offset
-                break
-        if found is None:
-            ended = True
-            result.append(None)
-        else:
-            result.append(stored[found][0])
-            cursor = found + 1
-    return result
-
-
 def matched_count(alignment: Sequence[int | None]) -> int:
     """How many shown messages an alignment found in the store."""
     return sum(1 for store_id in alignment if store_id is not None)
