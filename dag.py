@@ -303,10 +303,14 @@ class Dag:
             return [_node(r) for r in conn.execute(sql + " ORDER BY node_id", params)]
 
     def nodes_in_period(self, start: float, end: float, *, session_ids: Sequence[str] | None,
-                        limit: int) -> list[dict]:
-        """Nodes whose covered time range overlaps ``[start, end)``, newest first."""
+                        limit: int, max_node_id: int | None = None) -> list[dict]:
+        """Nodes whose covered time range overlaps ``[start, end)``, newest first; with
+        ``max_node_id`` (a ``timeline.Pin``'s) only those that existed then."""
         sql = f"SELECT {NODE_COLUMNS} FROM nodes WHERE time_to >= ? AND time_from < ?"
         params: list = [start, end]
+        if max_node_id is not None:
+            sql += " AND node_id <= ?"
+            params.append(max_node_id)
         if session_ids is not None:
             term, bound = session_filter("session_id", session_ids)
             sql += f" AND {term}"

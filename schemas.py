@@ -112,13 +112,13 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_recent",
-        "description": "What happened in a period (default today): rollups, then each "
-                       "session once (summaries or a digest), then raw messages. "
-                       "session_scope=all covers your other sessions.",
+        "description": "What happened in a period (default today): rollups, each session "
+                       "once, then raw messages; session_scope=all adds your other sessions.",
         "parameters": _params({
             "period": _PERIOD,
             "session_scope": {"type": "string", "enum": ["current", "all"]},
             **_ids("limit", "offset"),
+            "snapshot": _STR,
         }),
     },
     {

@@ -19,7 +19,13 @@ order of preference:
 A rollup covers only its own sessions in its period: another owner's material in
 the same period is listed as if there were no rollup. Material the chosen rollups
 hold together within the window (``held``: a summary spanning midnight between two
-rolled-up days) is not listed again. Scope decisions are the
+rolled-up days) is not listed again.
+
+Every read is bounded by a ``timeline.Pin`` (the store as it was at the first page),
+so the list pages by offset while the session goes on storing, compacting and rolling
+up: nothing repeats, nothing is skipped. A rollup counts as ready when it matched its
+sources at the pin, or matches them now (rebuilt in place since: same id, new text),
+so one that went stale between pages stays listed. Scope decisions are the
 caller's (``node_ok`` / ``message_ok`` / ``session_ok`` / ``rollup_ok``, from
 ``tools.Access``); this module only selects and orders.
 """
@@ -34,7 +40,7 @@ from typing import Callable, Sequence
 from ..dag import Dag
 from ..storage import codec
 from ..storage.timekeys import iso
-from ..storage.timeline import Eligible, Timeline
+from ..storage.timeline import Eligible, Pin, Timeline
 from ..store import Store
 from .query_plan import STOP_WORDS, fold
 
@@ -89,20 +95,23 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
            node_ok: Callable[[dict], bool], message_ok: Callable[[dict], bool],
            session_ok: Callable[[str], bool],
            rollup_ok: Callable[[dict], bool] | None, owners: Sequence[str] | None,
-           time_zone: str, eligible: Eligible, message_cap: int) -> Selection:
-    """Rollups, then every session of ``[start, end)`` once, then raw messages."""
+           time_zone: str, eligible: Eligible, message_cap: int, pin: Pin) -> Selection:
+    """Rollups, then every session of ``[start, end)`` once, then raw messages, all as
+    the store was at ``pin``."""
     found = Selection()
     covers: list[_Cover] = []
     rollups: list[dict] = []
     memo: dict = {}
+    memo_now: dict = {}
     if rollup_ok is not None:
-        candidates = sorted(timeline.rollups_inside(start, end, time_zone, owners),
+        candidates = sorted(timeline.rollups_inside(start, end, time_zone, owners, pin),
                             key=lambda r: (KIND_RANK[r["kind"]], -r["period_end"]))
         for rollup in candidates:
             if any(c.owner == rollup["owner"] and c.start <= rollup["period_start"]
                    and rollup["period_end"] <= c.end for c in covers) or not rollup_ok(rollup):
                 continue
-            if timeline.freshness(rollup, eligible, memo) != "ready":
+            if (timeline.freshness(rollup, eligible, memo, pin) != "ready"
+                    and timeline.freshness(rollup, eligible, memo_now) != "ready"):
                 found.skipped_stale += 1
                 continue
             rollups.append(rollup)
@@ -113,19 +122,20 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
     def covered(session: str, first: float | None, last: float | None) -> bool:
         return held(covers, session, first, last, start, end)
 
-    nodes = dag.nodes_in_period(start, end, session_ids=sessions, limit=NODE_SCAN)
-    nodes += [n for n in extra_nodes if n["time_to"] is not None
+    nodes = dag.nodes_in_period(start, end, session_ids=sessions, limit=NODE_SCAN,
+                                max_node_id=pin.node_id)
+    nodes += [n for n in extra_nodes if n["time_to"] is not None and n["node_id"] <= pin.node_id
               and n["time_to"] >= start and n["time_from"] < end]
     nodes = overview([n for n in nodes if node_ok(n)
                       and not covered(n["session_id"], n["time_from"], n["time_to"])],
                      start, end)
     ids = timeline.message_ids_between(start, end, sessions, uncovered=True,
-                                       limit=message_cap + 1)
+                                       limit=message_cap + 1, pin=pin)
     found.messages_capped = len(ids) > message_cap
     rows = store.get_messages(ids[:message_cap])
     messages = [rows[i] for i in ids[:message_cap] if i in rows and message_ok(rows[i])
                 and not covered(rows[i]["session_id"], *(message_time(rows[i]),) * 2)]
-    spans = timeline.session_spans(start, end, sessions, SESSION_SCAN + 1)
+    spans = timeline.session_spans(start, end, sessions, SESSION_SCAN + 1, pin)
     found.sessions_capped = len(spans) > SESSION_SCAN
     summarized = {n["session_id"] for n in nodes}
     unrepresented = [span for span in spans[:SESSION_SCAN]
@@ -133,7 +143,7 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
                      and not covered(span["session_id"], span["first_at"], span["last_at"])]
     # a session of a message or two is its own best digest: those messages go first
     tiny = {s["session_id"] for s in unrepresented if s["message_count"] < DIGEST_MIN_MESSAGES}
-    digests = [digest(store, timeline, span, start, end) for span in unrepresented
+    digests = [digest(store, timeline, span, start, end, pin) for span in unrepresented
                if span["session_id"] not in tiny]
     first_page = [(r["period_end"], "rollup", r) for r in rollups]
     first_page += [(n["time_to"] or 0, "node", n) for n in nodes]
@@ -148,13 +158,15 @@ def select(store: Store, dag: Dag, timeline: Timeline, start: float, end: float,
     return found
 
 
-def digest(store: Store, timeline: Timeline, span: dict, start: float, end: float) -> dict:
+def digest(store: Store, timeline: Timeline, span: dict, start: float, end: float,
+           pin: Pin | None = None) -> dict:
     """A session of the period in a few lines: when, how many messages, its first user
-    request and its key terms (words it uses most, stop words aside)."""
+    request and its key terms (words it uses most, stop words aside), from its messages
+    at or below the pin (the same digest on every page)."""
     session = span["session_id"]
     out = {**span, "first_request": None, "key_terms": []}
     sample = timeline.message_ids_between(start, end, [session], uncovered=False,
-                                          limit=DIGEST_SAMPLE, newest_first=False)
+                                          limit=DIGEST_SAMPLE, newest_first=False, pin=pin)
     wanted = sample + ([span["first_user_id"]] if span["first_user_id"] else [])
     rows = store.get_messages(wanted)
     first = rows.get(span["first_user_id"]) if span["first_user_id"] else None

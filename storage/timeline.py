@@ -11,6 +11,8 @@ rows through ``Store`` / ``Dag`` so the row shapes stay defined once.
 from __future__ import annotations
 
 import hashlib
+import re
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
@@ -28,7 +30,7 @@ MESSAGE_TIME = "COALESCE(message_at, created_at)"
 WHOLE_LEAF = "n.depth = 0 AND n.time_from >= ? AND n.time_to < ?"
 _NOT_IN_WHOLE_LEAF = (" AND NOT EXISTS (SELECT 1 FROM node_edges e JOIN nodes n"
                       " ON n.node_id = e.parent_id WHERE e.child_store_id = m.store_id"
-                      f" AND {WHOLE_LEAF})")
+                      f" AND {WHOLE_LEAF}")     # open: ``_not_in_whole_leaf`` closes it
 ROLLUP_COLUMNS = ("rollup_id, kind, period_key, time_zone, owner, period_start, period_end, text,"
                   " token_count, source_token_count, level, model, message_count, session_count,"
                   " time_from, time_to, watermark, built_at")
@@ -57,6 +59,67 @@ class NewRollup:
     session_ids: Sequence[str]
 
 
+_PIN_TEXT = re.compile(r"p1\.([0-9]{1,19})\.([0-9]{1,19})\.([0-9]{1,19})\.([0-9]{1,15})"
+                       r"\.([0-9a-f]{8})")
+_MAX_ID = 2**63 - 1
+_MAX_PIN_MS = 253_402_300_799_000       # 9999-12-31T23:59:59Z
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The store as it was at one instant, for paging a list that writes change between
+    calls: the highest message ``store_id``, summary ``node_id`` and ``rollup_id`` then,
+    and the time (ms) a period was resolved at. Every read given a pin leaves out rows
+    above it, and a message counts as unsummarized while no node at or below the pin
+    holds it; so page two of ``trove_recent`` lists the same items as page one saw,
+    whatever was stored, compacted or rolled up in between. Ids only grow (a rollup
+    rebuilt in place keeps its id: see ``Timeline.freshness``)."""
+
+    store_id: int
+    node_id: int
+    rollup_id: int
+    now_ms: int
+
+    @property
+    def now(self) -> float:
+        """The pinned time in seconds, what a period is resolved against."""
+        return self.now_ms / 1000
+
+    def below(self, column: str, kind: str) -> tuple[str, list]:
+        """`` AND <column> <= ?`` with this pin's bound for ``kind`` (store|node|rollup)."""
+        return f" AND {column} <= ?", [getattr(self, f"{kind}_id")]
+
+    def encode(self, about: str) -> str:
+        """A short opaque token; ``about`` (the query it pins) is folded into its check,
+        so a token edited, cut, or carried to another query is refused by ``decode``."""
+        body = f"p1.{self.store_id}.{self.node_id}.{self.rollup_id}.{self.now_ms}"
+        return f"{body}.{zlib.crc32(f'{body}|{about}'.encode()):08x}"
+
+    @staticmethod
+    def decode(text: str, about: str) -> "Pin":
+        """The pin a token holds; ValueError for anything ``encode`` did not make for
+        ``about``, or bounds no database column could hold."""
+        match = _PIN_TEXT.fullmatch(text.strip()) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError("not a snapshot this tool returned")
+        pin = Pin(*(int(g) for g in match.groups()[:4]))
+        if pin.encode(about) != match.group(0):
+            raise ValueError("it belongs to another period or scope, or was altered")
+        if max(pin.store_id, pin.node_id, pin.rollup_id) > _MAX_ID or pin.now_ms > _MAX_PIN_MS:
+            raise ValueError("out of range")
+        return pin
+
+
+def _pinned(pin: Pin | None, column: str, kind: str) -> tuple[str, list]:
+    return pin.below(column, kind) if pin is not None else ("", [])
+
+
+def _not_in_whole_leaf(start: float, end: float, pin: Pin | None) -> tuple[str, list]:
+    """``_NOT_IN_WHOLE_LEAF`` for the window, counting only leaves at or below the pin."""
+    bound, params = _pinned(pin, "n.node_id", "node")
+    return f"{_NOT_IN_WHOLE_LEAF}{bound})", [start, end, *params]
+
+
 def _in(values: Sequence) -> str:
     return ",".join("?" * len(values))
 
@@ -74,27 +137,42 @@ class Timeline:
     def __init__(self, db: Database):
         self.db = db
 
+    def pin(self, now: float) -> Pin:
+        """The store as it is now (``Pin``): its newest message, node and rollup ids,
+        read in one statement, and ``now`` to the millisecond."""
+        with self.db.reading() as conn:
+            row = conn.execute(
+                "SELECT (SELECT COALESCE(max(store_id), 0) FROM messages),"
+                " (SELECT COALESCE(max(node_id), 0) FROM nodes),"
+                " (SELECT COALESCE(max(rollup_id), 0) FROM rollups)").fetchone()
+        return Pin(int(row[0]), int(row[1]), int(row[2]), max(0, int(now * 1000)))
+
     # ------------------------------------------------------------------ time-window reads
-    def sessions_between(self, start: float, end: float) -> list[tuple[str, str, str | None]]:
+    def sessions_between(self, start: float, end: float,
+                         pin: Pin | None = None) -> list[tuple[str, str, str | None]]:
         """``(session_id, source, owner)`` of every session with a message in the window
-        (owner None: none recorded).
+        (at or below the pin; owner None: none recorded).
         (The owners come by a join: a day of a cron job's runs is a session a minute,
         and a list of them bound one parameter each could pass the engine's limit.)"""
+        bound, params = _pinned(pin, "store_id", "store")
         with self.db.reading() as conn:
             return [(r[0], r[1], r[2]) for r in conn.execute(
                 f"SELECT m.session_id, m.source, o.owner FROM (SELECT DISTINCT"
                 f" session_id, source FROM messages WHERE {MESSAGE_TIME} >= ?"
-                f" AND {MESSAGE_TIME} < ?) AS m LEFT JOIN session_owners o"
+                f" AND {MESSAGE_TIME} < ?{bound}) AS m LEFT JOIN session_owners o"
                 f" ON o.session_id = m.session_id",
-                (start, end))]
+                (start, end, *params))]
 
     def session_spans(self, start: float, end: float, sessions: Sequence[str] | None,
-                      limit: int) -> list[dict]:
-        """Per session with a message in the window (of these sessions; None = all):
+                      limit: int, pin: Pin | None = None) -> list[dict]:
+        """Per session with a message in the window (of these sessions; None = all; at or
+        below the pin):
         ``session_id``, ``message_count``, ``first_at``, ``last_at``, ``first_store_id``
         and ``first_user_id`` (its first user message in the window, or None); the
         sessions active last first, at most ``limit``."""
         where, params = _session_filter("session_id", sessions)
+        bound, pinned = _pinned(pin, "store_id", "store")
+        where, params = where + bound, params + pinned
         with self.db.reading() as conn:
             rows = conn.execute(
                 f"SELECT session_id, count(*), min({MESSAGE_TIME}), max({MESSAGE_TIME}),"
@@ -119,18 +197,25 @@ class Timeline:
 
     def message_ids_between(self, start: float, end: float, sessions: Sequence[str] | None, *,
                             uncovered: bool, limit: int, newest_first: bool = True,
-                            loose: bool = False) -> list[int]:
+                            loose: bool = False, pin: Pin | None = None) -> list[int]:
         """Messages of these sessions (None = all) in the window, by time; with
         ``uncovered`` only those no summary node has taken in yet; with ``loose`` only
         those no leaf lying wholly inside the window holds (``WHOLE_LEAF``): a day
-        rollup's raw sources, including the day's part of a leaf spanning midnight."""
+        rollup's raw sources, including the day's part of a leaf spanning midnight.
+        With a pin, the store as it was then: messages at or below it, and only nodes
+        at or below it take a message in."""
         where, params = _session_filter("m.session_id", sessions)
+        bound, pinned = _pinned(pin, "m.store_id", "store")
+        where, params = where + bound, params + pinned
         if uncovered:
+            node_bound, node_params = _pinned(pin, "e.parent_id", "node")
             where += (" AND NOT EXISTS (SELECT 1 FROM node_edges e"
-                      " WHERE e.child_store_id = m.store_id)")
+                      f" WHERE e.child_store_id = m.store_id{node_bound})")
+            params += node_params
         elif loose:
-            where += _NOT_IN_WHOLE_LEAF
-            params += [start, end]
+            clause, loose_params = _not_in_whole_leaf(start, end, pin)
+            where += clause
+            params += loose_params
         order = "DESC" if newest_first else "ASC"
         with self.db.reading() as conn:
             return [r[0] for r in conn.execute(
@@ -151,35 +236,41 @@ class Timeline:
                 f"SELECT node_id FROM nodes n WHERE {WHOLE_LEAF}{where}"
                 f" ORDER BY time_from, node_id", [start, end, *params])]
 
-    def material_mark(self, start: float, end: float, sessions: Sequence[str]) -> tuple[str, bool]:
+    def material_mark(self, start: float, end: float, sessions: Sequence[str],
+                      pin: Pin | None = None) -> tuple[str, bool]:
         """A fingerprint of what a window holds for these sessions: message count and
         newest id, leaves wholly inside it and newest id, loose messages (in no such
         leaf). Any late message, new leaf inside the window or message newly taken into
         one changes it; a leaf spanning the window's edge changes nothing (the window
         reads its part raw before and after). Also whether the window has sources at
-        all (a leaf or a loose message)."""
+        all (a leaf or a loose message). With a pin: the window as it was then."""
         where, params = _session_filter("session_id", sessions)
+        rows, row_params = _pinned(pin, "store_id", "store")
+        loose_rows, _ = _pinned(pin, "m.store_id", "store")
+        leaf_bound, leaf_params = _pinned(pin, "node_id", "node")
+        not_in_leaf, loose_params = _not_in_whole_leaf(start, end, pin)
         with self.db.reading() as conn:
             messages = conn.execute(
                 f"SELECT count(*), COALESCE(max(store_id), 0) FROM messages"
-                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?{where}",
-                [start, end, *params]).fetchone()
+                f" WHERE {MESSAGE_TIME} >= ? AND {MESSAGE_TIME} < ?{where}{rows}",
+                [start, end, *params, *row_params]).fetchone()
             leaves = conn.execute(
                 f"SELECT count(*), COALESCE(max(node_id), 0) FROM nodes n WHERE {WHOLE_LEAF}"
-                f"{where}", [start, end, *params]).fetchone()
+                f"{where}{leaf_bound}", [start, end, *params, *leaf_params]).fetchone()
             loose = conn.execute(
                 f"SELECT count(*) FROM messages m WHERE {MESSAGE_TIME} >= ?"
                 f" AND {MESSAGE_TIME} < ?{where.replace('session_id', 'm.session_id')}"
-                f"{_NOT_IN_WHOLE_LEAF}", [start, end, *params, start, end]).fetchone()[0]
+                f"{loose_rows}{not_in_leaf}",
+                [start, end, *params, *row_params, *loose_params]).fetchone()[0]
         return (f"m{messages[0]}:{messages[1]}|n{leaves[0]}:{leaves[1]}|l{loose}",
                 bool(leaves[0] or loose))
 
     # ------------------------------------------------------------------ watermarks
     def feeding_sessions(self, start: float, end: float, eligible: Eligible,
-                         owner: str | None) -> list[str]:
+                         owner: str | None, pin: Pin | None = None) -> list[str]:
         """Sessions of ``owner`` with material in the window that may feed rollups,
         sorted. A session without a recorded owner feeds none (it is nobody's)."""
-        return sorted({s for s, source, who in self.sessions_between(start, end)
+        return sorted({s for s, source, who in self.sessions_between(start, end, pin)
                        if who is not None and who == owner and eligible(s, source)})
 
     def owners_between(self, start: float, end: float, eligible: Eligible) -> list[str]:
@@ -188,7 +279,7 @@ class Timeline:
                        if who is not None and eligible(s, source)})
 
     def current_mark(self, kind: str, key: str, time_zone: str, eligible: Eligible,
-                     owner: str) -> str:
+                     owner: str, pin: Pin | None = None) -> str:
         """What a period's rollup of ``owner`` would be built from now ("" = nothing
         to roll up).
 
@@ -198,47 +289,53 @@ class Timeline:
         or a month: each child period's rollup id and a digest of the child's own
         watermark (not a clock), ``pending`` for a child with material but no rollup
         yet, ``-`` for an empty child; so a rebuilt day changes its week's mark and
-        its month's.
+        its month's. With a pin: the mark the period had then (a rollup above the pin
+        did not exist yet).
         """
         tz = timekeys.zone(time_zone)
         start, end = timekeys.bounds(kind, key, tz)
         if kind == "day":
-            sessions = self.feeding_sessions(start, end, eligible, owner)
+            sessions = self.feeding_sessions(start, end, eligible, owner, pin)
             if not sessions:
                 return ""
-            mark, has_sources = self.material_mark(start, end, sessions)
+            mark, has_sources = self.material_mark(start, end, sessions, pin)
             return f"s{len(sessions)}|{mark}" if has_sources else ""
         marks = []
         for child_kind, child_key in timekeys.children_of(kind, key):
             child = self.get_rollup(child_kind, child_key, time_zone, owner)
+            if child is not None and pin is not None and child["rollup_id"] > pin.rollup_id:
+                child = None
             if child is not None:
                 digest = hashlib.sha1(child["watermark"].encode()).hexdigest()[:12]
                 marks.append(f"{child['rollup_id']}@{digest}")
             else:
                 marks.append("pending" if self.current_mark(child_kind, child_key, time_zone,
-                                                            eligible, owner) else "-")
+                                                            eligible, owner, pin) else "-")
         return "" if all(m == "-" for m in marks) else ",".join(marks)
 
-    def freshness(self, rollup: dict, eligible: Eligible, memo: dict | None = None) -> str:
-        """``ready`` when a rollup and every rollup under it match their sources now,
-        else ``stale`` (a late message, a new summary, a rebuilt or missing child).
+    def freshness(self, rollup: dict, eligible: Eligible, memo: dict | None = None,
+                  pin: Pin | None = None) -> str:
+        """``ready`` when a rollup and every rollup under it match their sources now
+        (with a pin: their sources as they were then), else ``stale`` (a late message, a
+        new summary, a rebuilt or missing child). A rollup rebuilt in place since a pin
+        keeps its id but not its watermark, so it is stale as of the pin.
 
         ``memo`` (rollup_id -> state) shares answers across the calls of one scan,
         where a month, its weeks and their days would otherwise each be checked again;
-        it must not outlive a write."""
+        it must not outlive a write, nor be shared between two pins."""
         memo = {} if memo is None else memo
         key = rollup["rollup_id"]
         if key not in memo:
-            memo[key] = self._freshness(rollup, eligible, memo)
+            memo[key] = self._freshness(rollup, eligible, memo, pin)
         return memo[key]
 
-    def _freshness(self, rollup: dict, eligible: Eligible, memo: dict) -> str:
+    def _freshness(self, rollup: dict, eligible: Eligible, memo: dict, pin: Pin | None) -> str:
         if self.current_mark(rollup["kind"], rollup["period_key"], rollup["time_zone"],
-                             eligible, rollup["owner"]) != rollup["watermark"]:
+                             eligible, rollup["owner"], pin) != rollup["watermark"]:
             return "stale"
         children = [c["id"] for c in self.sources(rollup["rollup_id"]) if c["kind"] == "rollup"]
         for child in self.get_rollups(children).values():
-            if self.freshness(child, eligible, memo) != "ready":
+            if self.freshness(child, eligible, memo, pin) != "ready":
                 return "stale"
         return "ready"
 
@@ -261,10 +358,12 @@ class Timeline:
                 f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE rollup_id IN ({_in(ids)})", ids)}
 
     def rollups_inside(self, start: float, end: float, time_zone: str,
-                       owners: Sequence[str] | None) -> list[dict]:
-        """Rollups of a zone (of these owners; None = every owner) whose whole period
-        lies inside the window, newest first."""
+                       owners: Sequence[str] | None, pin: Pin | None = None) -> list[dict]:
+        """Rollups of a zone (of these owners; None = every owner; at or below the pin)
+        whose whole period lies inside the window, newest first."""
         where, params = _session_filter("owner", owners)
+        bound, pinned = _pinned(pin, "rollup_id", "rollup")
+        where, params = where + bound, params + pinned
         with self.db.reading() as conn:
             return [dict(r) for r in conn.execute(
                 f"SELECT {ROLLUP_COLUMNS} FROM rollups WHERE time_zone = ? AND period_start >= ?"

@@ -26,7 +26,7 @@ PARAMETERS = {
     'trove_expand': ('node_id:integer store_id:integer externalized_ref:string source_offset:integer source_limit:integer content_offset:integer tool_calls_offset:integer max_tokens:integer include_exact_ref:boolean session_scope:string[current|session|all] session_id:string rollup_id:integer', ()),
     'trove_describe': ('node_id:integer store_id:integer externalized_ref:string session_scope:string[current|session|all] session_id:string', ()),
     'trove_load_session': ('session_id:string after_store_id:integer limit:integer include_exact_ref:boolean', ()),
-    'trove_recent': ('period:string session_scope:string[current|all] limit:integer offset:integer', ()),
+    'trove_recent': ('period:string session_scope:string[current|all] limit:integer offset:integer snapshot:string', ()),
     'trove_expand_query': ('prompt:string query:string node_ids:array<integer> max_results:integer context_max_tokens:integer', ('prompt',)),
     'trove_recall': ('query:string limit:integer explain:boolean time_from:string time_to:string period:string', ('query',)),
     'trove_status': ('', ()),

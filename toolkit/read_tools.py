@@ -11,7 +11,7 @@ from ..recall import externalized, periods, recent
 from ..schemas import ArgumentError, Shape, budget_chars, clamp, offset_arg, set_cursor
 from ..storage import codec, timekeys
 from ..storage.timekeys import iso
-from ..storage.timeline import Timeline
+from ..storage.timeline import Pin, Timeline
 from .render import _node_summary, _row_time, message_item
 from .scope import Access, _load_message, _load_node, _unbound, bound_session, operator_view
 
@@ -282,8 +282,12 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
         return _unbound("trove_recent", "items")
     scope = params.get("session_scope", "current")
     access = Access(ctx, {"session_scope": scope}, current)
+    timeline = Timeline(ctx.store.db)
+    asked = params.get("period", "today")
+    about = f"{' '.join(asked.lower().split())}|{scope}"      # the query a snapshot pins
+    pin = _recent_pin(params, timeline, ctx.now(), about)
     try:
-        period = periods.resolve(params.get("period", "today"), ctx.now(),
+        period = periods.resolve(asked, min(pin.now, ctx.now()),
                                  timekeys.zone_or_utc(ctx.config.timezone))
     except ValueError as exc:
         raise ArgumentError(f"period: {exc}") from None
@@ -291,7 +295,6 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
                      "time_zone": ctx.config.timezone, "session_scope": scope}
     limit = clamp("trove_recent", "limit", params, payload)
     offset = offset_arg(params, "offset")
-    timeline = Timeline(ctx.store.db)
     found = recent.select(
         ctx.store, ctx.dag, timeline, period.start, period.end,
         sessions=access.search_sessions(),
@@ -301,7 +304,7 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
         session_ok=access.allows_session,
         rollup_ok=lambda r: _rollup_readable(timeline, access, r),
         owners=access.rollup_owners(), time_zone=ctx.config.timezone,
-        eligible=policy_for(ctx.config).feeds_rollups, message_cap=RECENT_MESSAGE_CAP)
+        eligible=policy_for(ctx.config).feeds_rollups, message_cap=RECENT_MESSAGE_CAP, pin=pin)
     page = found.items[offset:offset + limit]
     per_item = budget_chars(cap, len(page))
     payload["used"] = found.used
@@ -309,6 +312,7 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
     payload["total"] = len(found.items)
     payload["offset"] = offset
     set_cursor(payload, offset, len(page), "total", "next_offset")
+    payload["snapshot"] = pin.encode(about)
     if found.skipped_stale:
         payload["stale_rollups_skipped"] = found.skipped_stale
     if found.sessions_capped:
@@ -325,6 +329,21 @@ def tool_recent(params: dict, ctx: Any, cap: int) -> tuple[dict, Shape]:
         set_cursor(trimmed, offset, kept, "total", "next_offset")
 
     return payload, Shape(items="items", on_trim=on_trim, texts=("text", "content", "tool_calls"))
+
+
+def _recent_pin(params: dict, timeline: Timeline, now: float, about: str) -> Pin:
+    """The store trove_recent reads: the one its ``snapshot`` names (a later page: the
+    same list as the first page, whatever was stored, compacted or rolled up since),
+    else the store now (a first page, which returns it; a blank one, as models pass
+    for an optional argument, is none)."""
+    if not params.get("snapshot", "").strip():
+        return timeline.pin(now)
+    try:
+        return Pin.decode(params["snapshot"], about)
+    except ValueError as exc:
+        raise ArgumentError(f"snapshot: {exc}; pass the snapshot the first page returned "
+                            "with the same period and session_scope, or none to start over") \
+            from None
 
 
 def _recent_item(kind: str, row: dict, access: Access, per_item: int) -> dict:
