@@ -811,14 +811,14 @@ def page_all(ctx_of, between, **args) -> tuple[dict, list[tuple]]:
 
 def test_recent_pages_hold_still_while_the_session_stores_and_compacts(tmp_path,
                                                                       engines_on_backend):
-    """"What did we do today?" paged by 2 while the agent goes on: before each page a new
+    """"What did we do today?" (the last 24 hours) paged by 2 while the agent goes on: before each page a new
     turn is stored and compacted (a summary appears on top, raw messages leave the
     list). Offsets over the live list repeated items and skipped others; with the first
     page's snapshot the pages are exactly the full list of the first call."""
     engine = make_engine(tmp_path, session="live")
     messages, _, _ = drive(engine, 20)
     assert engine.compression_count >= 1
-    full = everything(engine.tool_context())
+    full = everything(engine.tool_context(), period="last 24h")     # rolling: pinned too
     assert {kind for kind, _ in full} == {"summary", "message"}
     turn = [100]
 
@@ -827,11 +827,11 @@ def test_recent_pages_hold_still_while_the_session_stores_and_compacts(tmp_path,
         turn[0] += 1
 
     compactions = engine.compression_count
-    first, seen = page_all(engine.tool_context, agent_goes_on)
+    first, seen = page_all(engine.tool_context, agent_goes_on, period="last 24h")
     assert engine.compression_count - compactions >= 3         # the list did move
     assert keys(first["items"]) == full[:2] and first["total"] == len(full)
     assert seen == full                                      # no repeat, nothing skipped
-    assert everything(engine.tool_context()) != full         # a new first page: today now
+    assert everything(engine.tool_context(), period="last 24h") != full   # a new first page
 
 
 def test_a_rollup_gone_stale_between_pages_keeps_its_place(world):
