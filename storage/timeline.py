@@ -11,14 +11,13 @@ rows through ``Store`` / ``Dag`` so the row shapes stay defined once.
 from __future__ import annotations
 
 import hashlib
-import re
-import zlib
-from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Iterable, Sequence
 
 from . import timekeys
 from .database import Database, chunked, row_limit
 from .sessionset import session_filter
+from .snapshot import MILLISECONDS, Snapshot
 
 Eligible = Callable[[str, str], bool]     # (session_id, source) -> may feed rollups
 
@@ -59,55 +58,22 @@ class NewRollup:
     session_ids: Sequence[str]
 
 
-_PIN_TEXT = re.compile(r"p1\.([0-9]{1,19})\.([0-9]{1,19})\.([0-9]{1,19})\.([0-9]{1,15})"
-                       r"\.([0-9a-f]{8})")
-_MAX_ID = 2**63 - 1
-_MAX_PIN_MS = 253_402_300_799_000       # 9999-12-31T23:59:59Z
-
-
 @dataclass(frozen=True)
-class Pin:
+class Pin(Snapshot):
     """The store as it was at one instant, for paging a list that writes change between
     calls: the highest message ``store_id``, summary ``node_id`` and ``rollup_id`` then,
     and the time (ms) a period was resolved at. Every read given a pin leaves out rows
     above it, and a message counts as unsummarized while no node at or below the pin
     holds it; so page two of ``trove_recent`` lists the same items as page one saw,
     whatever was stored, compacted or rolled up in between. Ids only grow (a rollup
-    rebuilt in place keeps its id: see ``Timeline.freshness``)."""
+    rebuilt in place keeps its id: see ``Timeline.freshness``). Its token is
+    ``storage.snapshot``'s, the one codec every paged tool's snapshot shares."""
 
+    KIND: ClassVar[str] = "recent"
     store_id: int
     node_id: int
     rollup_id: int
-    now_ms: int
-
-    @property
-    def now(self) -> float:
-        """The pinned time in seconds, what a period is resolved against."""
-        return self.now_ms / 1000
-
-    def below(self, column: str, kind: str) -> tuple[str, list]:
-        """`` AND <column> <= ?`` with this pin's bound for ``kind`` (store|node|rollup)."""
-        return f" AND {column} <= ?", [getattr(self, f"{kind}_id")]
-
-    def encode(self, about: str) -> str:
-        """A short opaque token; ``about`` (the query it pins) is folded into its check,
-        so a token edited, cut, or carried to another query is refused by ``decode``."""
-        body = f"p1.{self.store_id}.{self.node_id}.{self.rollup_id}.{self.now_ms}"
-        return f"{body}.{zlib.crc32(f'{body}|{about}'.encode()):08x}"
-
-    @staticmethod
-    def decode(text: str, about: str) -> "Pin":
-        """The pin a token holds; ValueError for anything ``encode`` did not make for
-        ``about``, or bounds no database column could hold."""
-        match = _PIN_TEXT.fullmatch(text.strip()) if isinstance(text, str) else None
-        if match is None:
-            raise ValueError("not a snapshot this tool returned")
-        pin = Pin(*(int(g) for g in match.groups()[:4]))
-        if pin.encode(about) != match.group(0):
-            raise ValueError("it belongs to another period or scope, or was altered")
-        if max(pin.store_id, pin.node_id, pin.rollup_id) > _MAX_ID or pin.now_ms > _MAX_PIN_MS:
-            raise ValueError("out of range")
-        return pin
+    now_ms: int = field(metadata=MILLISECONDS)
 
 
 def _pinned(pin: Pin | None, column: str, kind: str) -> tuple[str, list]:

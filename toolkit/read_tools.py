@@ -336,10 +336,8 @@ def _recent_pin(params: dict, timeline: Timeline, now: float, about: str) -> Pin
     same list as the first page, whatever was stored, compacted or rolled up since),
     else the store now (a first page, which returns it; a blank one, as models pass
     for an optional argument, is none)."""
-    if not params.get("snapshot", "").strip():
-        return timeline.pin(now)
     try:
-        return Pin.decode(params["snapshot"], about)
+        return Pin.resume(params.get("snapshot"), about, lambda: timeline.pin(now))
     except ValueError as exc:
         raise ArgumentError(f"snapshot: {exc}; pass the snapshot the first page returned "
                             "with the same period and session_scope, or none to start over") \
