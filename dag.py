@@ -36,10 +36,14 @@ NODE_COLUMNS = (
 # The nodes carried into a session and everything under them, as a recursive CTE named
 # ``carried(node_id)`` with one parameter (the session): ``Dag.carried_closure`` reads it,
 # and a query that filters by the closure joins it instead of binding its node ids.
-CARRIED_CLOSURE = (
-    "carried(node_id) AS (SELECT node_id FROM session_carry WHERE session_id = ?"
-    " UNION SELECT e.child_node_id FROM node_edges e JOIN carried"
-    " ON e.parent_id = carried.node_id WHERE e.child_node_id IS NOT NULL)")
+# ``PINNED_CARRIED_CLOSURE`` takes a second, the highest node id of a snapshot
+# (``storage.snapshot``): nodes carried in since are left out, and with them what lies
+# under them (a node's edges never change, and its children are older than it).
+_CARRIED_SEED = "SELECT node_id FROM session_carry WHERE session_id = ?"
+_CARRIED_STEP = (" UNION SELECT e.child_node_id FROM node_edges e JOIN carried"
+                 " ON e.parent_id = carried.node_id WHERE e.child_node_id IS NOT NULL)")
+CARRIED_CLOSURE = f"carried(node_id) AS ({_CARRIED_SEED}{_CARRIED_STEP}"
+PINNED_CARRIED_CLOSURE = f"carried(node_id) AS ({_CARRIED_SEED} AND node_id <= ?{_CARRIED_STEP}"
 
 
 @dataclass(frozen=True)

@@ -201,13 +201,14 @@ TOOL_SCHEMAS: list[dict] = [
     {
         "name": "trove_query_state",
         "description": "Stated facts, preferences, commitments with exact refs: current "
-                       "and earlier values; as_of = what was true then.",
+                       "and earlier values or as_of a time.",
         "parameters": _params({
             "subject": _STR,
             "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
                                                 "commitment", "action", "status"]},
             "as_of": _STR,
             **_ids("offset", "limit"),
+            "snapshot": _STR,
             "session_scope": _SCOPE,
             "session_id": _STR,
         }),

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
-from ..dag import CARRIED_CLOSURE
+from ..dag import CARRIED_CLOSURE, PINNED_CARRIED_CLOSURE
 from ..storage.database import Database, chunked
 from ..storage.sessionset import session_filter
+from ..storage.snapshot import MILLISECONDS, Snapshot
 from ..store import Store
 from . import refs as refs_mod
 from .compute import normalize_item
@@ -257,9 +258,38 @@ def delete_sessions_in(conn, session_ids: Sequence[str]) -> dict:
 
 
 # ---------------------------------------------------------------- query
+@dataclass(frozen=True)
+class StatePin(Snapshot):
+    """The assertions as they were at trove_query_state's first page: the highest
+    ``assertion_id`` and ``node_id`` then, and the time (ms) ``as_of`` was resolved at.
+
+    Why: extraction runs at compaction time, so between two pages a subject's newer
+    value moved it to the top (page two repeated a subject), a new subject shifted the
+    rest, and a later page showed a current value the first page's order did not. Read
+    at the pin (``query``), the pages are the first page's list. Its token is
+    ``storage.snapshot``'s, the codec trove_recent's ``Pin`` shares; the maxima are read
+    here (``pin``), beside the table, so storage never learns the evidence sidecar's."""
+
+    KIND: ClassVar[str] = "state"
+    assertion_id: int
+    node_id: int
+    now_ms: int = field(metadata=MILLISECONDS)
+
+
+def pin(db: Database, now: float) -> StatePin:
+    """The assertions as they are now (``StatePin``): the newest assertion and node ids,
+    read in one statement, and ``now`` to the millisecond."""
+    with db.reading() as conn:
+        row = conn.execute(
+            "SELECT (SELECT COALESCE(max(assertion_id), 0) FROM evidence_assertions),"
+            " (SELECT COALESCE(max(node_id), 0) FROM nodes)").fetchone()
+    return StatePin(int(row[0]), int(row[1]), max(0, int(now * 1000)))
+
+
 def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | None,
           kind: str | None, before: float | None, offset: int = 0,
-          limit: int = PAGE_MAX, carried_into: str | None = None) -> tuple[list[dict], int]:
+          limit: int = PAGE_MAX, carried_into: str | None = None,
+          at: StatePin | None = None) -> tuple[list[dict], int]:
     """One page of subjects and how many match: the stored assertions of the sessions
     (None = all) valid before ``before`` (exclusive; None = any time), filtered, grouped
     by (kind, subject); subjects ordered by their current value, newest first (then by
@@ -273,18 +303,25 @@ def query(db: Database, session_ids: Sequence[str] | None, *, subject: str | Non
     carried into it (``dag.CARRIED_CLOSURE``, the closure ``Access.carried`` reads): rows
     carried into the session count as its own, as trove_grep and trove_expand read them.
     The closure is joined in SQL, never bound as one parameter per node (it may hold
-    more nodes than either engine takes parameters)."""
+    more nodes than either engine takes parameters).
+
+    ``at`` (a ``StatePin``) reads the assertions as they were then: none above its
+    ``assertion_id``, no node carried in above its ``node_id``, so every page of one
+    listing orders and shows the subjects alike, whatever was extracted since."""
     ctes, where, args = [], ["1 = 1"], []
     if session_ids is not None:
         under = ""
         if carried_into is not None:
-            ctes.append(CARRIED_CLOSURE)
-            args.append(carried_into)
+            ctes.append(CARRIED_CLOSURE if at is None else PINNED_CARRIED_CLOSURE)
+            args += [carried_into] if at is None else [carried_into, at.node_id]
             under = (" OR EXISTS (SELECT 1 FROM node_edges AS e JOIN carried"
                      " ON carried.node_id = e.parent_id WHERE e.child_store_id = a.store_id)")
         inside, bound = session_filter("a.session_id", session_ids)
         where.append(f"({inside}{under})")
         args += bound
+    if at is not None:
+        where.append("a.assertion_id <= ?")
+        args.append(at.assertion_id)
     if kind:
         where.append("a.kind = ?")
         args.append(kind)

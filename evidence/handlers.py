@@ -96,11 +96,21 @@ def compile_evidence(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[di
 def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, Shape]:
     """Assertions with exact refs: current values, earlier ones, conflicts (opt-in sidecar),
     one page of subjects at a time (``offset`` / ``next_offset``, as trove_recent pages),
-    so every subject is reachable without naming it."""
+    so every subject is reachable without naming it; every page read at the first page's
+    ``snapshot`` (``assertions.StatePin``), so assertions extracted between pages never
+    make a page repeat or skip a subject or show a value the first page's order did not."""
     if not ctx.config.assertions_enabled:
         return {"enabled": False, "assertions": [], "note": "assertion extraction is off "
                 "(TROVE_ASSERTIONS_ENABLED=true turns it on; it runs at compaction time)"}, Shape()
-    before, shown = as_of_bound(params.get("as_of"), ctx.now(), scope.tz)
+    about = state_about(params)
+    try:
+        at = assertions.StatePin.resume(params.get("snapshot"), about,
+                                        lambda: assertions.pin(ctx.store.db, ctx.now()))
+    except ValueError as exc:
+        raise ArgumentError(f"snapshot: {exc}; pass the snapshot the first page returned with "
+                            "the same subject, kind, as_of, session_scope and session_id, or "
+                            "none to start over") from None
+    before, shown = as_of_bound(params.get("as_of"), min(at.now, ctx.now()), scope.tz)
     payload: dict = {**shown}
     limit = clamp("trove_query_state", "limit", params, payload)
     offset = offset_arg(params, "offset")
@@ -108,10 +118,11 @@ def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, S
     carried_into = scope.current if scope.sessions and scope.current in scope.sessions else None
     rows, total = assertions.query(ctx.store.db, scope.sessions, subject=params.get("subject"),
                                    kind=params.get("kind"), before=before, offset=offset,
-                                   limit=limit, carried_into=carried_into)
+                                   limit=limit, carried_into=carried_into, at=at)
     payload.update(assertions.state(rows, iso))
     payload.update(total=total, offset=offset)
     set_cursor(payload, offset, len(payload["assertions"]), "total", "next_offset")
+    payload["snapshot"] = at.encode(about)
     room = _room(ctx, cap, {**payload, "assertions": [], "has_more": True,
                             "next_offset": offset + limit})
     for entry in payload["assertions"]:
@@ -121,6 +132,18 @@ def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, S
         set_cursor(trimmed, offset, kept, "total", "next_offset")
 
     return payload, Shape(items="assertions", on_trim=on_trim)
+
+
+def state_about(params: dict) -> str:
+    """The query a trove_query_state snapshot pins, folded into its check: ``as_of`` as
+    written (case and spacing aside), the subject as subjects compare
+    (``assertions.subject_key``), the kind and the scope. A token carried to another of
+    these is refused; ``offset`` and ``limit`` may change from page to page. (A JSON
+    list: no text of one field can pass for another's.)"""
+    as_of = " ".join(str(params.get("as_of") or "").lower().split())
+    subject = assertions.subject_key(params.get("subject") or "")
+    return codec.dump_json([as_of, subject, params.get("kind") or "",
+                            params.get("session_scope", "current"), params.get("session_id") or ""])
 
 
 def _room(ctx: Any, cap: int, envelope: dict) -> int:

@@ -375,3 +375,106 @@ def test_query_state_pages_every_subject_in_a_stable_order(tmp_path, backend):
         assert [a["subject"] for a in again["assertions"]] == seen[:len(again["assertions"])]
     finally:
         database.forget_database(backend[1])
+
+
+# ---------------------------------------------------------------- pages hold still
+def state_env(tmp_path, backend):
+    """Session C with five subjects stated a day apart (bike newest, car oldest) and a
+    message of session A stating a sixth that no node carries into C yet."""
+    from hermes_trove.storage.owners import LOCAL_OWNER, Owners
+    from test_tools import Env
+    env = Env(tmp_path, backend[1], assertions_enabled="true")
+    env.say = lambda session, text, at: _say(env, session, text, at)
+    for day, text in enumerate(["My car is blue.", "My desk is oak.", "My lamp is brass.",
+                                "My sofa is grey.", "My bike is green."]):
+        env.say("C", text, JAN + day * DAY)
+    Owners(env.db).record("C", LOCAL_OWNER, platform="cli")
+    env.passport = env.say("A", "My passport is blue.", JAN - 5 * DAY)
+    return env
+
+
+def _say(env, session, text, at):
+    [sid] = env.ingest(session, [{"role": "user", "content": text}], at=at)
+    assertions.save(env.db, session, assertions.deterministic(env.store.get_message(sid)), sid)
+    return sid
+
+
+def state_page(env, **args):
+    out = json.loads(tools.dispatch("trove_query_state", args, env.ctx("C")))
+    assert "error" not in out, out
+    return out
+
+
+def shown(out):
+    return [(a["subject"], a["current"]["value"]) for a in out["assertions"]]
+
+
+def test_query_state_pages_hold_still_while_assertions_arrive(tmp_path, backend):
+    """New assertions arrive between pages (extraction runs at compaction): a newer value
+    for a subject of a later page (it jumps to the top: every other subject shifts down,
+    page two repeated one), a new subject, and an old assertion of another session that a
+    node carried in since makes readable. With the first page's snapshot the pages are
+    the first call's list, each subject's value as it was then."""
+    from hermes_trove.storage import database
+    env = state_env(tmp_path, backend)
+    try:
+        full = shown(state_page(env, limit=50))
+        assert [s for s, _ in full] == ["bike", "sofa", "lamp", "desk", "car"]
+        arrivals = iter([
+            lambda: env.say("C", "My car is red.", JAN + 10 * DAY),        # car jumps up
+            lambda: env.say("C", "My boat is white.", JAN + 11 * DAY),     # a new subject
+            lambda: env.dag.carry_nodes("C", [env.node(                     # carried in
+                "A", "Summary: the passport.", store_ids=[env.passport])]),
+        ])
+        first = page = state_page(env, limit=1)
+        seen = shown(page)
+        while page["next_offset"] is not None:
+            next(arrivals, lambda: None)()
+            page = state_page(env, limit=1, offset=page["next_offset"],
+                              snapshot=first["snapshot"])
+            assert page["snapshot"] == first["snapshot"] and page["total"] == len(full)
+            seen += shown(page)
+        assert next(arrivals, None) is None                  # every arrival came mid-paging
+        assert seen == full                                   # no repeat, no skip, old values
+        now = shown(state_page(env, limit=50))                # a new first page sees them all
+        assert now[:2] == [("boat", "white"), ("car", "red")] and ("passport", "blue") in now
+        assert len(now) == len(full) + 2
+    finally:
+        database.forget_database(backend[1])
+
+
+def test_query_state_snapshot_pins_one_query(tmp_path, backend):
+    """A snapshot names one query (as_of, subject, kind, scope): carried to another, edited,
+    cut or of another tool it is a clear error; a blank one is none; one from the future
+    reads as now."""
+    from hermes_trove.evidence.assertions import StatePin
+    from hermes_trove.evidence.handlers import state_about
+    from hermes_trove.storage import database
+    from hermes_trove.storage.timeline import Pin
+    from test_tools import NOW
+    env = state_env(tmp_path, backend)
+    try:
+        args = {"subject": "Car", "kind": "fact", "as_of": "2026-03", "limit": 1}
+        first = state_page(env, **args)
+        token = first["snapshot"]
+        assert state_page(env, **args, snapshot=" ")["snapshot"] == token   # blank: none
+        assert shown(state_page(env, **{**args, "subject": " car"}, snapshot=token)) == \
+            shown(first)                                   # the subject as compared
+        recent = json.loads(tools.dispatch("trove_recent", {}, env.ctx("C")))["snapshot"]
+        for other, bad in [({"subject": "desk"}, token), ({"kind": "preference"}, token),
+                           ({"as_of": "2026-02"}, token), ({"session_scope": "all"}, token),
+                           ({}, token.replace(".", ".1", 1)), ({}, token[:-1]),
+                           ({}, "p1.1.2.3.00000000"), ({}, "yesterday"), ({}, recent),
+                           ({}, StatePin(2**63, 1, 1).encode("x")),
+                           ({}, Pin(1, 1, 1, 1).encode("x"))]:
+            out = json.loads(tools.dispatch("trove_query_state",
+                                            {**args, **other, "snapshot": bad}, env.ctx("C")))
+            assert out["error"].startswith("snapshot:") and "first page" in out["error"], other
+        about = state_about(args)                          # what a token for ``args`` pins
+        huge = StatePin(2**63, 1, 1).encode(about)
+        assert "out of range" in json.loads(tools.dispatch(
+            "trove_query_state", {**args, "snapshot": huge}, env.ctx("C")))["error"]
+        future = StatePin(2**62, 2**62, int(NOW * 1000) + 10**10).encode(about)
+        assert shown(state_page(env, **args, snapshot=future)) == shown(first)
+    finally:
+        database.forget_database(backend[1])

@@ -35,7 +35,7 @@ PARAMETERS = {
     'trove_evidence_pack': ('refs:array<object> offset:integer limit:integer computation:object session_scope:string[current|session|all] session_id:string', ('refs',)),
     'trove_compute': ('operation:string[date_diff|count_distinct|sum|difference|order|latest] inputs:array<object> unit:string absolute:boolean session_scope:string[current|session|all] session_id:string', ('operation', 'inputs')),
     'trove_compile_evidence': ('proposal:object session_scope:string[current|session|all] session_id:string', ('proposal',)),
-    'trove_query_state': ('subject:string kind:string[fact|preference|recommendation|commitment|action|status] as_of:string offset:integer limit:integer session_scope:string[current|session|all] session_id:string', ()),
+    'trove_query_state': ('subject:string kind:string[fact|preference|recommendation|commitment|action|status] as_of:string offset:integer limit:integer snapshot:string session_scope:string[current|session|all] session_id:string', ()),
     'trove_retrieve': ('question:string slots:array<object> computation:object view_id:integer', ()),
 }
 
