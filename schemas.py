@@ -175,8 +175,8 @@ TOOL_SCHEMAS: list[dict] = [
     },
     {
         "name": "trove_compute",
-        "description": "Exact date, count and sum arithmetic over exact refs; never do it "
-                       "yourself. Fails rather than guess.",
+        "description": "Date, count and sum arithmetic over exact refs, never by "
+                       "hand; fails rather than guess.",
         "parameters": _params({
             "operation": {"type": "string", "enum": ["date_diff", "count_distinct", "sum",
                                                      "difference", "order", "latest"]},
@@ -201,7 +201,7 @@ TOOL_SCHEMAS: list[dict] = [
     {
         "name": "trove_query_state",
         "description": "Stated facts, preferences, commitments with exact refs: current "
-                       "and earlier values or as_of a time.",
+                       "and earlier values; as_of: what was true then.",
         "parameters": _params({
             "subject": _STR,
             "kind": {"type": "string", "enum": ["fact", "preference", "recommendation",
