@@ -22,6 +22,10 @@ hermes_one_shot(host, text, resume=None): the real ``hermes chat -q`` command, o
 stored_rows(home, session=None) / stored_sessions(home): the store as the tests read it
     (trove.db, or the PostgreSQL server of TROVE_DATABASE_URL: store_target(home)).
 real_prompt_tokens(body): a provider's prompt_tokens (cl100k of what was sent).
+RealWindow(inner, window, report=True): a responder refusing main requests over a real
+    window smaller than the configured one (the host's context-length step-down);
+    step_window(host, rng), window_in_force(host, n), refused_count(host): walkkit's
+    "stepdown" step (the provider's real window changes mid-walk).
 host_rough_tokens(body): the host's own ``estimate_request_tokens_rough`` of a request.
 request_user_text(body, -1): a user message of a request, without the recall policy.
 
@@ -157,6 +161,87 @@ def request_user_text(body: dict, index: int = -1) -> str:
     copy after a blank line: compare with ``startswith``."""
     users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
     return hk._content_text(users[index].get("content")) if users else ""
+
+
+class RealWindow:
+    """A provider whose real window is smaller than the configured one: main
+    requests over ``window`` real tokens (:func:`real_prompt_tokens`) are refused
+    with a 400, everything else goes to ``inner`` (a responder). ``window=None``
+    refuses nothing; it may change between turns (a model swapped behind the same
+    name, a llama.cpp server restarted with another ``-c``).
+
+    ``report``: the refusal names the limit in OpenAI's wording ("This model's
+    maximum context length is N tokens..."), which Hermes 0.19 reads
+    (``agent.model_metadata.parse_context_limit_from_error``) to step its window
+    down; else llama-server's wording without a number (the host keeps its
+    window and only compresses). ``sent``: (real tokens, window, refused) of each
+    main request; ``answers``: the text of each main answer given."""
+
+    def __init__(self, inner: Callable[[dict], Any], window: Optional[int] = None, report: bool = True):
+        self.inner, self.window, self.report = inner, window, report
+        self.sent: List[tuple] = []
+        self.answers: List[str] = []
+
+    def refusal(self, tokens: int) -> str:
+        """The error text a real server sends for a prompt of ``tokens``."""
+        if self.report:
+            return (f"This model's maximum context length is {self.window} tokens. However, your "
+                    f"messages resulted in {tokens} tokens. Please reduce the length of the messages.")
+        return ("the request exceeds the available context size, try increasing the context "
+                "size or enable context shift")
+
+    def __call__(self, body: dict) -> Any:
+        if not hk.is_main_request(body):
+            return self.inner(body)
+        tokens = real_prompt_tokens(body)
+        refused = self.window is not None and tokens > self.window
+        self.sent.append((tokens, self.window, refused))
+        if refused:
+            return hk.Reply(status=400, text=self.refusal(tokens))
+        from fake_openai import _as_reply
+        reply = _as_reply(self.inner(body))
+        self.answers.append(reply.text)
+        return reply
+
+    def refusals(self, since: int = 0) -> List[tuple]:
+        return [s for s in self.sent[since:] if s[2]]
+
+
+# Real windows walkkit's "stepdown" step picks from: under the ~22K real tokens a walk's
+# requests reach at a 65,536 window (so the provider does refuse), and each leaves room
+# beside the host's ~13K tokens of system prompt and schemas (at 16K the overhead alone
+# is over the trigger the host's step-down gives trove).
+STEP_WINDOWS = (24576, 28672)
+
+
+def step_window(host: "CliHost", rng: Any) -> Optional[int]:
+    """walkkit's "stepdown" step: the fake provider's real window changes for the rest
+    of the walk (a smaller one than the configured window, another, or none again),
+    refusals naming the limit so the host steps its window down. Returns the window."""
+    gate = host.server.responder
+    if not isinstance(gate, RealWindow):
+        gate = host.server.responder = RealWindow(gate)
+    if gate.window is not None and rng.random() < 0.3:
+        gate.window = None
+    else:
+        gate.window = rng.choice([w for w in STEP_WINDOWS if w < host.context_length
+                                  and w != gate.window] or [STEP_WINDOWS[0]])
+    return gate.window
+
+
+def refused_count(host: "CliHost") -> int:
+    """Main requests the fake provider refused as too long (0 without a window)."""
+    gate = host.server.responder
+    return len(gate.refusals()) if isinstance(gate, RealWindow) else 0
+
+
+def window_in_force(host: "CliHost", configured: int) -> int:
+    """The window a request must fit: ``configured`` (the engine's), or the fake
+    provider's real window when :func:`step_window` made it smaller."""
+    gate = host.server.responder
+    if isinstance(gate, RealWindow) and gate.window is not None:
+        return min(configured, gate.window)
+    return configured
 
 
 # ---------------------------------------------------------------------------
