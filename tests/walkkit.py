@@ -408,8 +408,9 @@ STEP_WEIGHTS = {
     "chat": 40, "chat_other": 8, "resend": 5, "undo_resend": 5, "undo": 3, "retry": 5,
     "whitespace": 6, "compress": 4, "new": 2, "resume": 3, "branch": 2,
     "open_other": 2, "close_other": 1, "restart": 2, "tool": 3,
-    # opt-in (bench/soak.py --weight gateway=N): 0 keeps every seed's walk as it was
-    "gateway": 0,
+    # opt-in (bench/soak.py --weight gateway=N): 0 keeps every seed's walk as it was;
+    # stepdown: the provider's real window shrinks (or grows back) under the same model
+    "gateway": 0, "stepdown": 0,
 }
 GATEWAY_CHATS = 12           # the gateway's chats a "gateway" step picks from
 
@@ -428,6 +429,7 @@ class WalkStats:
     over_window_uncompacted: int = 0
     not_ending_with_user: int = 0
     tool_problems: int = 0
+    refused: int = 0     # main requests the provider refused as too long ("stepdown" steps)
     tail_sizes: List[int] = field(default_factory=list)
     step_counts: Counter = field(default_factory=Counter)
     failures: List[str] = field(default_factory=list)
@@ -461,7 +463,7 @@ class WalkStats:
             "over_threshold_after_compaction": self.over_threshold,
             "over_window_after_compaction": self.overflow,
             "over_window_without_compaction": self.over_window_uncompacted, "prompt_not_ending_with_user": self.not_ending_with_user,
-            "tool_pair_problems": self.tool_problems,
+            "tool_pair_problems": self.tool_problems, "refused_as_too_long": self.refused,
             "tail_size_min": sizes[0] if sizes else None,
             "tail_size_median": statistics.median(sizes) if sizes else None,
             "seconds": round(self.seconds, 1),
@@ -543,6 +545,7 @@ class Walk:
             return
         body = self.host.last_main_request()
         threshold, window = self._threshold(who)
+        window = ck.window_in_force(self.host, window)   # the provider's, after a stepdown
         check = check_request(body, text, self.oracle, threshold=threshold, context_length=window,
                               compacted=compacted, previous_pair=prev_pair,
                               host_list=host_list_of_turn(history, text))
@@ -623,7 +626,7 @@ class Walk:
 
     def _possible(self, name: str) -> bool:
         started = self.cli.agent is not None and self._has_history()
-        if name in ("chat", "tool", "gateway"):
+        if name in ("chat", "tool", "gateway", "stepdown"):
             return True
         if name == "chat_other":
             return self.other is not None
@@ -740,6 +743,9 @@ class Walk:
                 for message in history[-2:]:
                     self.oracle.shown(chat, message)
 
+    def do_stepdown(self) -> None:
+        self.log.append(f"window {ck.step_window(self.host, self.rng)}")
+
     def _close_gateway(self) -> None:
         """The gateway's end: its background work done and its connections closed,
         before the walk's home is removed (a pass still writing there failed the
@@ -796,6 +802,7 @@ class Walk:
                 except Exception:
                     pass
             self._close_gateway()
+            self.stats.refused = ck.refused_count(self.host)
             self.stats.seconds = time.perf_counter() - started
         self.stats.problems = getattr(self, "_last_problems", Problems())
         return self.stats
