@@ -15,8 +15,8 @@ from typing import Iterable, Sequence
 
 from . import identity, views
 from .alignment_legacy import KnownTail, legacy_alignment  # noqa: F401 (KnownTail: the API)
-from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, fresh_from, gap_rows, listed_between,
-                             pin_timed, row_fp, rows_between)
+from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, fingerprints_of, fresh_from, gap_rows,
+                             listed_between, pin_timed, row_fp, rows_between)
 
 
 
@@ -248,6 +248,8 @@ class Alignment:
                             sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                             **candidates)
             rows = listed_between(conn, session_id, before, after, rows) + rows
+            rows = self._listed_after_blocks(conn, session_id, fps, flags, shown.ack_at,
+                                             range(start, end), rows, seen_with) + rows
             aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
             if after is None and start > 0 and ids[start - 1] == matched \
                     and all(sid is None for sid in aligned):
@@ -612,6 +614,27 @@ class Alignment:
             if kind is not None and kind[0] != "user":
                 return True
         return False
+
+    def _listed_after_blocks(self, conn, session_id: str, fps: list, flags: list, ack_at,
+                             run: range, rows: list, known: dict) -> list[tuple[int, str]]:
+        """``(store_id, fingerprint)`` of the rows a view lists after one of the engine's
+        blocks that a gap's ``run`` shows (once in the list: a doubled block is rule 5's),
+        not among the gap's ``rows`` already, in store order.
+
+        Why: two CLIs on one session each compacted it into a block of their own; the
+        host's state.db appended the first CLI's returned list (its block and the rows
+        after it) inside the second CLI's transcript, and a /resume restored both. Read
+        against the second CLI's view, the first CLI's block and its rows lay between
+        two consecutive rows, no row stood between them, and those rows were stored
+        again (host walk 1240009). The block's own views say which rows follow it."""
+        have = {sid for sid, _ in rows}
+        listed: set[int] = set()
+        for k in run:
+            if not flags[k] or k in ack_at or fps[k] is None or fps.count(fps[k]) > 1:
+                continue
+            _, beside = self._block_in_views(conn, session_id, fps[k], known)
+            listed.update(sid for sid in beside if sid not in have)
+        return sorted(fingerprints_of(conn, sorted(listed))) if listed else []
 
     @staticmethod
     def _block_in_views(conn, session_id: str, block: str | None,

@@ -46,7 +46,8 @@ reply it matched after an element it could not is no evidence). Then:
    does a reply in a run that lines up with no row right after a user message of the
    run that did (a copied send restored before its undone retry's row). A gap's
    candidates also hold the rows a view lists between its two matched rows, wherever
-   another process stored them.
+   another process stored them, and the rows a view lists after one of the engine's
+   blocks the run shows (another copy's compacted list inside this one's transcript).
    In a list with a run between two matched elements, an element carrying the host's
    timestamp is the session's row stored with that timestamp and fingerprint, wherever
    it was stored (a second process stored a restored /retry's first attempt after the

@@ -296,18 +296,30 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # list, which the host wrote to its state.db twice, stamping the re-sent turn anew at each
 # write (the first turn kept its timestamps); a /resume restored both copies and the
 # re-sent turn's second copy was stored as a third send (step 45; the same without the
-# gateway's writes). Entries: (weights, steps) or (weights, steps, largest turn).
+# gateway's writes). With a second CLI weighted up (``--weight open_other=10 --weight
+# chat_other=15 --weight close_other=4 --weight compress=10 --weight chat=10 --weight undo=6
+# --weight retry=6 --weight restart=6``, turns up to 20K tokens): seed 1240009's two CLIs on
+# one session each compacted it into a block of their own (the first by /compress, after
+# re-sending its last turn); the host's state.db appended the first CLI's returned list
+# (its block, the re-sent turn and both replies) inside the second CLI's transcript, and a
+# new second CLI restored it. Read against the second CLI's view, that block and its rows
+# lay between two consecutive rows, no row stood between them, and the turn and its two
+# replies were stored again (step 27; the rows a view lists after a block the gap shows
+# are its candidates now). Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
                            compress=8)
 UNDO_BRANCH_TOOL_WEIGHTS = dict(UNDO_BRANCH_WEIGHTS, tool=8)
 COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resend=8, resume=8,
                                new=6, branch=6, gateway=6)
+OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
+                             compress=10, chat=10, undo=6, retry=6, restart=6)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
                     960003: (UNDO_BRANCH_WEIGHTS, 60),
                     1110000: (UNDO_BRANCH_TOOL_WEIGHTS, 71, 20_000),
                     1110002: (UNDO_BRANCH_TOOL_WEIGHTS, 144, 20_000),
-                    1130002: (COMPRESS_RESUME_WEIGHTS, 45)}
+                    1130002: (COMPRESS_RESUME_WEIGHTS, 45),
+                    1240009: (OTHER_PROCESS_WEIGHTS, 27, 20_000)}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}

@@ -256,3 +256,48 @@ def test_a_pasted_block_header_without_the_acknowledgement_stays_conversation(tm
     engine.note_user_turn(history[-1])
     engine.ingest(history)
     assert stored(engine)[-1] == ("user", pasted)
+
+
+def test_a_block_of_the_other_copy_inside_a_restored_list_keeps_the_rows_after_it(tmp_path):
+    """Two CLIs on one session, each with a turn of its own after the shared history.
+    The first /compresses its list (its block and the raw tail with its own turn); the
+    second compacts in its next turn (a block of its own) and goes on. The host's
+    state.db appends the first CLI's returned list inside the second CLI's transcript,
+    and a third CLI restores it: [block B, B's turns, block A, A's tail, B's later
+    turns]. Read against the second CLI's view, block A and its rows lay between two
+    consecutive rows of B's: no row stood between them, and A's tail was stored again
+    (host walk 1240009: a re-sent turn and its two replies)."""
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=2)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=2)
+    history = long_history(8)
+    first.ingest(history)
+    second.ingest(history)
+    mine = history + turn("the first CLI asks on " + "a " * 30, "first reply")
+    first.note_user_turn(mine[-2])
+    first.ingest(mine)
+    first.turn_done()
+    theirs = history + turn("the second CLI asks on " + "b " * 30, "ok")
+    second.note_user_turn(theirs[-2])
+    second.ingest(theirs)
+    second.turn_done()
+    out_a = compact(first, mine)                               # /compress between turns
+    assert out_a[-1] == mine[-1] and out_a[0] != history[0]
+    asked = {"role": "user", "content": "yes"}
+    second.note_user_turn(asked)
+    out_b = compact(second, theirs + [asked]) + [{"role": "assistant", "content": "ok"}]
+    assert out_b[0] != out_a[0]
+    second.ingest(out_b)
+    second.turn_done()
+    listed = out_b
+    for t in range(3):
+        listed = listed + turn(f"later {t} " + "c " * 20, f"noted {t}")
+        second.note_user_turn(listed[-2])
+        second.ingest(listed)
+        second.turn_done()
+    rows = stored(first)
+    restored = copy.deepcopy(out_b + out_a + listed[len(out_b):])
+    third = make_engine(tmp_path, window=64_000, fresh_tail_count=2)   # a new second CLI
+    restored += [{"role": "user", "content": "from the third CLI"}]
+    third.note_user_turn(restored[-1])
+    third.ingest(restored)
+    assert stored(first) == rows + [("user", "from the third CLI")]
