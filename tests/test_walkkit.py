@@ -190,3 +190,16 @@ def test_a_branch_of_a_doubled_restore_may_hold_one_copy():
     with tempfile.TemporaryDirectory() as tmp:
         one_reply_twice = one_copy + [("branch", "assistant", "hi")]
         assert o.check(store(Path(tmp), one_reply_twice)).duplicates == 1
+
+
+def test_a_send_merged_into_a_given_up_turns_message_is_that_send():
+    """After a turn the host gave up on, its next send is merged into the dangling
+    user message ("A\n\nB"): the walk reads that message as the send (shown once, the
+    request ending with it), and no other text as it."""
+    history = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "ok"},
+               {"role": "user", "content": "refused\n\nB"}, {"role": "assistant", "content": "x"}]
+    assert wk.is_send_of("refused\n\nB", "B") and wk.is_send_of("B", "B")
+    assert not wk.is_send_of("refused B", "B") and not wk.is_send_of("B\n\nC", "B")
+    assert wk.new_messages_of_turn(history, "B") == history[2:]
+    assert wk.new_messages_of_turn(history, "refused") == []
+    assert wk.host_list_of_turn(history[:3], "B") == history[:3]

@@ -227,14 +227,20 @@ class Oracle:
         return out
 
 
+def is_send_of(content: Any, sent: str) -> bool:
+    """Whether a user message's ``content`` is what ``chat(sent)`` sent: the text
+    itself, or the host's merge of a user message its given-up turn left last with
+    it (``repair_message_sequence``: "A\n\nB", an in-place edit of A)."""
+    text, sent = ck.text_of(content), ck.text_of(sent)
+    return text == sent or text.endswith("\n\n" + sent)
+
+
 def new_messages_of_turn(history: List[dict], sent: str) -> List[dict]:
     """The messages one ``chat(sent)`` added: its user message and what follows it."""
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if m.get("role") == "user":
-            if ck.text_of(m.get("content")) == ck.text_of(sent):
-                return history[i:]
-            return []
+            return history[i:] if is_send_of(m.get("content"), sent) else []
     return []
 
 
@@ -319,7 +325,7 @@ def check_request(body: dict, sent: str, oracle: Oracle, *, threshold: int, cont
     newest user message, :func:`host_list_of_turn`): the host estimates that,
     keys and all. Without it the request's messages are estimated."""
     wire = ck.request_user_text(body)
-    ends = wire.strip().startswith(sent.strip())
+    ends = wire.strip().startswith(sent.strip()) or "\n\n" + sent.strip() in wire
     msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"]
     suffix = policy_suffix(wire, sent)
     kept = raw_kept(body, oracle, suffix)
@@ -383,7 +389,7 @@ def host_list_of_turn(history: List[dict], sent: str) -> Optional[List[dict]]:
     which has no ``api_content`` yet (pre_llm_call sets it after the check)."""
     for i in range(len(history) - 1, -1, -1):
         if history[i].get("role") == "user":
-            if ck.text_of(history[i].get("content")) != ck.text_of(sent):
+            if not is_send_of(history[i].get("content"), sent):
                 return None
             current = {k: v for k, v in history[i].items() if k != "api_content"}
             return history[:i] + [current]
