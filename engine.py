@@ -334,6 +334,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         register(self, session_id, previous=previous, by_host=how == "host")
         if self.stores:
             self.note_owner()
+            self.recall_overhead()
 
     def _unbind(self) -> None:
         self.session_id = self.canonical_id = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..compaction import assemble
+from ..compaction import assemble, tokens
 from ..compaction.budget import (DEFAULT_OVERHEAD_TOKENS, Budget, as_counted,
                                  bounded_real_overhead, host_overhead_floor, host_sees_progress)
 from ..ingest.policy import NEVER_STUBBED
@@ -21,6 +21,11 @@ from ..storage import codec
 
 # What a replay stub costs (header + 1,500 characters of preview), for tail sizing.
 STUB_TOKENS_ESTIMATE = 600
+# The learned real overhead is kept in the session's state under this key, written
+# again only when it moved by more than the larger of these (tokens, share of it).
+OVERHEAD_KEY = "real_overhead"
+OVERHEAD_KEPT_SLACK = 256
+OVERHEAD_KEPT_SHARE = 0.05
 
 
 class BudgetSide:
@@ -128,3 +133,39 @@ class BudgetSide:
         if self._overhead_tokens is None:
             return DEFAULT_OVERHEAD_TOKENS
         return max(self._overhead_tokens, host_overhead_floor(self._real_overhead))
+
+    def _keep_overhead(self) -> None:
+        """Keep the learned real overhead in the session's state when it moved by more
+        than ``OVERHEAD_KEPT_SLACK`` / ``OVERHEAD_KEPT_SHARE`` (a write only then, not
+        every turn), so a copy bound to the session later (a restart, a /resume in a
+        new process) knows it before its first reply (``recall_overhead``)."""
+        learned, kept = self._real_overhead, getattr(self, "_kept_overhead", None)
+        if learned is None or not self.canonical_id or not self.stores or (
+                kept is not None and abs(learned - kept) <= max(
+                    OVERHEAD_KEPT_SLACK, kept * OVERHEAD_KEPT_SHARE)):
+            return
+        self.store.update_session_state(self.canonical_id, {OVERHEAD_KEY: learned})
+        self._kept_overhead = learned
+
+    def recall_overhead(self) -> None:
+        """At a bind: the real overhead the session learned in an earlier process,
+        while this copy has learned none (a copy that has keeps its own: it is the
+        same host's).
+
+        Why: after a restart nothing knew the real size of the host's list until the
+        first reply, and the host's overflow path (the provider refused the request
+        as too long) hands ``compress`` its estimate of the messages without the tool
+        schemas, so the refused request read as under the trigger: no compaction, and
+        the host gave up on the turn (soak seed 1290001,
+        tests/test_host_stepdown.py::test_a_step_down_right_after_a_restart_compacts_to_the_new_window).
+        Never fails the bind: without it the overhead is learned at the next reply,
+        as before."""
+        if self._real_overhead is not None or not self.canonical_id or not self.stores:
+            return
+        try:
+            state = (self.store.get_session(self.canonical_id) or {}).get("state") or {}
+            kept = tokens.as_count(state.get(OVERHEAD_KEY))
+        except Exception:  # noqa: BLE001 - a bookkeeping read must not fail a bind
+            return
+        if kept > 0:
+            self._real_overhead = self._kept_overhead = kept

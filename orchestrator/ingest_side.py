@@ -382,6 +382,7 @@ class IngestSide:
             return
         sent = history[:-1] if history[-1].get("role") == "assistant" else history
         self._real_overhead = max(0, prompt - self.count_messages(sent))
+        self._keep_overhead()
 
     def _remember_returned(self, result: list, tail: list, frontier_ids: list | None, *,
                            has_block: bool) -> None:

@@ -654,3 +654,28 @@ def test_the_newest_user_message_stays_when_rows_after_it_were_summarized(tmp_pa
     again = engine.compress(messages, current_tokens=prompt_tokens(engine, messages), force=True)
     assert question in again, [m.get("content", "")[:40] for m in again]
     assert assemble.sequence_problems(again) == []
+
+
+def test_the_learned_real_overhead_outlives_the_process_of_its_session(tmp_path):
+    """The real overhead a session learned is kept in its state (written only when it
+    moved) and known to a copy bound to the session later, before its first reply; a
+    copy that learned its own keeps it, and a garbled kept value is ignored."""
+    first = make_engine(tmp_path, session="s")
+    messages = [{"role": "user", "content": "hello there"},
+                {"role": "assistant", "content": "hi"}]
+    first.update_from_response({"prompt_tokens": 9_000, "completion_tokens": 5})
+    first.learn_overhead(messages)
+    learned = first._real_overhead
+    assert learned and learned > 8_000
+    assert first.store.get_session(first.canonical_id)["state"]["real_overhead"] == learned
+    writes = []
+    first.store.update_session_state = lambda sid, patch: writes.append(patch)
+    first.update_from_response({"prompt_tokens": 9_010, "completion_tokens": 5})
+    first.learn_overhead(messages)                     # moved by 10 tokens: no write
+    assert writes == []
+    later = make_engine(tmp_path, session="s")         # a restart: a new copy, same session
+    assert later._real_overhead == learned
+    other = make_engine(tmp_path, session="t")         # another session learned nothing
+    assert other._real_overhead is None
+    other.store.update_session_state(other.canonical_id, {"real_overhead": "lots"})
+    assert make_engine(tmp_path, session="t")._real_overhead is None

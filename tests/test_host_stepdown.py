@@ -302,3 +302,33 @@ def test_model_switch_to_a_bigger_then_a_smaller_window(tmp_path, server):
                 talk.assert_stored_once(f"at {window}, turn {talk.markers}:")
         talk.cli.exit()
         talk.assert_stored_once("after exit:")
+
+
+# ---------------------------------------------------------------- a step-down right after a restart
+def test_a_step_down_right_after_a_restart_compacts_to_the_new_window(tmp_path, server):
+    """A CLI restarted on a session of Chinese turns (real tokens about 4x the host's
+    chars/4), then a provider that holds less than the configured window. The host's
+    overflow path hands ``compress`` its estimate of the messages without the tool
+    schemas, and the restarted engine had no provider count yet: it read the refused
+    request as under the trigger, did nothing, and the host gave up on the turn (soak
+    seed 1290001). The real overhead the session learned before the restart is known
+    after it, so the first compaction makes the request fit. (A provider that names no
+    limit leaves the host at the configured window, under whose trigger the request is:
+    trove cannot know the real one; ``test_refusal_without_a_limit_compresses_or_gives_up_cleanly`` pins that case.)"""
+    provider = make_provider(None)
+    with ck.CliHost(tmp_path, server=server, responder=provider, context_length=CONFIGURED) as host:
+        talk = Talk(host, provider)
+        rng = random.Random(11)
+        for _ in range(6):
+            reply, _ = talk.say(talk.text(rng, 2000, kind="cjk"))
+            assert answered(reply, provider)
+        talk.cli = host.restart(talk.cli)
+        provider.window = 24576
+        text = talk.text(rng, 300)
+        reply, requests = talk.say(text)
+        assert any(refused for _, (_, _, refused) in requests), "the provider took it: no test"
+        assert answered(reply, provider), reply
+        assert talk.cli.engine.compression_count >= 1
+        body, (real, _, refused) = requests[-1]
+        assert not refused and real <= 24576
+        talk.assert_stored_once("after the step-down:")
