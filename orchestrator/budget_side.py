@@ -136,16 +136,18 @@ class BudgetSide:
 
     def _keep_overhead(self) -> None:
         """Keep the learned real overhead in the session's state when it moved by more
-        than ``OVERHEAD_KEPT_SLACK`` / ``OVERHEAD_KEPT_SHARE`` (a write only then, not
-        every turn), so a copy bound to the session later (a restart, a /resume in a
+        than ``OVERHEAD_KEPT_SLACK`` / ``OVERHEAD_KEPT_SHARE`` since this copy kept it
+        there (a write only then, not every turn; in each session the copy is bound
+        to: one kept under another session says nothing of this one's state), so a copy bound to the session later (a restart, a /resume in a
         new process) knows it before its first reply (``recall_overhead``)."""
-        learned, kept = self._real_overhead, getattr(self, "_kept_overhead", None)
-        if learned is None or not self.canonical_id or not self.stores or (
-                kept is not None and abs(learned - kept) <= max(
+        learned, session = self._real_overhead, self.canonical_id
+        kept_in, kept = getattr(self, "_kept_overhead", None) or (None, None)
+        if learned is None or not session or not self.stores or (
+                kept_in == session and abs(learned - kept) <= max(
                     OVERHEAD_KEPT_SLACK, kept * OVERHEAD_KEPT_SHARE)):
             return
-        self.store.update_session_state(self.canonical_id, {OVERHEAD_KEY: learned})
-        self._kept_overhead = learned
+        self.store.update_session_state(session, {OVERHEAD_KEY: learned})
+        self._kept_overhead = (session, learned)
 
     def recall_overhead(self) -> None:
         """At a bind: the real overhead the session learned in an earlier process,
@@ -168,4 +170,4 @@ class BudgetSide:
         except Exception:  # noqa: BLE001 - a bookkeeping read must not fail a bind
             return
         if kept > 0:
-            self._real_overhead = self._kept_overhead = kept
+            self._real_overhead, self._kept_overhead = kept, (self.canonical_id, kept)

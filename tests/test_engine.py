@@ -679,3 +679,17 @@ def test_the_learned_real_overhead_outlives_the_process_of_its_session(tmp_path)
     assert other._real_overhead is None
     other.store.update_session_state(other.canonical_id, {"real_overhead": "lots"})
     assert make_engine(tmp_path, session="t")._real_overhead is None
+
+
+def test_the_kept_overhead_is_kept_in_each_session_the_copy_binds_to(tmp_path):
+    """A copy that kept its overhead in one session keeps it in the next one it binds
+    to (/new, /resume) at its first reply there, even when it did not move: a restart
+    into that session reads it (host walk 1290001: learned in one session, written to
+    none after a /resume, so the restarted copy knew nothing)."""
+    engine = make_engine(tmp_path, session="a")
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    for session in ("a", "b"):
+        engine.on_session_start(session, platform="cli")
+        engine.update_from_response({"prompt_tokens": 9_000, "completion_tokens": 5})
+        engine.learn_overhead(messages)
+    assert make_engine(tmp_path, session="b")._real_overhead == engine._real_overhead

@@ -305,7 +305,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # new second CLI restored it. Read against the second CLI's view, that block and its rows
 # lay between two consecutive rows, no row stood between them, and the turn and its two
 # replies were stored again (step 27; the rows a view lists after a block the gap shows
-# are its candidates now). Entries: (weights, steps) or (weights, steps, largest turn).
+# are its candidates now). With the provider's real window changing mid-walk
+# (``--weight stepdown=12 --weight chat=20 --weight compress=6 --weight undo=5 --weight
+# retry=5 --weight branch=4 --weight new=3 --weight resend=4``): seed 1290001 restarted the
+# CLI, then the provider held 24,576 tokens and refused the next request; the host stepped
+# its window down and called compress with its estimate of the messages alone (no tool
+# schemas), the restarted engine knew no real overhead yet, read the request as under the
+# trigger and did nothing, and the host gave up on the turn (step 59; the learned overhead
+# is kept in the session's state now). Entries: (weights, steps) or (weights, steps,
+# largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
                            compress=8)
@@ -314,12 +322,15 @@ COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resen
                                new=6, branch=6, gateway=6)
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
                              compress=10, chat=10, undo=6, retry=6, restart=6)
+STEPDOWN_WEIGHTS = dict(wk.STEP_WEIGHTS, stepdown=12, chat=20, compress=6, undo=5, retry=5,
+                        branch=4, new=3, resend=4)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
                     960003: (UNDO_BRANCH_WEIGHTS, 60),
                     1110000: (UNDO_BRANCH_TOOL_WEIGHTS, 71, 20_000),
                     1110002: (UNDO_BRANCH_TOOL_WEIGHTS, 144, 20_000),
                     1130002: (COMPRESS_RESUME_WEIGHTS, 45),
-                    1240009: (OTHER_PROCESS_WEIGHTS, 27, 20_000)}
+                    1240009: (OTHER_PROCESS_WEIGHTS, 27, 20_000),
+                    1290001: (STEPDOWN_WEIGHTS, 60)}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}
