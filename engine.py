@@ -125,6 +125,8 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         self._copy_from: str | None = None         # a /branch's parent: its lists are copied
         self._earlier: tuple[str, ...] = ()        # sessions this copy was bound to, newest first
         self._real_overhead: int | None = None     # learned from the provider's usage
+        self._kept_overhead: tuple | None = None   # (session, overhead) kept in its state
+        self._declined_at: int | None = None       # the host's figure should_compress declined
 
     def __deepcopy__(self, memo):
         """The host copies the template per agent: plain state is copied, the frozen
@@ -394,6 +396,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         # the turn's last request, for whichever copy of the engine ends the turn
         self._set_turn_field("prompt", prompt or None)
         self._real_projection.counted(prompt, self.last_completion_tokens)
+        self._declined_at = None  # the request was answered: no overflow follows it
 
     @faults.host_entry(False)
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
@@ -406,10 +409,12 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         self.last_checked_tokens = current  # the number the host's trigger saw (status)
         if not current or current < 0 or self.threshold_tokens <= 0:
             return False
+        self._declined_at = tokens.as_count(prompt_tokens) if prompt_tokens is not None else None
         current = self._real_projection.pressure(current)
         self._maybe_prepare(current)
         if current < self.threshold_tokens:
             return False
+        self._declined_at = None
         if self._noop_at_tokens is not None and current <= self._noop_at_tokens:
             return False
         return True
@@ -514,9 +519,12 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
                                       self._host_overhead_of(messages, current_tokens))
         if not force and current_tokens is not None \
                 and 0 < self._real_projection.pressure(current_tokens) < trigger:
-            self.last_compaction = {"at": time.time(), "outcome": "noop",
-                                    "note": f"under the trigger ({current_tokens} < {trigger})"}
-            return messages
+            overflow = self._host_overflow_trigger(current_tokens)
+            if overflow is None:
+                self.last_compaction = {"at": time.time(), "outcome": "noop",
+                                        "note": f"under the trigger ({current_tokens} < {trigger})"}
+                return messages
+            trigger = overflow
         shown_block = next((m.get("content") for m, ins in zip(body, inserted)
                             if ins and m.get("role") == "user"), None)
         session = self.canonical_id

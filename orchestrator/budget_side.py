@@ -23,6 +23,9 @@ from ..storage import codec
 STUB_TOKENS_ESTIMATE = 600
 # The learned real overhead is kept in the session's state under this key, written
 # again only when it moved by more than the larger of these (tokens, share of it).
+# A compaction the host asks for on its overflow path brings the list to this share of
+# what it holds (``_host_overflow_trigger``).
+OVERFLOW_SHARE = 0.75
 OVERHEAD_KEY = "real_overhead"
 OVERHEAD_KEPT_SLACK = 256
 OVERHEAD_KEPT_SHARE = 0.05
@@ -141,7 +144,7 @@ class BudgetSide:
         to: one kept under another session says nothing of this one's state), so a copy bound to the session later (a restart, a /resume in a
         new process) knows it before its first reply (``recall_overhead``)."""
         learned, session = self._real_overhead, self.canonical_id
-        kept_in, kept = getattr(self, "_kept_overhead", None) or (None, None)
+        kept_in, kept = self._kept_overhead or (None, None)
         if learned is None or not session or not self.stores or (
                 kept_in == session and abs(learned - kept) <= max(
                     OVERHEAD_KEPT_SLACK, kept * OVERHEAD_KEPT_SHARE)):
@@ -171,3 +174,24 @@ class BudgetSide:
             return
         if kept > 0:
             self._real_overhead, self._kept_overhead = kept, (self.canonical_id, kept)
+
+    def _host_overflow_trigger(self, current_tokens: int) -> int | None:
+        """The trigger for a ``compress`` the host asks for un-prompted below trove's own,
+        or None (a no-op, as before).
+
+        The host's overflow path: the provider refused the request as too long and
+        named no limit (llama-server: "the request exceeds the available context
+        size"), so the host kept its configured window and calls ``compress`` with its
+        estimate of the messages alone (no tool schemas): a smaller figure than the
+        request's, which ``should_compress`` declined this turn, and no reply came in
+        between (``update_from_response`` clears it). Read as a no-op the
+        host gave up on the turn, and on every turn after it, where its own compressor
+        summarizes whatever it is handed (tests/test_host_stepdown.py). Such a call
+        compacts to ``OVERFLOW_SHARE`` of what the list holds now (the larger of the
+        two counts), each of the host's attempts a step smaller. Any other call
+        (no figure declined this turn, or one as large) keeps the no-op."""
+        declined = self._declined_at
+        if not declined or current_tokens >= declined:
+            return None
+        self._declined_at = None
+        return max(1, int(OVERFLOW_SHARE * self._real_projection.pressure(current_tokens)))

@@ -277,7 +277,7 @@ class IngestSide:
         stores it as a new row (``storage/identity`` rule 2), unless this turn's
         compaction already did. The no-op guard a /compress left between turns ends
         here (see ``turn_done``)."""
-        self._noop_at_tokens = None
+        self._noop_at_tokens = self._declined_at = None
         if isinstance(message, dict):
             try:  # the list grew by this message since the provider counted it
                 self._real_projection.grew(self.count_message(message))
@@ -322,7 +322,7 @@ class IngestSide:
         ones twice before a turn), so a figure under the old guard can still be over
         with work to do (host walk seed 30004)."""
         self._turn_inserted = None
-        self._noop_at_tokens = None
+        self._noop_at_tokens = self._declined_at = None
 
     def stored_form(self, message: dict) -> dict:
         """The message as its row holds it (redacted, payloads externalized): what

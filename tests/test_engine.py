@@ -110,6 +110,7 @@ def test_assembled_prefix_is_byte_stable_between_compactions(tmp_path):
     engine = make_engine(tmp_path)
     _, _, outputs = drive(engine, 60)
     last = outputs[-1]
+    engine.turn_done()   # the turn ended (declined, then no reply, is the host's overflow)
     again = engine.compress(copy.deepcopy(last), current_tokens=prompt_tokens(engine, last))
     assert json.dumps(again) == json.dumps(last)
     assert engine.last_compaction["outcome"] == "noop"
@@ -693,3 +694,28 @@ def test_the_kept_overhead_is_kept_in_each_session_the_copy_binds_to(tmp_path):
         engine.update_from_response({"prompt_tokens": 9_000, "completion_tokens": 5})
         engine.learn_overhead(messages)
     assert make_engine(tmp_path, session="b")._real_overhead == engine._real_overhead
+
+
+def test_a_compress_the_host_asks_for_on_its_overflow_path_compacts_below_the_trigger(tmp_path):
+    """``should_compress`` declined the request; no reply came; the host then asks
+    ``compress`` with a smaller figure (its overflow path: the provider refused, the
+    estimate leaves out the tool schemas): the list is compacted to less than it held.
+    A reply in between, the turn's end, or the same figure again keeps the no-op."""
+    def declined_then(engine, messages, *, between=None, figure=None):
+        current = host_tokens(messages)
+        assert not engine.should_compress(current)
+        if between:
+            between()
+        return engine.compress(list(messages), current_tokens=figure or current // 2)
+
+    window = 64_000
+    engine = make_engine(tmp_path, window=window)
+    messages, _, _ = drive(engine, 12)
+    assert engine.compression_count == 0 and host_tokens(messages) < engine.threshold_tokens
+    for between, figure in ((lambda: engine.update_from_response({"prompt_tokens": 9_000}), None),
+                            (engine.turn_done, None), (None, host_tokens(messages))):
+        assert declined_then(engine, messages, between=between, figure=figure) == messages
+        assert engine.last_compaction["outcome"] == "noop" and engine.compression_count == 0
+    out = declined_then(engine, messages)
+    assert engine.compression_count == 1 and len(out) < len(messages)
+    assert host_tokens(out) < host_tokens(messages)

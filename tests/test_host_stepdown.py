@@ -259,7 +259,9 @@ def test_a_message_after_a_turn_the_host_gave_up_on_is_the_hosts_edit_of_it(tmp_
     with ck.CliHost(tmp_path, server=server, responder=provider, context_length=CONFIGURED) as host:
         talk = Talk(host, provider)
         rng = random.Random(7)
-        hit = chat_until_refused(talk, rng, 3000, kind="code")
+        # a turn that with the host's overhead alone is over the real window: no
+        # compaction can make it fit, and the host gives up on it
+        hit = chat_until_refused(talk, rng, 6000, kind="code")
         assert hit is not None and not answered(hit[2], provider)
         talk.assert_stored_once("after the refused turn:")
         refused = ck.text_of(hit[1])
@@ -332,3 +334,32 @@ def test_a_step_down_right_after_a_restart_compacts_to_the_new_window(tmp_path, 
         body, (real, _, refused) = requests[-1]
         assert not refused and real <= 24576
         talk.assert_stored_once("after the step-down:")
+
+
+# ---------------------------------------------------------------- a refusal that names no limit
+def test_a_refusal_without_a_limit_is_answered_after_the_hosts_compaction(tmp_path, server):
+    """The provider refuses as too long and names no limit (llama-server's wording): the
+    host keeps its configured 65,536 and calls ``compress`` on its overflow path, where
+    the refused request is under trove's trigger for that window. Read as a no-op the
+    host gave up on the turn, and on every turn after it (Hermes's own compressor
+    summarizes whatever it is handed). The host asking un-prompted, with a smaller figure
+    than the one trove just declined, is its overflow: trove compacts the list to less
+    than it holds, and the host's retry is answered within the real window."""
+    provider = make_provider(24576, report=False)
+    with ck.CliHost(tmp_path, server=server, responder=provider, context_length=CONFIGURED) as host:
+        talk = Talk(host, provider)
+        rng = random.Random(24577)
+        hit = chat_until_refused(talk, rng, 3000, kind="code")
+        assert hit is not None, "the provider never refused: the test proves nothing"
+        _, text, reply, requests = hit
+        assert answered(reply, provider), reply
+        assert requests[-1][1][0] <= 24576
+        assert ck.request_user_text(requests[-1][0]).startswith(ck.text_of(text))
+        assert talk.cli.engine.context_length == CONFIGURED
+        talk.assert_stored_once("after the refused turn:")
+        for _ in range(3):                      # the turns after it are answered too
+            text = talk.text(rng, 1500, kind="code")
+            reply, requests = talk.say(text)
+            assert answered(reply, provider), reply
+            assert_fits(requests, 24576, text)
+        talk.assert_stored_once("after three more turns:")
