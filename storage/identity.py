@@ -67,7 +67,9 @@ reply it matched after an element it could not is no evidence). Then:
    after it: the elements after the later copy that repeat, in order, those
    after the earlier copy are those rows, not new ones (where neither copy has a
    row yet, both share the one new row); also in a list no view explains, after
-   rule 6 aligned it (``replayed``).
+   rule 6 aligned it (``replayed``). In a restored list (its messages carry the
+   host's timestamps) the replay ends at the first message without one: it was
+   sent since the restore (``_restored``).
 6. **A list no view explains at all** (a database written before views existed,
    an import, a replay) is aligned against the stored history by the older
    anchored rule (``align`` below and ``store.Store``).
@@ -587,13 +589,27 @@ def _replays(shown: Sequence[str | None], ids: list[int | None], limit: int,
     given = 0
     for ks in repeated:
         for first, second in zip(ks, ks[1:]):
-            earlier, later = run_after(first), run_after(second)
+            earlier, later = run_after(first), _restored(run_after(second), run_after(first),
+                                                         stamps)
             for e, l in replay_pairs([placed[i] for i in earlier], [placed[i] for i in later]):
                 given += _share(shown, ids, same_as, earlier[e], later[l])
     for earlier, later in rewritten:
         for one, other in zip(earlier, later):
             given += _share(shown, ids, same_as, one, other)
     return given
+
+
+def _restored(later: range, earlier: range, stamps: Sequence[object]) -> range:
+    """The part of a replay's run (rule 5) that the host restored with the run it
+    replays: up to its first element without a host timestamp, when the earlier run's
+    elements carry them. Why: a restore stamps every message, and one without a stamp
+    was sent since (a /retry's re-send after a /resume of a list written twice); read as
+    the replay of the restored question at its place, it shared that row and was lost
+    (host walk 1310001). Without timestamps (a host that sets none) the run is whole."""
+    if not any(k < len(stamps) and _stamped(stamps[k]) for k in earlier):
+        return later
+    end = next((k for k in later if k >= len(stamps) or not _stamped(stamps[k])), later.stop)
+    return range(later.start, end)
 
 
 def _share(shown: Sequence[str | None], ids: list[int | None], same_as: dict[int, int],

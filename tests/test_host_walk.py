@@ -312,12 +312,20 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # its window down and called compress with its estimate of the messages alone (no tool
 # schemas), the restarted engine knew no real overhead yet, read the request as under the
 # trigger and did nothing, and the host gave up on the turn (step 59; the learned overhead
-# is kept in the session's state now). Entries: (weights, steps) or (weights, steps,
-# largest turn).
+# is kept in the session's state now). With /undo, /branch and tool calls weighted up and
+# restarts and /resume too (``--weight restart=6 --weight resume=6``, turns up to 20K
+# tokens): seed 1310001's /resume restored a compacted list state.db held twice (the
+# second write stamping every message anew), a /retry re-sent its last question, a
+# /branch copied the list and the question was sent a third time. No view explained the
+# branch's first list, and rule 5 paired the retry's send (no timestamp: sent since the
+# restore) after the later block with the restored question after the earlier one: the
+# two shared one row and the send was lost (step 77; a replay ends at the first message
+# without a timestamp now). Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
                            compress=8)
 UNDO_BRANCH_TOOL_WEIGHTS = dict(UNDO_BRANCH_WEIGHTS, tool=8)
+UNDO_BRANCH_TOOL_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_WEIGHTS, restart=6, resume=6)
 COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resend=8, resume=8,
                                new=6, branch=6, gateway=6)
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
@@ -330,7 +338,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1110002: (UNDO_BRANCH_TOOL_WEIGHTS, 144, 20_000),
                     1130002: (COMPRESS_RESUME_WEIGHTS, 45),
                     1240009: (OTHER_PROCESS_WEIGHTS, 27, 20_000),
-                    1290001: (STEPDOWN_WEIGHTS, 60)}
+                    1290001: (STEPDOWN_WEIGHTS, 60),
+                    1310001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 77, 20_000)}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}

@@ -302,3 +302,38 @@ def test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_onc
     engine.ingest(shown)
     tail = [m["content"] for m in out[2:]]
     assert [c for _, c in stored(engine, "branch")] == tail + ["next question"]
+
+
+def test_a_send_after_a_doubled_compacted_restore_is_no_replay_of_the_restored_copy(tmp_path):
+    """The host wrote its compacted list to state.db twice (the second write stamping
+    every message anew); a /resume restored both copies, a /retry re-sent the last
+    question (the re-send and its new reply carry no timestamp: sent since the
+    restore), a /branch copied the list and the text was sent a third time. In the
+    branch's first list (no view explains it) the retry's send stands after the later
+    block where the restored question stands after the earlier one: rule 5 paired it
+    with that restored copy, both shared one row and the retry's send was lost (host
+    walk 1310001). A message without a timestamp in a restored list is no replay."""
+    from test_identity import compact
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4, session="parent")
+    out = stamped(compact(engine, long_history(30)))
+    again = stamped(copy.deepcopy(out), start=1_796_000_100.0)
+    question = out[-2]["content"]
+    assert out[-2]["role"] == "user"
+    retried = out + again[:-2] + [{"role": "user", "content": question}]
+    engine.on_session_reset()
+    engine.bind_session_state(_HostSessions({"parent": {"id": "parent"}}), "parent")
+    engine.note_user_turn(retried[-1])   # /resume, then /retry of the last question
+    engine.ingest(retried)
+    engine.turn_done()
+    retried.append({"role": "assistant", "content": "another reply"})
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch of the retried session
+    assert engine.last_switch["kind"] == "branch"
+    shown = retried + [{"role": "user", "content": question}]   # the text sent again
+    engine.note_user_turn(shown[-1])
+    engine.ingest(shown)
+    tail = [m["content"] for m in out[2:]]
+    assert [c for _, c in stored(engine, "branch")] == tail + [question, "another reply",
+                                                                 question]
