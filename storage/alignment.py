@@ -247,7 +247,7 @@ class Alignment:
             rows = gap_rows(conn, session_id, before, after,
                             sum(1 for fp in run if fp is not None) + ALIGN_SLACK,
                             **candidates)
-            rows = listed_between(conn, session_id, before, after, rows) + rows
+            rows = listed_between(conn, session_id, before, after, rows, **candidates) + rows
             rows = self._listed_after_blocks(conn, session_id, fps, flags, shown.ack_at,
                                              range(start, end), rows, seen_with) + rows
             aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)

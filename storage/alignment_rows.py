@@ -66,13 +66,10 @@ def gap_rows(conn, session_id: str, before: int | None, after: int | None,
     first: tuple = (session_id,)
     fresh = ""
     if fresh_only:
-        shown = sorted(sid for sid in beside if (before is None or sid > before)
-                       and (after is None or sid < after))
-        fresh = (" AND (NOT EXISTS (SELECT 1 FROM node_edges AS e"
-                 " WHERE e.child_store_id = m.store_id"
-                 + (" AND e.parent_id <= ?)" if rendered is not None else ")")
-                 + (f" OR store_id IN ({','.join('?' * len(shown))}))" if shown else ")"))
-        first = (session_id, *(() if rendered is None else (rendered,)), *shown)
+        shown = [sid for sid in beside if (before is None or sid > before)
+                 and (after is None or sid < after)]
+        fresh, params = _candidate_clause(rendered, shown)
+        first = (session_id, *params)
     head = f"SELECT {FP_COLUMNS} FROM messages AS m WHERE session_id = ?{fresh}"
     if before is not None and after is not None:
         rows = conn.execute(f"{head} AND store_id > ? AND store_id < ?"
@@ -85,6 +82,20 @@ def gap_rows(conn, session_id: str, before: int | None, after: int | None,
         rows = conn.execute(f"{head} AND store_id < ? ORDER BY store_id DESC LIMIT ?",
                             (*first, after, limit)).fetchall()[::-1]
     return [row_fp(r) for r in rows]
+
+
+def _candidate_clause(rendered: int | None, beside) -> tuple[str, tuple]:
+    """The SQL condition (and its parameters) that a row ``m`` after the list's block
+    may be a gap's element: no summary covers it (none up to ``rendered``, the newest
+    node when the block was rendered, if known), or a view showed it raw after the
+    block (``beside``). One rule for the rows by store order (``gap_rows``) and the
+    rows a view lists between two matches (``listed_between``)."""
+    shown = sorted(beside)
+    clause = (" AND (NOT EXISTS (SELECT 1 FROM node_edges AS e"
+              " WHERE e.child_store_id = m.store_id"
+              + (" AND e.parent_id <= ?)" if rendered is not None else ")")
+              + (f" OR store_id IN ({','.join('?' * len(shown))}))" if shown else ")"))
+    return clause, (*(() if rendered is None else (rendered,)), *shown)
 
 
 def fresh_rows(conn, session_id: str, limit: int) -> list[tuple[int, str]]:
@@ -163,11 +174,14 @@ def anchor_rows(conn, session_id: str, digest: str, fp: str, count: int) -> Iter
 
 
 def listed_between(conn, session_id: str, before: int | None, after: int | None,
-                    rows: list) -> list[tuple[int, str]]:
+                    rows: list, *, fresh_only: bool = False, rendered: int | None = None,
+                    beside: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
     """``(store_id, fingerprint)`` of the rows a view of the session lists between
     a gap's two matched rows that are not among the gap's ``rows`` by store
     order: rows another process stored later than ``after`` that its list showed
-    between the two.
+    between the two. After the list's block (``fresh_only``) only those ``gap_rows``
+    would take are candidates: a view from before a compaction lists the rows the
+    block summarized, and an edit of the tail is no such row (rule 3).
 
     Why: a second CLI's list stored a restored exchange (the branch's copied send
     and its reply) after the first CLI's newer rows; a later restore of the session
@@ -188,6 +202,14 @@ def listed_between(conn, session_id: str, before: int | None, after: int | None,
             if sid > 0 and sid not in have:
                 have.add(sid)
                 out.append((sid, fp))
+    if fresh_only and out:
+        listed = {sid for sid, _ in out}
+        clause, params = _candidate_clause(rendered, beside & listed)
+        ok = {r[0] for r in conn.execute(
+            f"SELECT store_id FROM messages AS m WHERE session_id = ?"
+            f" AND store_id IN ({','.join('?' * len(out))}){clause}",
+            (session_id, *(sid for sid, _ in out), *params))}
+        out = [(sid, fp) for sid, fp in out if sid in ok]
     return out
 
 

@@ -179,6 +179,15 @@ def test_a_stale_list_going_on_like_a_retried_reply_is_the_older_view(tmp_path):
                             ("retry", "ok"), ("stale", 0)], 10)
 
 
+def test_edits_of_the_tail_after_a_compaction_map_onto_live_rows(tmp_path):
+    """Found by the walk above: a compaction, then the first two editable elements of
+    the tail (the first messages after the block) edited in place. Each edit is one
+    new row (rule 1), never a row the block's summary covers."""
+    run_rewrites(tmp_path, [("append", "continue", "continue"), ("edit", 16, "continue"),
+                            ("append", "continue", "continue"), ("undo",), ("compact",),
+                            ("edit", 0, "ok"), ("edit", 1, "continue")], 5)
+
+
 def run_rewrites(tmp_path, ops: list, turns: int) -> None:
     """``turns`` turns, then ``ops`` one by one, the invariants checked after each."""
     engine = make_engine(tmp_path, window=64_000, fresh_tail_count=6)
