@@ -214,13 +214,16 @@ class RealWindow:
 STEP_WINDOWS = (24576, 28672)
 
 
-def step_window(host: "CliHost", rng: Any) -> Optional[int]:
+def step_window(host: "CliHost", rng: Any, report: bool = True) -> Optional[int]:
     """walkkit's "stepdown" step: the fake provider's real window changes for the rest
     of the walk (a smaller one than the configured window, another, or none again),
-    refusals naming the limit so the host steps its window down. Returns the window."""
+    refusals naming the limit so the host steps its window down; with ``report``
+    False ("silent_window") naming none, so the host keeps its window and only
+    compresses. Returns the window."""
     gate = host.server.responder
     if not isinstance(gate, RealWindow):
         gate = host.server.responder = RealWindow(gate)
+    gate.report = report
     if gate.window is not None and rng.random() < 0.3:
         gate.window = None
     else:
@@ -233,6 +236,15 @@ def refused_count(host: "CliHost") -> int:
     """Main requests the fake provider refused as too long (0 without a window)."""
     gate = host.server.responder
     return len(gate.refusals()) if isinstance(gate, RealWindow) else 0
+
+
+def unnamed_window(host: "CliHost", configured: int) -> bool:
+    """Whether the fake provider holds less than ``configured`` and its refusals name
+    no limit ("silent_window"): the host keeps ``configured``, and a trigger made for
+    it says nothing of the window in force."""
+    gate = host.server.responder
+    return isinstance(gate, RealWindow) and not gate.report and gate.window is not None \
+        and gate.window < configured
 
 
 def window_in_force(host: "CliHost", configured: int) -> int:

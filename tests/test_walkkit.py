@@ -203,3 +203,19 @@ def test_a_send_merged_into_a_given_up_turns_message_is_that_send():
     assert wk.new_messages_of_turn(history, "B") == history[2:]
     assert wk.new_messages_of_turn(history, "refused") == []
     assert wk.host_list_of_turn(history[:3], "B") == history[:3]
+
+
+def test_only_a_smaller_window_refused_without_its_limit_blinds_the_trigger_checks():
+    """A provider refusing without naming its smaller window leaves the host (and trove's
+    trigger) at the configured one: the walk then judges the window only. Named, or no
+    smaller, the trigger checks stay."""
+    import clikit as ck
+    from types import SimpleNamespace
+    gate = ck.RealWindow(lambda body: "ok", 24576, report=False)
+    host = SimpleNamespace(server=SimpleNamespace(responder=gate))
+    assert ck.unnamed_window(host, 65536) and ck.window_in_force(host, 65536) == 24576
+    assert not ck.unnamed_window(host, 16384)
+    gate.report = True
+    assert not ck.unnamed_window(host, 65536)
+    gate.report, gate.window = False, None
+    assert not ck.unnamed_window(host, 65536)

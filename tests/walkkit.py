@@ -415,8 +415,9 @@ STEP_WEIGHTS = {
     "whitespace": 6, "compress": 4, "new": 2, "resume": 3, "branch": 2,
     "open_other": 2, "close_other": 1, "restart": 2, "tool": 3,
     # opt-in (bench/soak.py --weight gateway=N): 0 keeps every seed's walk as it was;
-    # stepdown: the provider's real window shrinks (or grows back) under the same model
-    "gateway": 0, "stepdown": 0,
+    # stepdown: the provider's real window shrinks (or grows back) under the same model;
+    # silent_window: the same, its refusals naming no limit (the host keeps its window)
+    "gateway": 0, "stepdown": 0, "silent_window": 0,
 }
 GATEWAY_CHATS = 12           # the gateway's chats a "gateway" step picks from
 
@@ -551,6 +552,9 @@ class Walk:
             return
         body = self.host.last_main_request()
         threshold, window = self._threshold(who)
+        # a provider that refuses without naming its smaller window: trove's trigger is
+        # made for the configured one, so only the window itself can be judged
+        blind = ck.unnamed_window(self.host, window)
         window = ck.window_in_force(self.host, window)   # the provider's, after a stepdown
         check = check_request(body, text, self.oracle, threshold=threshold, context_length=window,
                               compacted=compacted, previous_pair=prev_pair,
@@ -563,10 +567,10 @@ class Walk:
         if check.tool_problems:
             self.stats.tool_problems += len(check.tool_problems)
             self._fail(f"tool pairs: {check.tool_problems}")
-        if check.over_threshold:
+        if check.over_threshold and not blind:
             self.stats.over_threshold += 1
             self._fail(f"after a compaction the host's estimate {check.rough} >= threshold {threshold}")
-        if check.starved:
+        if check.starved and not blind:
             self.stats.starved += 1
             self._fail(f"tail starved: {check.tail_size} raw message(s) kept, request ~{check.rough} of "
                        f"threshold {threshold}, previous exchange ~{rough_messages(prev_pair)}")
@@ -632,7 +636,7 @@ class Walk:
 
     def _possible(self, name: str) -> bool:
         started = self.cli.agent is not None and self._has_history()
-        if name in ("chat", "tool", "gateway", "stepdown"):
+        if name in ("chat", "tool", "gateway", "stepdown", "silent_window"):
             return True
         if name == "chat_other":
             return self.other is not None
@@ -751,6 +755,9 @@ class Walk:
 
     def do_stepdown(self) -> None:
         self.log.append(f"window {ck.step_window(self.host, self.rng)}")
+
+    def do_silent_window(self) -> None:
+        self.log.append(f"silent window {ck.step_window(self.host, self.rng, report=False)}")
 
     def _close_gateway(self) -> None:
         """The gateway's end: its background work done and its connections closed,
