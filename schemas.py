@@ -359,6 +359,18 @@ def offset_arg(params: dict, key: str) -> int:
     return value
 
 
+def snapshot_arg(kind: Any, params: dict, about: str, fresh: Callable[[], Any],
+                 same: str) -> Any:
+    """The ``snapshot`` a paged tool reads (``storage.snapshot.Snapshot.resume`` of
+    ``kind``: a later page's token, else ``fresh()`` for a first page), a bad token a
+    clear error naming what must stay the ``same`` between pages. One wording for
+    every paged tool (trove_recent, trove_query_state)."""
+    try:
+        return kind.resume(params.get("snapshot"), about, fresh)
+    except ValueError as exc:
+        raise ArgumentError(f"snapshot: {exc}; pass the snapshot the first page returned "
+                            f"with the same {same}, or none to start over") from None
+
 
 # ---------------------------------------------------------------- response bounds
 CHARS_PER_TOKEN_BUDGET = 3      # characters budgeted per token before measuring

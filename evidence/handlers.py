@@ -14,7 +14,8 @@ from datetime import timezone, tzinfo
 from typing import Any, Callable
 
 from ..recall import periods
-from ..schemas import ArgumentError, Shape, clamp, count_safely, offset_arg, set_cursor
+from ..schemas import (ArgumentError, Shape, clamp, count_safely, offset_arg, set_cursor,
+                       snapshot_arg)
 from . import assertions, compute, pack, retrieve
 from ..storage import codec
 from ..storage.timekeys import iso
@@ -103,13 +104,9 @@ def query_state(params: dict, ctx: Any, cap: int, scope: Scope) -> tuple[dict, S
         return {"enabled": False, "assertions": [], "note": "assertion extraction is off "
                 "(TROVE_ASSERTIONS_ENABLED=true turns it on; it runs at compaction time)"}, Shape()
     about = state_about(params)
-    try:
-        at = assertions.StatePin.resume(params.get("snapshot"), about,
-                                        lambda: assertions.pin(ctx.store.db, ctx.now()))
-    except ValueError as exc:
-        raise ArgumentError(f"snapshot: {exc}; pass the snapshot the first page returned with "
-                            "the same subject, kind, as_of, session_scope and session_id, or "
-                            "none to start over") from None
+    at = snapshot_arg(assertions.StatePin, params, about,
+                      lambda: assertions.pin(ctx.store.db, ctx.now()),
+                      "subject, kind, as_of, session_scope and session_id")
     before, shown = as_of_bound(params.get("as_of"), min(at.now, ctx.now()), scope.tz)
     payload: dict = {**shown}
     limit = clamp("trove_query_state", "limit", params, payload)

@@ -8,7 +8,8 @@ from typing import Any
 from ..diagnostics import caller
 from ..ingest.policy import policy_for
 from ..recall import externalized, periods, recent
-from ..schemas import ArgumentError, Shape, budget_chars, clamp, offset_arg, set_cursor
+from ..schemas import (ArgumentError, Shape, budget_chars, clamp, offset_arg, set_cursor,
+                       snapshot_arg)
 from ..storage import codec, timekeys
 from ..storage.timekeys import iso
 from ..storage.timeline import Pin, Timeline
@@ -336,12 +337,8 @@ def _recent_pin(params: dict, timeline: Timeline, now: float, about: str) -> Pin
     same list as the first page, whatever was stored, compacted or rolled up since),
     else the store now (a first page, which returns it; a blank one, as models pass
     for an optional argument, is none)."""
-    try:
-        return Pin.resume(params.get("snapshot"), about, lambda: timeline.pin(now))
-    except ValueError as exc:
-        raise ArgumentError(f"snapshot: {exc}; pass the snapshot the first page returned "
-                            "with the same period and session_scope, or none to start over") \
-            from None
+    return snapshot_arg(Pin, params, about, lambda: timeline.pin(now),
+                        "period and session_scope")
 
 
 def _recent_item(kind: str, row: dict, access: Access, per_item: int) -> dict:
