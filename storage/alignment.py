@@ -226,7 +226,7 @@ class Alignment:
         limit = len(fps) if shown.turn_index is None else shown.turn_index
         if pin_timed(conn, session_id, shown, fps, ids, flags, reading.gaps):
             reading.gaps = identity.find_gaps(fps, ids, limit)
-        if self._slide_into_room(conn, session_id, fps, ids, reading.gaps):
+        if self._slide_into_room(conn, session_id, fps, ids, reading.gaps, shown.roles):
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         seen_with: dict = {}    # per block shown: its views read once per list
@@ -430,7 +430,7 @@ class Alignment:
 
     @staticmethod
     def _slide_into_room(conn, session_id: str, fps: list, ids: list,
-                         gaps: list) -> bool:
+                         gaps: list, roles: Sequence[str] = ()) -> bool:
         """Move a view's matched run back into the gap before it when the rows between
         the gap's neighbours cannot explain the whole gap: the view's entries are the
         gap's later elements, and what the run leaves is what came after them.
@@ -447,7 +447,11 @@ class Alignment:
         match: a second CLI's transcript kept a /retry's dropped attempt (ok, T32, ok,
         T32, ...) that the view after the block lists without it (ok, T32, ...), and the
         view's "ok" was read as the later one (host walk 280003: the attempt stored
-        again)."""
+        again). A run that opens with a reply moves even when those rows cannot hold
+        what it leaves, if it leaves no more to store than the gap holds: after the
+        gap's new elements rule 1 makes that reply new and its row is lost (a /branch's
+        restored list with the copied attempt its /retry dropped, "ok", T7, ..., "ok",
+        T7, between two consecutive rows: host walk 1500005, the "ok" stored again)."""
         moved = False
         for start, end, before, after in gaps:
             # a gap right after the list's block has no row before it: the rows it may
@@ -480,7 +484,9 @@ class Alignment:
                     slid[k] = None
                 left = sum(1 for k in range(target + run, nxt)
                            if fps[k] is not None and slid[k] is None)
-                if rows_between(conn, session_id, ids[last], ids[nxt], left) >= left:
+                room = rows_between(conn, session_id, ids[last], ids[nxt], left)
+                if room >= left or (end < len(roles) and roles[end] != "user"
+                                    and left - room <= elements - between):
                     ids[:] = slid
                     moved = True
                     break

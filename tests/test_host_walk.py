@@ -320,7 +320,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # branch's first list, and rule 5 paired the retry's send (no timestamp: sent since the
 # restore) after the later block with the restored question after the earlier one: the
 # two shared one row and the send was lost (step 77; a replay ends at the first message
-# without a timestamp now). Entries: (weights, steps) or (weights, steps, largest turn).
+# without a timestamp now). With the same weights, seed 1500005 sent a turn twice in a
+# session (each answered "ok" through a tool call), /branch, a /retry on the branch before
+# its first turn (the branch's first list dropped the copied second send, which state.db
+# keeps active), then a restart restored the copied send between the first send's "ok" and
+# the retry. The view's "ok" was read as the copied send's, the first "ok" and the copied
+# send lay between two consecutive rows, the view's run could not slide back (no rows for
+# what it left) and rule 1 made the later "ok" new: the first "ok" was stored again
+# (step 33; a run opening with a reply slides when it leaves no more to store than the gap).
+# Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
                            compress=8)
@@ -339,7 +347,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1130002: (COMPRESS_RESUME_WEIGHTS, 45),
                     1240009: (OTHER_PROCESS_WEIGHTS, 27, 20_000),
                     1290001: (STEPDOWN_WEIGHTS, 60),
-                    1310001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 77, 20_000)}
+                    1310001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 77, 20_000),
+                    1500005: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 33, 20_000)}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}

@@ -337,3 +337,50 @@ def test_a_send_after_a_doubled_compacted_restore_is_no_replay_of_the_restored_c
     tail = [m["content"] for m in out[2:]]
     assert [c for _, c in stored(engine, "branch")] == tail + [question, "another reply",
                                                                  question]
+
+
+def _tool_exchange(ask: str, call_id: str, reply: str) -> list[dict]:
+    """A turn answered through one tool call: the question, the call, its result, the reply."""
+    return [{"role": "user", "content": ask},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": "trove_status", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": call_id, "name": "trove_status",
+             "content": '{"bound": true}'},
+            {"role": "assistant", "content": reply}]
+
+
+def test_a_branchs_restored_copied_attempt_before_its_retry_keeps_the_first_reply(tmp_path):
+    """The parent sent T7 twice, each answered "ok" through a tool call; a /branch, then a
+    /retry on the branch before any other turn (its first list drops the copied second
+    send, which the branch's state.db keeps active). A restart restores [..., T7, call,
+    result, "ok", T7, call', result', "ok", T7, call'', result'', reply]: the view's "ok"
+    was read as the copied attempt's, the first "ok" and the attempt lay between two
+    consecutive rows, and rule 1 made the later "ok" new too: the first "ok" was stored
+    again (host walk 1500005). The copied attempt is new, every other element keeps its row."""
+    engine = make_engine(tmp_path, session="parent", window=64_000)
+    ask = "[T7] The cache " + "word " * 30
+    history = long_history(2)
+    for call_id in ("c1", "c2"):                 # the text sent, then sent again
+        history += _tool_exchange(ask, call_id, "ok")
+        engine.note_user_turn(history[-4])
+        engine.ingest(history)
+        engine.turn_done()
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    retried = history[:-4] + _tool_exchange(ask, "c3", "Noted [T7]")    # /retry on the branch
+    engine.note_user_turn(retried[-4])
+    engine.ingest(retried[:-3])
+    engine.ingest(retried)
+    engine.turn_done()
+    rows = stored(engine, "branch")
+    # a restart: state.db keeps the copied second send active before the retry's
+    restored = stamped(history + retried[-4:]) + turn("[T8] Checkpoint", "Noted [T8]")
+    again = make_engine(tmp_path, session="branch", window=64_000)
+    again.note_user_turn(restored[-2])
+    again.ingest(copy.deepcopy(restored[:-1]))
+    again.ingest(copy.deepcopy(restored))
+    assert [m for _, m in stored(again, "branch")].count("ok") == 3
+    assert len(stored(again, "branch")) == len(rows) + 4 + 2
