@@ -79,6 +79,27 @@ def test_a_branch_first_ingested_after_an_undo_holds_the_shorter_copy(tmp_path):
         assert (o.check(store(home, rows)).total == 0) is clean, len(branch_rows)
 
 
+def test_a_branch_whose_first_turn_is_a_compacting_retry_holds_the_list_the_retry_sent(tmp_path):
+    # /branch, then a /retry as the branch's first turn that compacts (host walk 1540000):
+    # the retry sent [q1, a1] (its own q2 new); the turn's compaction summarized q1, so
+    # the list it leaves shows only a1, and the list at the branch point still holds the
+    # retried q2 and a2: neither is the copy, the list the retry was sent with is
+    whole = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+             {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    o = oracle([("p", m["role"], m["content"]) for m in whole])
+    o.branched("b", whole)
+    o.retrying("b", whole)
+    o.first_ingest("b", [{"role": "user", "content": "[block] q1"}, whole[1]])
+    for m in whole[2:]:
+        o.shown("b", dict(m))                      # the retry's send and its reply
+    parent = [("p", m["role"], m["content"]) for m in whole]
+    for branch_rows, clean in ((whole, True), (whole + whole[:1], False)):
+        home = tmp_path / str(len(branch_rows))
+        home.mkdir()
+        rows = parent + [("b", m["role"], m["content"]) for m in branch_rows]
+        assert (o.check(store(home, rows)).total == 0) is clean, len(branch_rows)
+
+
 def request(*messages):
     return {"messages": [{"role": "system", "content": "you are a test"}, *messages]}
 

@@ -180,6 +180,16 @@ class Oracle:
             for key in copy:
                 self.where.setdefault(key, set()).add(branch)
 
+    def retrying(self, branch: str, history: List[dict]) -> None:
+        """A /retry about to run on ``history``: the host cuts it at its last user
+        message (``retry_last``) and sends the turn with that list, a branch's copy
+        when it is the branch's first turn. The list the turn leaves is no such
+        candidate once the turn compacted it (seed 1540000: the /retry's compaction
+        summarized a copied message, and that copy read as a second one)."""
+        users = [i for i, m in enumerate(history) if m.get("role") == "user"]
+        if users:
+            self.first_ingest(branch, history[:users[-1]], final=False)
+
     def is_shown(self, message: dict) -> bool:
         key = key_of(message)
         return key is not None and key in self.where
@@ -524,6 +534,7 @@ class Walk:
         sent_before = self.host.main_request_count()
         if via_retry:
             retried = self._last_user_text(who)
+            self.oracle.retrying(who.session_id, history_before)
             who.retry()
             text = retried or text
         else:
