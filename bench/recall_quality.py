@@ -82,6 +82,12 @@ class Bm25:
 
     def rank(self, query: str, limit: int) -> list[int]:
         """Keys of the best ``limit`` documents."""
+        scores = self.scores(query)
+        return sorted(scores, key=lambda k: (-scores[k], -k))[:limit]
+
+    def scores(self, query: str) -> dict[int, float]:
+        """BM25 score of every document holding a query term (``splade_probe.py`` fuses
+        them)."""
         n = len(self.docs)
         scores = {}
         for term in set(self.terms(query)):
@@ -91,7 +97,7 @@ class Bm25:
                 if tf:
                     norm = 1.2 * (1 - 0.75 + 0.75 * self.lengths[key] / self.avg)
                     scores[key] = scores.get(key, 0.0) + idf * tf * 2.2 / (tf + norm)
-        return sorted(scores, key=lambda k: (-scores[k], -k))[:limit]
+        return scores
 
 
 def conversations(data: str, n_chats: int, max_sessions: int, asked: str = "you",
