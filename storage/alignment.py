@@ -266,6 +266,18 @@ class Alignment:
                 # the view's last matched elements may be this run (host walk 1110000)
                 aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
                                                    taken, candidates, bool(rows)) or aligned
+            elif after is not None and rows and start > 0 and ids[start - 1] == matched \
+                    and all(sid is None for sid in aligned) and self._answered_otherwise(
+                        conn, session_id, fps, shown.roles, start, end, matched):
+                # between two matches too: a second CLI's restored branch shows its
+                # undone copied send, read as the re-send after it (host walk 1590006);
+                # its reply goes on after the run's end (rule 1 makes it new there too)
+                taken.discard(matched)
+                ids[start - 1] = None
+                reply_end = next((k for k in range(end, limit) if fps[k] is not None
+                                  and k < len(shown.roles) and shown.roles[k] == "user"),
+                                 limit)
+                resent.update(range(start - 1, reply_end))
             for offset, sid in enumerate(aligned):
                 if sid is not None:
                     ids[start + offset] = sid
@@ -603,7 +615,9 @@ class Alignment:
         Why: a /retry on a /branch before its first turn drops the exchange the host
         copied from the parent from the branch's first list (its copy); state.db keeps
         it active, and after an /undo of the retry it ends the restored branch. Read
-        as the re-send, only its reply was stored (host walk 490000: the send lost)."""
+        as the re-send, only its reply was stored (host walk 490000: the send lost).
+        Between two matches too, when the run's reply ends like the re-send's (host walk
+        1590006: a second CLI's restore of the branch from before the /undo)."""
         role = lambda k: roles[k] if k < len(roles) else ""  # noqa: E731
         first = next((k for k in range(start, end) if fps[k] is not None), None)
         if start < 1 or role(start - 1) != "user" or first is None or role(first) == "user":

@@ -337,7 +337,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # with, ``Oracle.retrying``, is the branch's copy). The same oracle fault with /resume
 # left out (``--weight restart=6`` only, 8K turns, on PostgreSQL first): seed 1560000's
 # doubled restored turn, /branch, and a compacting /retry as the branch's first turn; the
-# branch's second copy of the turn read as lost (step 26).
+# branch's second copy of the turn read as lost (step 26). With /resume lighter
+# (``--weight restart=6 --weight resume=4``, 8K turns, on PostgreSQL first): seed 1590006
+# sent "continue" twice (each answered through a tool call, then "ok"), /branch, a second
+# CLI restored the branch, and the first CLI's /undo and re-send of the text were the
+# branch's first list. The second CLI's next turn showed the copied send and its reply:
+# read against the re-send's view, the send lined up with the re-send's row and its "ok"
+# with the re-send's, the call and result between them with no row, and only the reply
+# was stored (step 53; the matched send before such a run, answered otherwise in a view,
+# is a send of its own now, as inside a run).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -345,6 +353,7 @@ UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8,
 UNDO_BRANCH_TOOL_WEIGHTS = dict(UNDO_BRANCH_WEIGHTS, tool=8)
 UNDO_BRANCH_TOOL_RESTART_WEIGHTS = dict(UNDO_BRANCH_TOOL_WEIGHTS, restart=6)
 UNDO_BRANCH_TOOL_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=6)
+UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=4)
 COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resend=8, resume=8,
                                new=6, branch=6, gateway=6)
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
@@ -361,7 +370,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1310001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 77, 20_000),
                     1500005: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 33, 20_000),
                     1540000: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 58, 20_000),
-                    1560000: (UNDO_BRANCH_TOOL_RESTART_WEIGHTS, 26)}
+                    1560000: (UNDO_BRANCH_TOOL_RESTART_WEIGHTS, 26),
+                    1590006: (UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS, 53)}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}

@@ -1,7 +1,7 @@
 """storage/identity on /branch flows and restored attempts (issue #24): a /retry on a
 branch before its first turn, the copied exchange the host keeps active in the branch's
 state.db, an /undo and the text sent again, and a second CLI's restores of all that
-(host walks 490000, 500000, 630003, 640000). The helpers are test_identity's."""
+(host walks 490000, 500000, 630003, 640000, 1590006). The helpers are test_identity's."""
 
 import copy
 
@@ -384,3 +384,53 @@ def test_a_branchs_restored_copied_attempt_before_its_retry_keeps_the_first_repl
     again.ingest(copy.deepcopy(restored))
     assert [m for _, m in stored(again, "branch")].count("ok") == 3
     assert len(stored(again, "branch")) == len(rows) + 4 + 2
+
+
+def _tool_turn(user: str, call_id: str) -> list[dict]:
+    """A send answered through a tool call: the call, its result and "ok"."""
+    call = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": call_id, "type": "function", "function": {"name": "read", "arguments": "{}"}}]}
+    return [{"role": "user", "content": user}, call,
+            {"role": "tool", "tool_call_id": call_id, "content": "file body"},
+            {"role": "assistant", "content": "ok"}]
+
+
+def test_a_branchs_undone_copied_send_restored_between_two_matches_is_a_send_of_its_own(
+        tmp_path):
+    """A parent sends "continue" twice (each answered through a tool call, then "ok"),
+    /branch, and the branch's first turn is an /undo of the copied second send and the
+    text sent again (its own call). A second CLI restored the branch before that: [...,
+    u2, call2, result2, ok, u3, call3, result3, ok, u4]. Read against the re-send's view,
+    u3 lines up with the re-send's row and the last "ok" with its reply's, the call and
+    result between them with nothing: u3 is a send of its own, stored with its reply
+    (host walk 1590006: the reply stored, u3 lost)."""
+    engine = make_engine(tmp_path, session="parent")
+    history = turn("first message", "reply 1")
+    engine.note_user_turn(history[-2])
+    engine.ingest(history)
+    engine.turn_done()
+    for call_id in ("c2", "c3"):
+        history += _tool_turn("continue", call_id)
+        engine.note_user_turn(history[-4])
+        engine.ingest(history)
+        engine.turn_done()
+    restored = copy.deepcopy(history)            # what the branch's state.db keeps active
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    resent = history[:-4] + _tool_turn("continue", "c4")           # /undo, the text again
+    engine.note_user_turn(resent[-4])
+    engine.ingest(resent)
+    engine.turn_done()
+    other = make_engine(tmp_path, session="branch")               # a second CLI's restore
+    restored += [{"role": "user", "content": "third message"}]
+    other.note_user_turn(restored[-1])
+    other.ingest(restored)
+    rows = stored(other, "branch")
+    assert [r for r in rows if r[0] == "user"] == [
+        ("user", "first message"), ("user", "continue"), ("user", "continue"),
+        ("user", "continue"), ("user", "third message")]
+    assert rows.count(("assistant", "ok")) == 3
+    other.ingest(restored)                       # the same list again: nothing new
+    assert len(stored(other, "branch")) == len(rows)
