@@ -33,10 +33,18 @@ def candidates(body: list, store_ids: Sequence[int | None], inserted: Sequence[b
     # message whatever follows it (``assemble.choose_tail``). A pass that kept it raw
     # and summarized the tool group after it may have left the host's list unchanged
     # (no progress the host would take); compacting that list again summarized the
-    # question itself, and the prompt went out without it. The rows hold none of the
-    # engine's own (``inserted``), so a user's copy of a block among them is the user's.
-    newest = assemble.newest_user([m for m, _ in rows])
-    stale.discard(newest)
+    # question itself, and the prompt went out without it. The engine's own elements
+    # are ``inserted``'s, so a user's copy of a block in the list is the user's.
+    # The newest is the list's own last user message, found among the rows where the
+    # list first shows its row: in a doubled restore whose later copy ends before the
+    # earlier one's last exchange, the newest of the rows by their first showing is that
+    # exchange's question; kept without its (stale) reply, it stood last and the next
+    # turn's message followed it, two user messages the host merged (host walk 1580012).
+    last = assemble.newest_user(body, inserted)
+    if last is not None:
+        stale.discard(next((i for i, (m, sid) in enumerate(rows)
+                            if (sid is not None and sid == store_ids[last])
+                            or (sid is None and m is body[last])), None))
     return rows, stale
 
 

@@ -345,7 +345,16 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # read against the re-send's view, the send lined up with the re-send's row and its "ok"
 # with the re-send's, the call and result between them with no row, and only the reply
 # was stored (step 53; the matched send before such a run, answered otherwise in a view,
-# is a send of its own now, as inside a run).
+# is a send of its own now, as inside a run). With a second CLI weighted up and /branch
+# and /resume too (``--weight branch=5 --weight resume=4``, turns up to 20K
+# tokens, the second CLI a real second process: ``PROCESS_REPLAYS``): seed 1580012's
+# /resume restored a compacted list twice, the later copy without the exchange after the
+# earlier one (question, reply), and a /compress summarized both as stale but kept the
+# question raw, last, as the newest user message of the rows by their first showing.
+# The next send followed it and the host merged the two ("A\n\nB"); after an /undo and
+# the merge sent again, a second CLI restored state.db's question and merge as one more
+# merge, a message nobody sent, and stored the reply after it ("ok") again (step 38; the
+# tail keeps the list's own last user message: ``tail_rows.candidates``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -358,6 +367,7 @@ COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resen
                                new=6, branch=6, gateway=6)
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
                              compress=10, chat=10, undo=6, retry=6, restart=6)
+OTHER_PROCESS_BRANCH_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, resume=4)
 STEPDOWN_WEIGHTS = dict(wk.STEP_WEIGHTS, stepdown=12, chat=20, compress=6, undo=5, retry=5,
                         branch=4, new=3, resend=4)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
@@ -371,7 +381,10 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1500005: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 33, 20_000),
                     1540000: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 58, 20_000),
                     1560000: (UNDO_BRANCH_TOOL_RESTART_WEIGHTS, 26),
+                    1580012: (OTHER_PROCESS_BRANCH_WEIGHTS, 38, 20_000),
                     1590006: (UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS, 53)}
+# The ones whose second CLI must be a real second OS process (the others run it in this one).
+PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}
@@ -384,9 +397,11 @@ def test_walks_with_rare_flows_weighted_up_keep_every_message_once(tmp_path, ser
         pytest.skip(f"a {steps}-step replay (HOSTWALK_REPLAY_STEPS=0 runs it); "
                     f"its fault's own test: {LONG_WEIGHTED[seed]}")
     sizes = {"largest_turn": largest[0]} if largest else {}
-    w = run_walk(tmp_path, server, seed, steps, use_process=False, weights=weights, **sizes)
+    w = run_walk(tmp_path, server, seed, steps, use_process=seed in PROCESS_REPLAYS,
+                 weights=weights, **sizes)
     assert w.stats.steps == steps
     changed = " ".join(f"--weight {k}={v}" for k, v in weights.items() if v != wk.STEP_WEIGHTS[k])
     changed += f" --largest-turn {largest[0]}" if largest else ""
     assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
-                           f" --seed {seed} --steps {steps} --walk-steps {steps} --in-process {changed}")
+                           f" --seed {seed} --steps {steps} --walk-steps {steps}"
+                           f"{'' if seed in PROCESS_REPLAYS else ' --in-process'} {changed}")

@@ -405,3 +405,36 @@ def test_a_doubled_restore_keeps_no_summarized_row_after_a_newer_one(tmp_path):
     roles = [m["role"] for m in out]
     assert all(a != b for a, b in zip(roles, roles[1:])), f"two of one role in a row: {roles}"
     assert wide.store.count_messages("sess") == count
+
+
+def test_a_doubled_restore_missing_its_last_exchange_keeps_no_question_without_its_reply(
+        tmp_path):
+    """Found by the host walk (seed 1580012): the host restored a compacted list twice,
+    the second copy without the exchange after the first ([block, rows, question,
+    reply, block, the same rows]: an /undo wrote the shorter list again), and a /compress
+    ran between turns. The question and its reply, shown before the later block only,
+    are stale and summarized; the tail still kept the question, as the list's newest
+    user message by its first showing, and put it last without its reply. The next
+    turn's message followed it, two user messages in a row that the host merged into
+    a message nobody sent; a second CLI later restored that merge beside the question's
+    other copy and stored the reply after it again. The newest user message is the
+    list's own last one (here a row shown again), not the newest of the rows."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=3)
+    history = [m for t in range(6) for m in turn(f"question {t} about module_{t}",
+                                                 f"answer {t}: handler_{t} returns {t}")]
+    engine.ingest(history)
+    listed = compact(engine, history)
+    assert listed[-1]["role"] == "assistant"
+    question = {"role": "user", "content": "one more question about module_9"}
+    engine.note_user_turn(question)
+    longer = listed + [question, {"role": "assistant", "content": "answer 9: handler_9"}]
+    engine.ingest(longer)
+    engine.turn_done()
+    doubled = [dict(m) for m in longer] + [dict(m) for m in listed]   # the host's restore
+    out = compact(engine, doubled)
+    roles = [m["role"] for m in out]
+    assert all(a != b for a, b in zip(roles, roles[1:])), f"two of one role in a row: {roles}"
+    assert roles[-1] == "assistant", f"the list ends with a question without its reply: {roles}"
+    ids = engine.ingest(out)
+    raw = [sid for m, sid in zip(out, ids) if not assemble.is_trove_message(m)]
+    assert raw == sorted(raw), f"rows kept out of order: {[m['content'][:12] for m in out]}"
