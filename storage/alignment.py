@@ -92,6 +92,17 @@ def _block_before(fps: list, flags: list, ack_at, start: int) -> str | None:
                  if flags[k] and k not in ack_at), None)
 
 
+def _send_of_its_own(ids: list, taken: set, resent: set, start: int, upto: int) -> None:
+    """The send matched just before ``start`` is a send of its own, not the row it
+    matched: its row is freed for the message that owns it, and the send with what
+    follows it up to ``upto`` is marked re-sent, so rule 1 stores them as new.
+    (One place for the trailing run and the run between two matches: both read a
+    copied send, answered otherwise in a view, as the re-send after it.)"""
+    taken.discard(ids[start - 1])
+    ids[start - 1] = None
+    resent.update(range(start - 1, upto))
+
+
 class Alignment:
     """The identity half of ``store.Store`` (a mixin: it uses only the connection
     the caller passes and ``self.db``)."""
@@ -257,9 +268,7 @@ class Alignment:
                                                    taken, candidates, bool(rows)) or aligned
                 if rows and all(sid is None for sid in aligned) and self._answered_otherwise(
                         conn, session_id, fps, shown.roles, start, end, matched):
-                    taken.discard(matched)
-                    ids[start - 1] = None
-                    resent.update(range(start - 1, end))
+                    _send_of_its_own(ids, taken, resent, start, end)
             elif after is None and start > 0 and ids[start - 1] == matched \
                     and self._sends_answered_otherwise(conn, session_id, fps, shown.roles,
                                                        start, end, aligned):
@@ -272,12 +281,10 @@ class Alignment:
                 # between two matches too: a second CLI's restored branch shows its
                 # undone copied send, read as the re-send after it (host walk 1590006);
                 # its reply goes on after the run's end (rule 1 makes it new there too)
-                taken.discard(matched)
-                ids[start - 1] = None
                 reply_end = next((k for k in range(end, limit) if fps[k] is not None
                                   and k < len(shown.roles) and shown.roles[k] == "user"),
                                  limit)
-                resent.update(range(start - 1, reply_end))
+                _send_of_its_own(ids, taken, resent, start, reply_end)
             for offset, sid in enumerate(aligned):
                 if sid is not None:
                     ids[start + offset] = sid
