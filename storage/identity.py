@@ -32,7 +32,8 @@ reply it matched after an element it could not is no evidence). Then:
    elements (a restored list that interleaves what another process stored) is
    aligned against the session's rows between those two rows; a run after the
    last matched element against the rows after it, stopping at the first
-   element that does not line up: from there on everything is new. After a
+   element that does not line up: from there on everything is new (so is a run
+   whose next matched row is lower: the list starts over past a repeated block). After a
    block, rows a summary written before that block covers are none of them, but
    one a later compaction summarized still is, and so is one a view of the session
    lists raw after that same block (a second process's compaction kept it beside
@@ -538,7 +539,10 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
 def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
               limit: int) -> list[tuple[int, int, int | None, int | None]]:
     """The runs of unexplained elements before ``limit`` that a matched row bounds:
-    (start, end, the store_id before, the store_id after; None at the list's end)."""
+    (start, end, the store_id before, the store_id after; None at the list's end, or
+    when the next matched row is lower: the list starts over there, rule 5's replay,
+    and no row lies between the two; a second CLI's turn restored before a repeated
+    block was stored again: host walk 1620011)."""
     gaps = []
     k = 0
     while k < limit:
@@ -552,6 +556,8 @@ def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
                        if ids[p] is not None and ids[p] > 0), None)
         after = next((ids[p] for p in range(k, len(ids)) if ids[p] is not None and ids[p] > 0),
                      None) if k < limit else None
+        if before is not None and after is not None and after <= before:
+            after = None  # the list starts over (a replay): a run after ``before``
         if before is not None or after is not None:
             gaps.append((start, k, before, after))
     return gaps

@@ -355,6 +355,16 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # the merge sent again, a second CLI restored state.db's question and merge as one more
 # merge, a message nobody sent, and stored the reply after it ("ok") again (step 38; the
 # tail keeps the list's own last user message: ``tail_rows.candidates``).
+# With a second CLI weighted up and /branch, whitespace and tool turns too (``--weight
+# branch=5 --weight whitespace=5 --weight tool=5``, 8K turns): seed 1620002 failed at step
+# 19 (after a tool turn, the reply "Noted (reply 9)..." stored twice) before d047ce9, host
+# walk 1590006's fix, and passes since. Seed 1620011: a second CLI sent "continue" on a
+# session the first CLI had compacted, the first CLI's /compress after a /new and /resume
+# restored state.db's list written twice around that turn ([block, ..., T6, ok, continue,
+# reply, block, ..., T6, ok]). Read against the first CLI's view, the turn lay between
+# the first copy's last row and the replay's lower first row: no row between them, and
+# the turn was stored again (step 51; a run whose next matched row is lower goes on
+# after its last row: ``identity.find_gaps``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -368,6 +378,7 @@ COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resen
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
                              compress=10, chat=10, undo=6, retry=6, restart=6)
 OTHER_PROCESS_BRANCH_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, resume=4)
+OTHER_PROCESS_BRANCH_TOOL_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, whitespace=5, tool=5)
 STEPDOWN_WEIGHTS = dict(wk.STEP_WEIGHTS, stepdown=12, chat=20, compress=6, undo=5, retry=5,
                         branch=4, new=3, resend=4)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
@@ -382,7 +393,9 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1540000: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 58, 20_000),
                     1560000: (UNDO_BRANCH_TOOL_RESTART_WEIGHTS, 26),
                     1580012: (OTHER_PROCESS_BRANCH_WEIGHTS, 38, 20_000),
-                    1590006: (UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS, 53)}
+                    1590006: (UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS, 53),
+                    1620002: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 19),
+                    1620011: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 51)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

@@ -714,3 +714,28 @@ def test_a_second_copys_list_with_a_retried_turn_right_after_the_block_keeps_bot
     texts = [content for _, content in stored(a)]
     assert texts.count("reply 46") == 1 and texts.count("T23 the release train") == 3
     assert len(stored(a)) == rows + 1 and texts[-1] == "T26 from the second CLI"
+
+
+def test_a_turn_restored_before_a_repeated_block_keeps_the_row_another_copy_stored(tmp_path):
+    """A second engine copy (a second CLI) sends a turn after the first copy's list;
+    the first then compacts that list into a new block, and the host's state.db holds
+    its returned list twice with the second copy's turn between the copies. Read
+    against the first copy's view, the turn lay between the first copy's last row and
+    the replay's (rule 5) lower first row: no row between them, and the turn was stored
+    again (host walk 1620011). The run goes on after its last row."""
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = compact(first, long_history(30))
+    mine = turn("topic a " + "aword " * 30, "ok") + turn("go on", "answer a\n")
+    theirs = turn("continue", "answer c\n")
+    first.ingest(out + mine)
+    second.ingest(out + mine + theirs)
+    returned = compact(first, out + mine)
+    assert any(assemble.is_trove_message(m) for m in returned)
+    rows = len(stored(first))
+    ids = first.ingest(stamped(returned + theirs) + stamped(returned, start=1_797_000_000.0))
+    assert len(stored(first)) == rows
+    assert [m for m in stored(first) if m[1] == "continue"] == [("user", "continue")]
+    rows_of_theirs = [r["store_id"] for r in first.store.session_messages("sess", limit=5000)
+                      if r["content"] in ("continue", "answer c\n")]
+    assert ids[len(returned):len(returned) + 2] == rows_of_theirs
