@@ -540,9 +540,7 @@ def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
               limit: int) -> list[tuple[int, int, int | None, int | None]]:
     """The runs of unexplained elements before ``limit`` that a matched row bounds:
     (start, end, the store_id before, the store_id after; None at the list's end, or
-    when the next matched row is lower: the list starts over there, rule 5's replay,
-    and no row lies between the two; a second CLI's turn restored before a repeated
-    block was stored again: host walk 1620011)."""
+    when the next matched row is lower: the list starts over there (host walk 1620011))."""
     gaps = []
     k = 0
     while k < limit:
@@ -557,7 +555,7 @@ def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],
         after = next((ids[p] for p in range(k, len(ids)) if ids[p] is not None and ids[p] > 0),
                      None) if k < limit else None
         if before is not None and after is not None and after <= before:
-            after = None  # the list starts over (a replay): a run after ``before``
+            after = None
         if before is not None or after is not None:
             gaps.append((start, k, before, after))
     return gaps
