@@ -187,7 +187,13 @@ def listed_between(conn, session_id: str, before: int | None, after: int | None,
     and its reply) after the first CLI's newer rows; a later restore of the session
     read against the first CLI's view had them in the gap between their neighbours,
     whose rows by store order held only the undone retry of that send, and the
-    exchange was stored again (host walk 630003)."""
+    exchange was stored again (host walk 630003). A view that does not hold
+    ``after`` (a list from before that row was stored) gives the rows it lists
+    after ``before`` that are older than ``after``: a restart's restored /branch
+    showed the copied send state.db keeps beside the /retry's re-send, whose row
+    the branch's first list stored before the copied one's; a second CLI's view
+    read the list, the first CLI's view listed the re-send's rows after the copied
+    one's, and the re-send was stored again (host walk 1640002)."""
     if before is None or after is None:
         return []
     have = {sid for sid, _ in rows}
@@ -196,10 +202,10 @@ def listed_between(conn, session_id: str, before: int | None, after: int | None,
         ids = [sid for _, sid in view.entries]
         at = ids.index(before)
         end = next((k for k in range(at + 1, len(ids)) if ids[k] == after), None)
-        if end is None:
+        if end is None and after in ids:
             continue
         for fp, sid in view.entries[at + 1:end]:
-            if sid > 0 and sid not in have:
+            if sid > 0 and (end is not None or sid < after) and sid not in have:
                 have.add(sid)
                 out.append((sid, fp))
     if fresh_only and out:

@@ -1,7 +1,7 @@
 """storage/identity on /branch flows and restored attempts (issue #24): a /retry on a
 branch before its first turn, the copied exchange the host keeps active in the branch's
 state.db, an /undo and the text sent again, and a second CLI's restores of all that
-(host walks 490000, 500000, 630003, 640000, 1590006). The helpers are test_identity's."""
+(host walks 490000, 500000, 630003, 640000, 1590006, 1640002). The helpers are test_identity's."""
 
 import copy
 
@@ -434,3 +434,38 @@ def test_a_branchs_undone_copied_send_restored_between_two_matches_is_a_send_of_
     assert rows.count(("assistant", "ok")) == 3
     other.ingest(restored)                       # the same list again: nothing new
     assert len(stored(other, "branch")) == len(rows)
+
+
+def test_a_re_send_stored_before_the_copied_send_it_follows_keeps_its_rows(tmp_path):
+    """A /retry on a branch before its first turn stores the re-send (R) first; a
+    restore shows the copied send state.db keeps (C) before it, stored then after R.
+    A second CLI's view goes from C straight to its own longer turns (X), and a later
+    restore [C, R, T, X] read against it has R and T between C and X: by store order
+    that gap holds T alone. The first CLI's view, which never held X, lists R there:
+    R keeps its rows (host walk 1640002: the re-send and its reply stored again)."""
+    first = make_engine(tmp_path, window=64_000)
+    head = turn("first message", "reply 1")
+    resent = turn("go on", "reply 14")
+    copied = turn("copied send", "copied reply")
+    first.note_user_turn(resent[-2])
+    first.ingest(head + resent)
+    first.turn_done()
+    listed = head + copied + resent + turn("question 20", "reply 20")
+    first.note_user_turn(listed[-2])
+    first.ingest(listed)
+    first.turn_done()
+    other = make_engine(tmp_path, window=64_000)                 # a second CLI, without R, T
+    other_list = head + copied
+    for t in range(3):
+        other_list += turn(f"other turn {t}", f"other reply {t}")
+        other.note_user_turn(other_list[-2])
+        other.ingest(other_list)
+        other.turn_done()
+    rows = stored(other)
+    assert rows.count(("user", "go on")) == 1
+    restored = listed + other_list[len(head) + len(copied):] \
+        + [{"role": "user", "content": "next"}]
+    again = make_engine(tmp_path, window=64_000)                 # a restart restores it all
+    again.note_user_turn(restored[-1])
+    again.ingest(copy.deepcopy(restored))
+    assert stored(again) == rows + [("user", "next")]
