@@ -261,7 +261,7 @@ class Alignment:
             rows = listed_between(conn, session_id, before, after, rows, **candidates) + rows
             rows = self._listed_after_blocks(conn, session_id, fps, flags, shown.ack_at,
                                              range(start, end), rows, seen_with) + rows
-            aligned = identity.align_gap(run, rows, trailing=after is None, taken=taken)
+            aligned = plain = identity.align_gap(run, rows, trailing=after is None, taken=taken)
             if after is None and start > 0 and ids[start - 1] == matched \
                     and all(sid is None for sid in aligned):
                 aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
@@ -285,15 +285,13 @@ class Alignment:
                                   and k < len(shown.roles) and shown.roles[k] == "user"),
                                  limit)
                 _send_of_its_own(ids, taken, resent, start, reply_end)
+            aligned = self._without_own_sends(conn, session_id, fps, shown.roles, start, end,
+                                              run, rows if aligned is plain else None,
+                                              after is None, taken, aligned, resent)
             for offset, sid in enumerate(aligned):
                 if sid is not None:
                     ids[start + offset] = sid
                     taken.add(sid)
-            for k in self._sends_answered_otherwise(conn, session_id, fps, shown.roles,
-                                                    start, end, aligned):
-                taken.discard(ids[k])
-                ids[k] = None
-                resent.update((k, k + 1))
         alignment = identity.share_rows(identity.replies_follow(
             [sid if sid is not None and sid > 0 else None for sid in ids], fps,
             shown.roles, flags), reading.same_as)
@@ -607,6 +605,32 @@ class Alignment:
                 if sid is not None and fps[start + offset + 1] is not None
                 and aligned[offset + 1] is None and self._answered_otherwise(
                     conn, session_id, fps, roles, start + offset + 1, end, sid)]
+
+    def _without_own_sends(self, conn, session_id: str, fps: list, roles: Sequence[str],
+                           start: int, end: int, run: list, rows: list | None,
+                           trailing: bool, taken: set, aligned: list, resent: set) -> list:
+        """A gap's ``aligned`` run without its sends of their own
+        (``_sends_answered_otherwise``): each, first to last, is marked ``resent`` with its
+        reply and left out of the run, and the rest of the run is lined up again with the
+        gap's ``rows`` (None: a slide chose them; only the sends are dropped then).
+
+        Why: the row such a send had lined up with is the one it was read as, freed; the
+        run's later copy of that exchange is that row. A /branch's restart restored the
+        copied send (answered otherwise) before the sends the branch stored; the gap's
+        LCS gave every send the row of the one before it, each reply lined up with none,
+        and the first send's exchange was stored again (host walk 1670001)."""
+        run = list(run)
+        for _ in range(len(run)):
+            sends = self._sends_answered_otherwise(conn, session_id, fps, roles, start, end,
+                                                   aligned)
+            if not sends:
+                break
+            k = sends[0] - start
+            resent.update((start + k, start + k + 1))
+            run[k] = run[k + 1] = None
+            aligned = identity.align_gap(run, rows, trailing=trailing, taken=taken) \
+                if rows is not None else aligned[:k] + [None] + aligned[k + 1:]
+        return aligned
 
     @staticmethod
     def _answered_otherwise(conn, session_id: str, fps: list, roles: Sequence[str],

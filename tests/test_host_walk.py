@@ -364,14 +364,22 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # reply, block, ..., T6, ok]). Read against the first CLI's view, the turn lay between
 # the first copy's last row and the replay's lower first row: no row between them, and
 # the turn was stored again (step 51; a run whose next matched row is lower goes on
-# after its last row: ``identity.find_gaps``). With /undo, /branch, tool calls, restarts and /resume weighted up (turns up to 20K tokens): seed
-# 1640002's /retry on a branch before its first turn stored the re-send's exchange first;
-# a /resume restored the copied send state.db keeps before it, stored then after later
-# rows; a second CLI went from the copied send to turns of its own, and a restart's
-# restore [copied, re-send, turns, the second CLI's turns] read against the second CLI's
-# view had the re-send between two rows with only later rows between them by store order:
-# the re-send and its reply were stored again (step 81; a view that never held the gap's
-# later row gives the older rows it lists after the earlier one: ``listed_between``).
+# after its last row: ``identity.find_gaps``). With /undo, /branch, tool calls, restarts
+# and /resume weighted up (turns up to 20K tokens): seed 1640002's /retry on a branch
+# before its first turn stored the re-send's exchange first; a /resume restored the copied
+# send state.db keeps before it, stored then after later rows; a second CLI went from the
+# copied send to turns of its own, and a restart's restore [copied, re-send, turns, the
+# second CLI's turns] read against the second CLI's view had the re-send between two rows
+# with only later rows between them by store order: the re-send and its reply were stored
+# again (step 81; a view that never held the gap's later row gives the older rows it lists
+# after the earlier one: ``listed_between``). With the same weights, seed 1670001's
+# /branch, then /retry on the branch before its first turn (dropping the copied exchange
+# state.db keeps), another /retry, an /undo and re-send and one more /retry; a restart
+# restored the copied send and three of the sends. Between the first reply's row and the
+# last send's, the gap's LCS gave each restored send the row of the one before it, no reply
+# lined up, every send read as one of its own, and the first retry's exchange was stored
+# again (step 70; the run is lined up again without each send of its own:
+# ``Alignment._without_own_sends``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -403,7 +411,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1590006: (UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS, 53),
                     1620002: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 19),
                     1620011: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 51),
-                    1640002: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 81, 20_000)}
+                    1640002: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 81, 20_000),
+                    1670001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 70, 20_000)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

@@ -469,3 +469,44 @@ def test_a_re_send_stored_before_the_copied_send_it_follows_keeps_its_rows(tmp_p
     again.note_user_turn(restored[-1])
     again.ingest(copy.deepcopy(restored))
     assert stored(again) == rows + [("user", "next")]
+
+
+def test_a_branchs_copied_send_restored_before_its_retries_leaves_their_rows_to_them(
+        tmp_path):
+    """/branch, then /retry on the branch before any other turn (its first list lacks
+    the copied exchange u2, a2), another /retry, an /undo with the text sent again and
+    one more /retry. A restart restores what state.db keeps: [u1, r1, u2, a2, u2, a3,
+    u2, a5, u2, a6, u3]. Between r1 and the last send's row the gap's rows are [u2, a3,
+    u2, a4, u2, a5]: its LCS gave each restored send the row of the one before it, so
+    no reply lined up; each send read as one of its own, and the first retry's exchange
+    (u2, a3) was stored again (host walk 1670001). Only u2, a2 is new."""
+    engine = make_engine(tmp_path, session="parent")
+    history = []
+    for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
+        history += turn(user, reply)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")    # /branch
+    for reply in ("reply 3", "reply 4", "reply 5", "reply 6"):   # /retry, /retry, /undo
+        sent = history[:-2] + turn("second message", reply)       # and again, /retry
+        engine.note_user_turn(sent[-2])
+        engine.ingest(sent[:-1])
+        engine.ingest(sent)
+        engine.turn_done()
+    before = stored(engine, "branch")
+    assert [m for _, m in before] == ["first message", "reply 1"] + [
+        m for r in ("reply 3", "reply 4", "reply 5", "reply 6") for m in ("second message", r)]
+    restored = stamped(history + [m for r in ("reply 3", "reply 5", "reply 6")
+                                  for m in turn("second message", r)])
+    restored += [{"role": "user", "content": "third message"}]
+    again = make_engine(tmp_path, session="branch")               # a restart
+    again.note_user_turn(restored[-1])
+    again.ingest(restored)
+    assert stored(again, "branch") == before + [
+        ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
+    again.ingest(restored)                       # the same list again: nothing new
+    assert len(stored(again, "branch")) == len(before) + 3
