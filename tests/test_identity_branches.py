@@ -22,6 +22,16 @@ class _HostSessions:
         return self.rows.get(session_id)
 
 
+def _to_branch(engine) -> "_HostSessions":
+    """/branch: the host resets the engine and binds it to "branch", a child of "parent"
+    (returns the host's sessions, for a later switch back)."""
+    host = _HostSessions({"parent": {"id": "parent"},
+                          "branch": {"id": "branch", "parent_session_id": "parent"}})
+    engine.on_session_reset()
+    engine.bind_session_state(host, "branch")
+    return host
+
+
 @pytest.mark.parametrize("first", ["first message", "second message"])
 def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(tmp_path, first):
     """/branch, then /retry on the branch before any other turn: the branch's first
@@ -39,10 +49,7 @@ def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(
         engine.ingest(history)
         engine.turn_done()
     restored = copy.deepcopy(history)            # what the branch's state.db keeps active
-    host = _HostSessions({"parent": {"id": "parent"},
-                          "branch": {"id": "branch", "parent_session_id": "parent"}})
-    engine.on_session_reset()
-    engine.bind_session_state(host, "branch")    # /branch
+    host = _to_branch(engine)                    # /branch
     assert engine.last_switch["kind"] == "branch"
     retried = history[:-2] + turn("second message", "reply 3")    # /retry on the branch
     engine.note_user_turn(retried[-2])
@@ -66,12 +73,9 @@ def test_a_branchs_copied_attempt_restored_after_its_retry_is_a_send_of_its_own(
         first, "reply 1", "second message", "reply 2"]
 
 
-
-def _branch_retried_then_re_sent(tmp_path):
-    """A parent's two turns, a /branch, a /retry on the branch before any other turn
-    (its first list lacks the copied exchange u2, a2 that the branch's state.db keeps
-    active), an /undo of the retry and the same text sent again (u2'', "ok"): the
-    engine, the parent's history (the branch's copy) and the re-send's list."""
+def _parent_then_branch(tmp_path):
+    """A parent's two turns (first message / reply 1, second message / reply 2), then a
+    /branch: the engine bound to the branch and the parent's history (the branch's copy)."""
     engine = make_engine(tmp_path, session="parent")
     history = []
     for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
@@ -79,10 +83,16 @@ def _branch_retried_then_re_sent(tmp_path):
         engine.note_user_turn(history[-2])
         engine.ingest(history)
         engine.turn_done()
-    host = _HostSessions({"parent": {"id": "parent"},
-                          "branch": {"id": "branch", "parent_session_id": "parent"}})
-    engine.on_session_reset()
-    engine.bind_session_state(host, "branch")    # /branch
+    _to_branch(engine)                           # /branch
+    return engine, history
+
+
+def _branch_retried_then_re_sent(tmp_path):
+    """A parent's two turns, a /branch, a /retry on the branch before any other turn
+    (its first list lacks the copied exchange u2, a2 that the branch's state.db keeps
+    active), an /undo of the retry and the same text sent again (u2'', "ok"): the
+    engine, the parent's history (the branch's copy) and the re-send's list."""
+    engine, history = _parent_then_branch(tmp_path)
     retried = history[:-2] + turn("second message", "reply 3")    # /retry on the branch
     engine.note_user_turn(retried[-2])
     engine.ingest(retried[:-1])
@@ -366,10 +376,7 @@ def test_a_branchs_restored_copied_attempt_before_its_retry_keeps_the_first_repl
         engine.note_user_turn(history[-4])
         engine.ingest(history)
         engine.turn_done()
-    host = _HostSessions({"parent": {"id": "parent"},
-                          "branch": {"id": "branch", "parent_session_id": "parent"}})
-    engine.on_session_reset()
-    engine.bind_session_state(host, "branch")    # /branch
+    _to_branch(engine)                           # /branch
     retried = history[:-4] + _tool_exchange(ask, "c3", "Noted [T7]")    # /retry on the branch
     engine.note_user_turn(retried[-4])
     engine.ingest(retried[:-3])
@@ -415,10 +422,7 @@ def test_a_branchs_undone_copied_send_restored_between_two_matches_is_a_send_of_
         engine.ingest(history)
         engine.turn_done()
     restored = copy.deepcopy(history)            # what the branch's state.db keeps active
-    host = _HostSessions({"parent": {"id": "parent"},
-                          "branch": {"id": "branch", "parent_session_id": "parent"}})
-    engine.on_session_reset()
-    engine.bind_session_state(host, "branch")    # /branch
+    _to_branch(engine)                           # /branch
     resent = history[:-4] + _tool_turn("continue", "c4")           # /undo, the text again
     engine.note_user_turn(resent[-4])
     engine.ingest(resent)
@@ -480,17 +484,7 @@ def test_a_branchs_copied_send_restored_before_its_retries_leaves_their_rows_to_
     u2, a4, u2, a5]: its LCS gave each restored send the row of the one before it, so
     no reply lined up; each send read as one of its own, and the first retry's exchange
     (u2, a3) was stored again (host walk 1670001). Only u2, a2 is new."""
-    engine = make_engine(tmp_path, session="parent")
-    history = []
-    for user, reply in (("first message", "reply 1"), ("second message", "reply 2")):
-        history += turn(user, reply)
-        engine.note_user_turn(history[-2])
-        engine.ingest(history)
-        engine.turn_done()
-    host = _HostSessions({"parent": {"id": "parent"},
-                          "branch": {"id": "branch", "parent_session_id": "parent"}})
-    engine.on_session_reset()
-    engine.bind_session_state(host, "branch")    # /branch
+    engine, history = _parent_then_branch(tmp_path)
     for reply in ("reply 3", "reply 4", "reply 5", "reply 6"):   # /retry, /retry, /undo
         sent = history[:-2] + turn("second message", reply)       # and again, /retry
         engine.note_user_turn(sent[-2])
