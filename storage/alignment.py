@@ -15,8 +15,9 @@ from typing import Iterable, Sequence
 
 from . import identity, views
 from .alignment_legacy import KnownTail, legacy_alignment  # noqa: F401 (KnownTail: the API)
-from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, fingerprints_of, fresh_from, gap_rows,
-                             listed_between, pin_timed, row_fp, rows_between)
+from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, exchange_listed, fingerprints_of,
+                             fresh_from, gap_rows, listed_between, pin_timed, row_fp,
+                             rows_between)
 
 
 
@@ -268,7 +269,14 @@ class Alignment:
                                                    taken, candidates, bool(rows)) or aligned
                 if rows and all(sid is None for sid in aligned) and self._answered_otherwise(
                         conn, session_id, fps, shown.roles, start, end, matched):
-                    _send_of_its_own(ids, taken, resent, start, end)
+                    listed = exchange_listed(conn, session_id, fps, start, end, taken,
+                                             **candidates)
+                    if listed is None:
+                        _send_of_its_own(ids, taken, resent, start, end)
+                    else:  # the send and its reply are an exchange a view lists
+                        taken.discard(ids[start - 1])
+                        ids[start - 1], aligned = listed
+                        taken.add(ids[start - 1])
             elif after is None and start > 0 and ids[start - 1] == matched \
                     and self._sends_answered_otherwise(conn, session_id, fps, shown.roles,
                                                        start, end, aligned):

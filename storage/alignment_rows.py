@@ -209,14 +209,20 @@ def listed_between(conn, session_id: str, before: int | None, after: int | None,
                 have.add(sid)
                 out.append((sid, fp))
     if fresh_only and out:
-        listed = {sid for sid, _ in out}
-        clause, params = _candidate_clause(rendered, beside & listed)
-        ok = {r[0] for r in conn.execute(
-            f"SELECT store_id FROM messages AS m WHERE session_id = ?"
-            f" AND store_id IN ({','.join('?' * len(out))}){clause}",
-            (session_id, *(sid for sid, _ in out), *params))}
+        ok = _candidates_among(conn, session_id, [sid for sid, _ in out], rendered, beside)
         out = [(sid, fp) for sid, fp in out if sid in ok]
     return out
+
+
+def _candidates_among(conn, session_id: str, rows: list[int], rendered: int | None,
+                      beside: frozenset[int]) -> set[int]:
+    """Which of the view-listed ``rows`` a gap after the list's block may be
+    (``_candidate_clause``: the rows ``gap_rows`` would take)."""
+    clause, params = _candidate_clause(rendered, beside & set(rows))
+    return {r[0] for r in conn.execute(
+        f"SELECT store_id FROM messages AS m WHERE session_id = ?"
+        f" AND store_id IN ({','.join('?' * len(rows))}){clause}",
+        (session_id, *rows, *params))}
 
 
 def pin_timed(conn, session_id: str, shown: identity.Shown, fps: list, ids: list,
@@ -266,3 +272,42 @@ def pin_timed(conn, session_id: str, shown: identity.Shown, fps: list, ids: list
             held.pop(ids[k], None)
         ids[k], held[sid], moved = sid, k, True
     return moved
+
+
+def exchange_listed(conn, session_id: str, fps: list, start: int, end: int, taken: set, *,
+                    fresh_only: bool = False, rendered: int | None = None,
+                    beside: frozenset[int] = frozenset()
+                    ) -> tuple[int, list[int | None]] | None:
+    """The rows of the exchange a view lists for the send matched just before
+    ``start`` and the run after it: (the send's row, the run's rows, None from the
+    first element that does not line up), or None when no view lists a row of the
+    send's text, claimed by no other element, answered by the run's first element.
+    After the list's block (``fresh_only``) only rows ``gap_rows`` would take count.
+
+    Why: a send answered otherwise in a view is one of its own only when no other
+    row of its text is answered by the run's reply. A /retry stores the text again
+    with another reply; a second CLI restored both exchanges from the host's
+    state.db, its list was read against a later retry's view (the text matched that
+    retry's send, answered otherwise), and the first retry's send and reply were
+    stored again (host walk 1710006)."""
+    want = [(k, fps[k]) for k in range(start, end) if fps[k] is not None]
+    if not want:
+        return None
+    free = lambda sid: sid > 0 and sid not in taken  # noqa: E731
+    for view in views.each(conn, session_id):
+        entries = view.entries
+        for at in range(len(entries) - 1):
+            (fp, sid), (reply_fp, reply) = entries[at], entries[at + 1]
+            if fp != fps[start - 1] or reply_fp != want[0][1] or not (free(sid) and free(reply)):
+                continue
+            aligned: list[int | None] = [None] * (end - start)
+            for (k, fp_k), (fp_v, sid_v) in zip(want, entries[at + 1:]):
+                if fp_k != fp_v or not free(sid_v):
+                    break
+                aligned[k - start] = sid_v
+            rows = [sid] + [r for r in aligned if r is not None]
+            if fresh_only and not _candidates_among(conn, session_id, rows, rendered,
+                                                    beside).issuperset(rows):
+                continue
+            return sid, aligned
+    return None

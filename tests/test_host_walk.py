@@ -380,6 +380,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # lined up, every send read as one of its own, and the first retry's exchange was stored
 # again (step 70; the run is lined up again without each send of its own:
 # ``Alignment._without_own_sends``).
+# With a second CLI weighted up and /branch, whitespace, tool turns and /resume too
+# (``--weight branch=5 --weight whitespace=5 --weight tool=5 --weight resume=4``, 8K
+# turns): seed 1710006 sent a turn ("ok"), /retry (another reply), and a second CLI
+# restored the session (state.db kept both exchanges); the first CLI's /undo and re-send,
+# another re-send and a /retry of it followed. The second CLI's next turn, read against
+# the newest view, matched the retried text with the last retry's send, answered
+# otherwise, read it as a send of its own, and the first retry's exchange was stored
+# again (step 50; a view listing the text answered by the run's reply gives those rows:
+# ``alignment._exchange_listed``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -394,6 +403,7 @@ OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, clos
                              compress=10, chat=10, undo=6, retry=6, restart=6)
 OTHER_PROCESS_BRANCH_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, resume=4)
 OTHER_PROCESS_BRANCH_TOOL_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, whitespace=5, tool=5)
+OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS = dict(OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, resume=4)
 STEPDOWN_WEIGHTS = dict(wk.STEP_WEIGHTS, stepdown=12, chat=20, compress=6, undo=5, retry=5,
                         branch=4, new=3, resend=4)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
@@ -412,7 +422,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1620002: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 19),
                     1620011: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 51),
                     1640002: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 81, 20_000),
-                    1670001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 70, 20_000)}
+                    1670001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 70, 20_000),
+                    1710006: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 50)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

@@ -1,7 +1,8 @@
 """storage/identity on /branch flows and restored attempts (issue #24): a /retry on a
 branch before its first turn, the copied exchange the host keeps active in the branch's
 state.db, an /undo and the text sent again, and a second CLI's restores of all that
-(host walks 490000, 500000, 630003, 640000, 1590006, 1640002). The helpers are test_identity's."""
+(host walks 490000, 500000, 630003, 640000, 1590006, 1640002, 1710006). The helpers are
+test_identity's."""
 
 import copy
 
@@ -504,3 +505,34 @@ def test_a_branchs_copied_send_restored_before_its_retries_leaves_their_rows_to_
         ("user", "second message"), ("assistant", "reply 2"), ("user", "third message")]
     again.ingest(restored)                       # the same list again: nothing new
     assert len(stored(again, "branch")) == len(before) + 3
+
+
+def test_a_retried_exchange_a_second_cli_restored_keeps_its_rows_after_later_retries(
+        tmp_path):
+    """A turn (u, ok), a /retry (u, a19: the retry's list drops the first exchange),
+    an /undo with u sent again (u, ok) and a /retry of that (u, a22). A second CLI that
+    restored the session after the first /retry shows what state.db kept then: [u, ok,
+    u, a19] and its own turn. Read against the newest view ([u, ok, u, a22]) the second
+    u matched the last retry's send, answered otherwise, so it read as a send of its
+    own, and the first retry's exchange (u, a19) was stored again (host walk 1710006).
+    A view lists u answered by a19: that exchange is those rows."""
+    engine = make_engine(tmp_path, session="sess")
+    history = turn("u", "ok")
+    engine.note_user_turn(history[-2])
+    engine.ingest(history)
+    engine.turn_done()
+    for sent in (turn("u", "a19"), turn("u", "ok"), turn("u", "ok") + turn("u", "a22")):
+        engine.note_user_turn(sent[-2])          # /retry, /undo and again, /retry
+        engine.ingest(sent[:-1])
+        engine.ingest(sent)
+        engine.turn_done()
+    before = stored(engine)
+    assert [m for _, m in before] == ["u", "ok", "u", "a19", "u", "ok", "u", "a22"]
+    restored = stamped(turn("u", "ok") + turn("u", "a19"))
+    restored += [{"role": "user", "content": "second CLI turn"}]
+    other = make_engine(tmp_path, session="sess")   # restored after the first /retry
+    other.note_user_turn(restored[-1])
+    other.ingest(restored)
+    assert stored(other) == before + [("user", "second CLI turn")]
+    other.ingest(restored)                       # the same list again: nothing new
+    assert len(stored(other)) == len(before) + 1
