@@ -263,8 +263,8 @@ class Alignment:
             rows = self._listed_after_blocks(conn, session_id, fps, flags, shown.ack_at,
                                              range(start, end), rows, seen_with) + rows
             aligned = plain = identity.align_gap(run, rows, trailing=after is None, taken=taken)
-            if after is None and start > 0 and ids[start - 1] == matched \
-                    and all(sid is None for sid in aligned):
+            after_match = start > 0 and ids[start - 1] == matched   # the send before the run
+            if after is None and after_match and all(sid is None for sid in aligned):
                 aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
                                                    taken, candidates, bool(rows)) or aligned
                 if rows and all(sid is None for sid in aligned) and self._answered_otherwise(
@@ -277,13 +277,12 @@ class Alignment:
                         taken.discard(ids[start - 1])
                         ids[start - 1], aligned = listed
                         taken.add(ids[start - 1])
-            elif after is None and start > 0 and ids[start - 1] == matched \
-                    and self._sends_answered_otherwise(conn, session_id, fps, shown.roles,
-                                                       start, end, aligned):
+            elif after is None and after_match and self._sends_answered_otherwise(
+                    conn, session_id, fps, shown.roles, start, end, aligned):
                 # the view's last matched elements may be this run (host walk 1110000)
                 aligned = self._slide_back_for_run(conn, session_id, fps, ids, start, run,
                                                    taken, candidates, bool(rows)) or aligned
-            elif after is not None and rows and start > 0 and ids[start - 1] == matched \
+            elif after is not None and rows and after_match \
                     and all(sid is None for sid in aligned) and self._answered_otherwise(
                         conn, session_id, fps, shown.roles, start, end, matched):
                 # between two matches too: a second CLI's restored branch shows its
