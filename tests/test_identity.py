@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import hermes_trove as plugin
 from hermes_trove.compaction import assemble
-from hermes_trove.storage import codec, identity
+from hermes_trove.storage import codec, identity, sequences
 
 from enginekit import host_tokens, make_engine
 
@@ -64,7 +64,7 @@ def _lcs_length(a, b) -> int:
 @given(st.lists(st.sampled_from("abcd") | st.none(), max_size=30),
        st.lists(st.sampled_from("abcd"), max_size=30))
 def test_lcs_pairs_is_a_longest_common_subsequence(a, b):
-    pairs = identity.lcs_pairs(a, b)
+    pairs = sequences.lcs_pairs(a, b)
     assert all(a[i] == b[j] and a[i] is not None for i, j in pairs)
     assert all(i1 < i2 and j1 < j2 for (i1, j1), (i2, j2) in zip(pairs, pairs[1:]))
     assert len(pairs) == _lcs_length(a, b)
@@ -72,9 +72,9 @@ def test_lcs_pairs_is_a_longest_common_subsequence(a, b):
 
 def test_lcs_prefers_the_newest_copy_of_a_repeated_message():
     # "ok" shown once against a view holding it three times: the newest copy.
-    assert identity.lcs_pairs(["x", "ok", "y"], ["w", "ok", "ok", "ok", "z"]) == [(1, 3)]
+    assert sequences.lcs_pairs(["x", "ok", "y"], ["w", "ok", "ok", "ok", "z"]) == [(1, 3)]
     # A common prefix is the same list: its copies line up from the start.
-    assert identity.lcs_pairs(["x", "ok"], ["x", "ok", "ok"]) == [(0, 0), (1, 1)]
+    assert sequences.lcs_pairs(["x", "ok"], ["x", "ok", "ok"]) == [(0, 0), (1, 1)]
 
 
 def view(*pairs) -> identity.View:
@@ -115,7 +115,7 @@ def test_a_restored_list_with_older_copies_first_pairs_the_later_ones():
     assert reading.store_ids[4:] == [5, 6, 7, 8]
     # The older copies are a run before row 5, to look up among the rows before it.
     assert reading.gaps == [(0, 4, None, 5)]
-    assert identity.lcs_pairs(["u", "ok", "u", "ok"], ["u", "ok"]) == [(2, 0), (3, 1)]
+    assert sequences.lcs_pairs(["u", "ok", "u", "ok"], ["u", "ok"]) == [(2, 0), (3, 1)]
 
 
 def test_a_view_that_explains_more_wins_over_one_the_list_merely_goes_on_from():
