@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from ..binding import forks
 from ..binding import session as session_binding
 from ..compaction import assemble, fallback, known_tails, tokens
-from ..compaction.budget import host_estimator, host_kept_text
+from ..compaction.budget import api_form, host_estimator, host_kept_text
 from ..compaction.message_memo import NOT_STORED
 from ..storage import codec, identity
 from ..store import KnownTail
@@ -338,6 +338,27 @@ class IngestSide:
         """Tokens of a list of messages (memoized per message)."""
         return self._memo.total_tokens(messages, self.counter.count_message)
 
+    def sent_count(self, message: dict) -> int:
+        """Tokens of one message as the provider receives it: its ``api_content``
+        sidecar (the text and what context plugins added to it, trove's own recall
+        note among them) in place of its content (``budget.api_form``).
+
+        Why: the provider's prompt tokens count the sidecar. Counted without it, the
+        note on a session's first message was learned as host overhead, and once a
+        compaction summarized that message the budget still reserved room for it:
+        the previous exchange that fit was left out of the tail (host walk 120004,
+        ~94 tokens of the 15% headroom)."""
+        form = api_form(message)
+        return self.count_message(message) if form is message else self.counter.count_message(form)
+
+    def sent_tokens(self, messages: list) -> int:
+        """Tokens of a list as the provider receives it (``sent_count`` of each)."""
+        total = self.count_messages(messages)
+        for message in messages or ():
+            if isinstance(message, dict) and api_form(message) is not message:
+                total += self.sent_count(message) - self.count_message(message)
+        return total
+
     def _engine_own(self, messages: list) -> list[bool]:
         """Which shown messages are the engine's own block and acknowledgement, as an
         ingest of the list reads them (a block a view of the session holds, or one an
@@ -369,7 +390,8 @@ class IngestSide:
 
     def learn_overhead(self, history: list) -> None:
         """After a turn: the provider's real prompt tokens minus trove's exact count of
-        what was sent (everything before the final reply) is the real overhead.
+        what was sent (everything before the final reply, each message as the provider
+        got it: ``sent_tokens``) is the real overhead.
 
         The count is the turn's own (``update_from_response`` keeps it per session for
         every copy): ``post_llm_call`` reaches the copy bound last, and with two CLIs
@@ -381,7 +403,7 @@ class IngestSide:
         if not prompt or prompt <= 0 or not history:
             return
         sent = history[:-1] if history[-1].get("role") == "assistant" else history
-        self._real_overhead = max(0, prompt - self.count_messages(sent))
+        self._real_overhead = max(0, prompt - self.sent_tokens(sent))
         self._keep_overhead()
 
     def _remember_returned(self, result: list, tail: list, frontier_ids: list | None, *,

@@ -636,6 +636,25 @@ def test_the_real_overhead_pairs_the_turns_own_count_with_its_list(tmp_path):
     assert second._real_overhead == 9_000
 
 
+def test_the_real_overhead_leaves_out_what_a_message_carries_in_its_sidecar(tmp_path):
+    """The host sends a user message's ``api_content`` sidecar (the text and the
+    context plugins added, trove's recall note among them) and the provider counts
+    it. Learned as host overhead, the note stayed reserved after a compaction had
+    summarized its message, and the previous exchange that fit beside a large turn
+    was left out of the tail (host walk 120004, a starved tail ~94 tokens short)."""
+    engine = make_engine(tmp_path, window=64_000)
+    note = " Check the source before answering about earlier work." * 8
+    first = {"role": "user", "content": "question one", "api_content": "question one" + note}
+    messages = [first, {"role": "assistant", "content": "answer one"},
+                {"role": "user", "content": "question two"}]
+    plain = engine.count_messages(messages)
+    noted = engine.sent_tokens(messages)
+    assert noted > plain + 40                          # the note is counted where it is sent
+    engine.update_from_response({"prompt_tokens": 9_000 + noted, "completion_tokens": 10})
+    engine.learn_overhead(messages + [{"role": "assistant", "content": "answer two"}])
+    assert engine._real_overhead == 9_000             # not 9,000 + the note
+
+
 def test_the_newest_user_message_stays_when_rows_after_it_were_summarized(tmp_path):
     """A pass that kept the newest user message raw and summarized the tool group
     after it can end with the host's list unchanged (the host would not count it as
