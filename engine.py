@@ -54,6 +54,10 @@ MIN_LEAF_BUDGET = 200
 MIN_CONDENSED_BUDGET = 300
 # How long a compaction or rotate waits for another one of the same session to finish.
 COMPACTION_LOCK_SECONDS = 120.0
+# Folds of the oldest summaries one compaction may make to keep the frontier in the
+# block (each reads at most a leaf chunk): one was not enough when the host's tools
+# left little room, and the block left its oldest summaries out of the prompt.
+FOLDS_PER_PASS = 3
 
 
 
@@ -636,11 +640,13 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             units = assemble.group_units(live_msgs)
             tail_tokens = sum(tail_cost(m) for m in tail)
             block_budget = max(room - tail_tokens, min(2_000, room))
-            compactor.fold_to_fit(
-                session, budget_tokens=block_budget - text_cost(assemble.BLOCK_HEADER),
-                cost=lambda node: text_cost(assemble.node_section(node)),
-                max_source_tokens=cfg.leaf_chunk_tokens, focus=focus,
-                deterministic_only=deterministic, report=report)
+            for _ in range(FOLDS_PER_PASS):
+                if compactor.fold_to_fit(
+                        session, budget_tokens=block_budget - text_cost(assemble.BLOCK_HEADER),
+                        cost=lambda node: text_cost(assemble.node_section(node)),
+                        max_source_tokens=cfg.leaf_chunk_tokens, focus=focus,
+                        deterministic_only=deterministic, report=report) is None:
+                    break
             frontier = self.dag.frontier(session)
             frontier_ids = sorted(n["node_id"] for n in frontier)
             needs_block = bool(frontier) or (tail and tail[0].get("role") != "user")

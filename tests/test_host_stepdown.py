@@ -321,9 +321,17 @@ def test_a_step_down_right_after_a_restart_compacts_to_the_new_window(tmp_path, 
     with ck.CliHost(tmp_path, server=server, responder=provider, context_length=CONFIGURED) as host:
         talk = Talk(host, provider)
         rng = random.Random(11)
-        for _ in range(6):
-            reply, _ = talk.say(talk.text(rng, 2000, kind="cjk"))
+        # Talk until the list is over the smaller window with room to spare: the
+        # host's prompt (its system prompt names the date, the machine and paths;
+        # its tools depend on what is installed) moves each request's size a little
+        # from one machine to the next, and a list at the edge tests nothing.
+        real = 0
+        for turn in range(12):
+            reply, requests = talk.say(talk.text(rng, 2000, kind="cjk"))
             assert answered(reply, provider)
+            real = requests[-1][1][0] if requests else real
+            if turn >= 5 and real > 24576 + 2000:
+                break
         talk.cli = host.restart(talk.cli)
         provider.window = 24576
         text = talk.text(rng, 300)
