@@ -389,6 +389,14 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # otherwise, read it as a send of its own, and the first retry's exchange was stored
 # again (step 50; a view listing the text answered by the run's reply gives those rows:
 # ``alignment._exchange_listed``).
+# With /undo, /branch, tool calls, restarts and /resume weighted up (``--weight
+# resume=5``, 8K turns, on PostgreSQL first): seed 2400000's /branch, an /undo on the
+# branch (its last exchange, T9), a second CLI restored the branch (state.db: the copy
+# without T9), the first CLI's /undo and re-send of T5 was the branch's first list (the
+# copy up to T4's reply); the second CLI's turn showed the copied T5 exchange, stored
+# then (step 38). The engine was right, the oracle wrong: its candidate copies were the
+# list at the branch point (T9 read as lost) and the first list (T5 as a second copy);
+# a second CLI's restore before the first ingest is one now (``Oracle.opened``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -397,6 +405,7 @@ UNDO_BRANCH_TOOL_WEIGHTS = dict(UNDO_BRANCH_WEIGHTS, tool=8)
 UNDO_BRANCH_TOOL_RESTART_WEIGHTS = dict(UNDO_BRANCH_TOOL_WEIGHTS, restart=6)
 UNDO_BRANCH_TOOL_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=6)
 UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=4)
+UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=5)
 COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resend=8, resume=8,
                                new=6, branch=6, gateway=6)
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
@@ -423,7 +432,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1620011: (OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, 51),
                     1640002: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 81, 20_000),
                     1670001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 70, 20_000),
-                    1710006: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 50)}
+                    1710006: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 50),
+                    2400000: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 38)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

@@ -1,8 +1,8 @@
 """storage/identity on /branch flows and restored attempts (issue #24): a /retry on a
 branch before its first turn, the copied exchange the host keeps active in the branch's
 state.db, an /undo and the text sent again, and a second CLI's restores of all that
-(host walks 490000, 500000, 630003, 640000, 1590006, 1640002, 1710006). The helpers are
-test_identity's."""
+(host walks 490000, 500000, 630003, 640000, 1590006, 1640002, 1710006, 2400000). The
+helpers are test_identity's."""
 
 import copy
 
@@ -536,3 +536,45 @@ def test_a_retried_exchange_a_second_cli_restored_keeps_its_rows_after_later_ret
     assert stored(other) == before + [("user", "second CLI turn")]
     other.ingest(restored)                       # the same list again: nothing new
     assert len(stored(other)) == len(before) + 1
+
+
+def test_a_branchs_copied_exchange_undone_before_its_first_turn_is_stored_from_a_restore(
+        tmp_path):
+    """/branch of three turns, /undo on the branch (the third exchange), a second CLI
+    restores the branch from state.db (the copy of the first two), then the first CLI's
+    /undo and re-send of "second message" is the branch's first list: the copy holds
+    only the first exchange. The second CLI's turn shows the copied second exchange
+    the first CLI undid: it is stored then, once, beside the re-send's, and nothing of
+    the third, which no list of the branch showed (host walk 2400000, a second CLI's
+    turn on a branch; the engine stores the restored list's copy, the walk's oracle
+    now counts that list as a copy the branch may hold)."""
+    engine = make_engine(tmp_path, session="parent")
+    history = []
+    for n in (1, 2, 3):
+        history += stamped(turn(("first", "second", "third")[n - 1] + " message",
+                                f"reply {n}"), start=1_796_000_000.0 + n)
+        engine.note_user_turn(history[-2])
+        engine.ingest(history)
+        engine.turn_done()
+    _to_branch(engine)                                             # /branch, then /undo
+    restored = stamped(copy.deepcopy(history[:4]), start=1_796_100_000.0)  # state.db's
+    resent = history[:2] + turn("second message", "ok")            # /undo, the text again
+    engine.note_user_turn(resent[-2])
+    engine.ingest(resent[:-1])
+    engine.ingest(resent)
+    engine.turn_done()
+    assert [m for _, m in stored(engine, "branch")] == [
+        "first message", "reply 1", "second message", "ok"]
+    other = make_engine(tmp_path, session="branch")                # the second CLI's turn
+    other_list = restored + turn("other CLI turn", "reply 4")
+    other.note_user_turn(other_list[-2])
+    other.ingest(other_list[:-1])
+    other.ingest(other_list)
+    other.turn_done()
+    assert stored(other, "branch") == [
+        ("user", "first message"), ("assistant", "reply 1"),
+        ("user", "second message"), ("assistant", "ok"),
+        ("user", "second message"), ("assistant", "reply 2"),
+        ("user", "other CLI turn"), ("assistant", "reply 4")]
+    other.ingest(copy.deepcopy(other_list))                        # the same list again
+    assert len(stored(other, "branch")) == 8

@@ -100,6 +100,37 @@ def test_a_branch_whose_first_turn_is_a_compacting_retry_holds_the_list_the_retr
         assert (o.check(store(home, rows)).total == 0) is clean, len(branch_rows)
 
 
+def test_a_branch_a_second_cli_restored_before_its_first_turn_may_hold_that_copy(tmp_path):
+    # /branch, /undo, a second CLI restores the branch (q1..a2), the first CLI's /undo
+    # and re-send of q2 is its first list (copy q1, a1), then the second CLI's turn shows
+    # q2, a2 too (host walk 2400000): the branch holds the restored list's copy, once
+    whole = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+             {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"},
+             {"role": "user", "content": "q3"}, {"role": "assistant", "content": "a3"}]
+    o = oracle([("p", m["role"], m["content"]) for m in whole])
+    o.branched("b", whole)
+    o.opened("b", whole[:4])
+    o.first_ingest("b", whole[:2])
+    sends = [("b", "user", "q2"), ("b", "assistant", "ok"), ("b", "user", "q4"),
+             ("b", "assistant", "a4")]
+    for _, role, text in sends:
+        o.shown("b", {"role": role, "content": text})
+    parent = [("p", m["role"], m["content"]) for m in whole]
+    for copied, clean in ((2, True), (4, True), (6, True), (5, False)):
+        home = tmp_path / str(copied)
+        home.mkdir()
+        rows = parent + [("b", m["role"], m["content"]) for m in whole[:copied]] + sends
+        assert (o.check(store(home, rows)).total == 0) is clean, copied
+    o = oracle([("p", m["role"], m["content"]) for m in whole])
+    o.branched("b", whole)
+    o.first_ingest("b", whole[:2])
+    o.opened("b", whole[:4])                       # after the first ingest: no candidate
+    home = tmp_path / "late"
+    home.mkdir()
+    rows = parent + [("b", m["role"], m["content"]) for m in whole[:4]]
+    assert o.check(store(home, rows)).total == 2
+
+
 def request(*messages):
     return {"messages": [{"role": "system", "content": "you are a test"}, *messages]}
 

@@ -14,7 +14,9 @@ The oracle (:class:`Oracle`)
   creates nothing (the engine's summary block and its acknowledgement are not
   messages);
 * a /branch's session holds its own copy of the host's history at the branch
-  point once its first ingest happened (0 copies before, never 2);
+  point once its first ingest happened (0 copies before, never 2): the list at
+  the branch point, the one its first ingest showed (shorter after an /undo), or
+  the one a second CLI restored before that ingest;
 * /new, /resume, a second process, a restart create nothing by themselves.
 
 Compared after every step, per session (resolved to its canonical session):
@@ -189,6 +191,19 @@ class Oracle:
         users = [i for i, m in enumerate(history) if m.get("role") == "user"]
         if users:
             self.first_ingest(branch, history[:users[-1]], final=False)
+
+    def opened(self, session: str, history: List[dict]) -> None:
+        """A second CLI just restored ``history`` of ``session`` from the host's state.db:
+        a candidate copy while a branch has had no first ingest, since that CLI's turns
+        show the list whole. The first CLI may still /undo part of it before its first
+        turn: the engine then stores the shorter copy and, when the second CLI's turn
+        shows the rest, the copied messages it had left out, so the branch holds this
+        list's copy, once (host walk 2400000: the copied exchange the first CLI undid
+        before its first turn read as lost, or as a second copy, without it). All of
+        the list is restored: any of it may be the host's replay of a transcript."""
+        kept, self._restored = self._restored, list(history)
+        self.first_ingest(session, history, final=False)
+        self._restored = kept
 
     def is_shown(self, message: dict) -> bool:
         key = key_of(message)
@@ -792,6 +807,7 @@ class Walk:
             self.other = self.host.process(resume=self.cli.session_id)
         else:
             self.other = self.host.cli(resume=self.cli.session_id)
+        self.oracle.opened(self.other.session_id, list(self.other.history))
 
     def do_close_other(self) -> None:
         self.other.exit()
