@@ -67,7 +67,8 @@ reply it matched after an element it could not is no evidence). Then:
    transcript twice, and a /resume restores both) shows the same messages again
    after it: the elements after the later copy that repeat, in order, those
    after the earlier copy are those rows, not new ones (where neither copy has a
-   row yet, both share the one new row); also in a list no view explains, after
+   row yet, both share the one new row; where the reading gave each a row of its
+   own, the earlier copy's is both: ``_share``); also in a list no view explains, after
    rule 6 aligned it (``replayed``). In a restored list (its messages carry the
    host's timestamps) the replay ends at the first message without one: it was
    sent since the restore (``_restored``).
@@ -532,9 +533,20 @@ def _restored(later: range, earlier: range, stamps: Sequence[object]) -> range:
 def _share(shown: Sequence[str | None], ids: list[int | None], same_as: dict[int, int],
            one: int, other: int) -> int:
     """One replayed pair (``other`` shows ``one`` again): the row either has goes to the
-    one without; with none, ``same_as`` makes them one new row. 1 when a row was given.
-    Why one place: rules 5 and 7's replays pair elements the same way."""
+    one without; with none, ``same_as`` makes them one new row; with two, the earlier
+    copy's row is both. 1 when a row was given. Why one place: rules 5 and 7's
+    replays pair elements the same way.
+
+    Why the earlier row: the view's reading lines the earlier copy up with the rows
+    after the block in order, and the later copy only with what the view lists after
+    those, an equal text further on. A /branch's two turns, both undone, left the
+    view with an "ok" after the kept rows; the later copy's "ok" took that row, and
+    the /compress of the list returned it last, the question it answers right before
+    the next user message, which the host merged with it (soak seed 2380001)."""
     if shown[one] is None or shown[other] is None:
+        return 0
+    if ids[one] is not None and ids[one] > 0 and ids[other] is not None and ids[other] > 0:
+        ids[other] = ids[one]
         return 0
     if ids[one] is None and ids[other] is not None and ids[other] > 0:
         ids[one] = ids[other]

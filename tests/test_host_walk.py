@@ -397,6 +397,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # then (step 38). The engine was right, the oracle wrong: its candidate copies were the
 # list at the branch point (T9 read as lost) and the first list (T5 as a second copy);
 # a second CLI's restore before the first ingest is one now (``Oracle.opened``).
+# With /undo, /branch, tool calls and restarts weighted up and /resume at 5 (8K turns,
+# found first on PostgreSQL): seed 2380001's /branch of a compacted session, a tool turn
+# answered "ok" and one more turn on the branch, both undone; state.db held the branch's
+# list twice (the block and the turns from T5 on stamped anew) and a /resume restored
+# both. The views list the undone "ok" after the kept rows, so the later copy's "ok"
+# (T5's reply) took that row; the /compress returned it last, T5's question right before
+# "yes", the host merged the two ("A\n\nB") and the next turn stored the merge and the
+# rows after it again (step 46; a replay's two copies with two rows take the earlier
+# copy's: ``identity._share``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -433,7 +442,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1640002: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 81, 20_000),
                     1670001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 70, 20_000),
                     1710006: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 50),
-                    2400000: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 38)}
+                    2400000: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 38),
+                    2380001: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 46)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

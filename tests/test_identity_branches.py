@@ -578,3 +578,53 @@ def test_a_branchs_copied_exchange_undone_before_its_first_turn_is_stored_from_a
         ("user", "other CLI turn"), ("assistant", "reply 4")]
     other.ingest(copy.deepcopy(other_list))                        # the same list again
     assert len(stored(other, "branch")) == 8
+
+
+def test_a_doubled_restore_of_a_branch_after_undone_turns_keeps_each_reply_at_its_place(
+        tmp_path):
+    """Host flow (soak seed 2380001): a compacted parent, a turn answered "ok" (T5) and a
+    tool turn; a /branch whose first turn is another tool turn answered "ok", then one
+    more turn, both undone. The branch's state.db held its list twice (the second write
+    stamping the block and the turns from T5 on anew) and a /resume restored both
+    copies. The branch's views list the undone tool turn's "ok" after the kept rows, so
+    their reading gave that row to the later copy's "ok" (T5's reply), and rule 5's
+    replay only filled elements without a row. The /compress of that list returned each
+    row where the list first shows it: the undone "ok" last and T5's question right
+    before the next user message; the host merged those two ("A\\n\\nB") and stored the
+    merge, a message nobody sent, with the rows after it again. The later copy's
+    elements are the earlier copy's rows."""
+    from test_identity import compact
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=20, session="parent")
+    history = list(compact(engine, long_history(30)))
+    engine.turn_done()
+    for sent in (turn("[T5] def handler_1(request)", "ok"),
+                 _tool_exchange("yes [use-a-tool]", "c1", "Noted (reply 17)")):
+        history += sent
+        engine.note_user_turn(sent[0])
+        engine.ingest(history)
+        engine.turn_done()
+    kept = list(history)
+    _to_branch(engine)                           # /branch, then two turns on the branch
+    for sent in (_tool_exchange("continue [use-a-tool]", "c2", "ok"),
+                 turn("continue", "Noted (reply 19)")):
+        history += sent
+        engine.note_user_turn(sent[0])
+        engine.ingest(history[:len(history) - len(sent) + 2])
+        engine.ingest(history)
+        engine.turn_done()
+    rows = stored(engine, "branch")
+    first = stamped(copy.deepcopy(kept))         # two /undo; state.db wrote the list twice
+    again = stamped(copy.deepcopy(kept), start=1_796_000_100.0)
+    tail = len(kept) - 6                         # T5's question on, stamped anew
+    again[1:tail] = copy.deepcopy(first[1:tail])
+    restored = first + again                     # /resume, then /compress
+    result = engine.compress(copy.deepcopy(restored), force=True)
+    assert stored(engine, "branch") == rows
+    roles = [m["role"] for m in result]
+    assert not any(a == b == "user" for a, b in zip(roles, roles[1:]))
+    assert [m.get("content") for m in result[-6:]] == [m.get("content") for m in kept[-6:]]
+    sent = {"role": "user", "content": "yes [use-a-tool]"}     # the next turn stores itself
+    engine.note_user_turn(sent)
+    engine.ingest(result + [sent, {"role": "assistant", "content": "Noted (reply 21)"}])
+    assert stored(engine, "branch") == rows + [("user", "yes [use-a-tool]"),
+                                               ("assistant", "Noted (reply 21)")]
