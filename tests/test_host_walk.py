@@ -406,6 +406,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # "yes", the host merged the two ("A\n\nB") and the next turn stored the merge and the
 # rows after it again (step 46; a replay's two copies with two rows take the earlier
 # copy's: ``identity._share``).
+# With 1710006's weights (in this process, on PostgreSQL first), seed 2410002's branch
+# of a branch held a compacted list state.db wrote twice ([block, reply,
+# T11, reply, T12 ...] and again, stamped anew); a second CLI restored it, and the first
+# CLI undid the second copy's T11 and sent its text again. The second CLI's next turn,
+# read against that view, gave the restored T11 the re-send's row (the latest copy)
+# while the reply after it replayed the first copy's; its compaction kept that row by
+# its first showing, last before the turn's message, and the host merged the two: a
+# message nobody sent, stored (step 52; fixed by 2380001's rule: a replay's two copies
+# with two rows take the earlier copy's, ``identity._share``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -443,7 +452,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1670001: (UNDO_BRANCH_TOOL_RESUME_WEIGHTS, 70, 20_000),
                     1710006: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 50),
                     2400000: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 38),
-                    2380001: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 46)}
+                    2380001: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 46),
+                    2410002: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 52)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

@@ -12,7 +12,7 @@ import pytest
 from hermes_trove.compaction import assemble
 
 from enginekit import make_engine
-from test_identity import compact, long_history, stored, turn
+from test_identity import compact, long_history, stamped, stored, turn
 
 
 def test_a_user_message_that_copies_a_block_is_stored_once_in_its_place(tmp_path):
@@ -301,3 +301,42 @@ def test_a_block_of_the_other_copy_inside_a_restored_list_keeps_the_rows_after_i
     third.note_user_turn(restored[-1])
     third.ingest(restored)
     assert stored(first) == rows + [("user", "from the third CLI")]
+
+
+def test_a_doubled_restore_read_against_a_re_send_of_its_question_keeps_the_replay(tmp_path):
+    """Host walk 2410002 (two CLIs on one session): state.db held a compacted list
+    twice, the second copy stamped anew, and both CLIs restored it. The first CLI undid
+    the second copy's last exchanges and sent the question's text again (a new row and
+    reply); the second CLI, restored before that, sent its own turn, read against the
+    first CLI's view. The view's latest copy of the text is the re-send, but the reply
+    after the restored question replays the first copy's: the question is the first
+    copy's row too (rule 5). Read as the re-send's row, the turn's compaction kept it by
+    its first showing right before the turn's message, a question without its reply:
+    the host merged the two into a message nobody sent, and stored it as a new row."""
+    engine = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = compact(engine, long_history(30))
+    listed = out + turn("question A about the billing job", "answer A") \
+        + turn("question B about the queue", "answer B")
+    engine.ingest(listed)
+    doubled = stamped(listed) + stamped(listed, start=1_796_000_100.0)   # state.db's copy
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=4)      # a /resume
+    again = len(listed) + len(out)                  # the second copy's question A
+    assert doubled[again]["content"] == "question A about the billing job"
+    resent = doubled[:again] + [{"role": "user", "content": doubled[again]["content"]}]
+    first.note_user_turn(resent[-1])                # two /undo, the text sent again
+    first.ingest(resent)
+    first.ingest(resent + [{"role": "assistant", "content": "answer A again"}])
+    first.turn_done()
+    rows = stored(engine)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=4)     # restored before
+    shown = doubled + [{"role": "user", "content": "question C about the cache"}]
+    second.note_user_turn(shown[-1])
+    ids = second.ingest(shown)
+    assert stored(engine) == rows + [("user", "question C about the cache")]
+    assert ids[again] == ids[len(out)], "the restored question is the first copy's row"
+    kept = compact(second, shown)
+    roles = [m["role"] for m in kept]
+    assert all(not (a == b == "user") for a, b in zip(roles, roles[1:])), \
+        f"two user messages in a row, which the host merges: {roles}"
+    second.ingest(kept)
+    assert stored(engine) == rows + [("user", "question C about the cache")]
