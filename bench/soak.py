@@ -15,10 +15,19 @@ soak walk does not stop at its first failure.
     .venv/bin/python bench/soak.py --seed 2400 --steps 40 --walk-steps 40   # replay a test walk
     .venv/bin/python bench/soak.py --steps 600 --weight branch=10 --weight restart=10  # rare flows
     PG_TROVE_TEST_URL=postgresql://... .venv/bin/python bench/soak.py --postgres --steps 300
+    .venv/bin/python bench/soak.py --reviews --steps 300 --weight tool=8   # review forks on
+    .venv/bin/python bench/soak.py --reviews in-turn --in-process --steps 300
 
 ``--postgres``: trove stores on PostgreSQL (``TROVE_DATABASE_URL``), each walk in a
 fresh schema of the server ``PG_TROVE_TEST_URL`` names (tests/pgkit.py, dropped after
 the walk), and the oracle reads the rows there.
+
+``--reviews``: the host's background review forks on, often (tests/reviewkit.py: a
+memory review every 3 user turns, a skill review after every 2 tool iterations), each
+run between two steps and checked: nothing of it stored, no session row, the user's
+rows unchanged. ``--reviews in-turn``: each fork runs inside the next model request
+of a turn instead (a compaction's summary call or a turn's request, the parent
+waiting), in this process's CLIs. Off, every seed walks as before.
 
 Writes bench/results/soak.json. Exit status 1 when any check failed.
 """
@@ -73,6 +82,11 @@ def main(argv=None) -> int:
                              "(default: a real second OS process)")
     parser.add_argument("--postgres", action="store_true",
                         help="store on PostgreSQL: a fresh schema per walk on PG_TROVE_TEST_URL")
+    parser.add_argument("--reviews", nargs="?", const="between", default=False,
+                        choices=["between", "in-turn"],
+                        help="the host's background review forks on (memory and skill reviews "
+                             "every few turns), each checked against the store; run between "
+                             "two steps (default) or in-turn: inside the next turn's request")
     parser.add_argument("--show", type=int, default=5, help="failures to print per walk")
     parser.add_argument("--weight", action="append", default=[], metavar="STEP=N",
                         help="this step's weight instead of walkkit.STEP_WEIGHTS' (repeatable;"
@@ -102,7 +116,7 @@ def main(argv=None) -> int:
             with tempfile.TemporaryDirectory(prefix="trove-soak-") as tmp, \
                     pgkit.store_env(args.postgres) as store:
                 with ck.CliHost(Path(tmp), server=server, responder=wk.ScriptedModel(seed),
-                                extra_env=store) as host:
+                                extra_env=store, reviews=args.reviews) as host:
                     walk = wk.Walk(host, seed, steps=steps, stop_at_first=False,
                                    use_process=not args.in_process,
                                    largest_turn=args.largest_turn, weights=weights)
@@ -121,7 +135,8 @@ def main(argv=None) -> int:
     figures["steps_per_second"] = round(total.steps / seconds, 2) if seconds else None
     figures["step_counts"] = dict(total.step_counts)
     print("\nTOTAL " + json.dumps(figures, indent=1))
-    path = save_results("soak_postgres" if args.postgres else "soak", args=vars(args), totals=figures,
+    name = "soak_postgres" if args.postgres else "soak"
+    path = save_results(name + ("_reviews" if args.reviews else ""), args=vars(args), totals=figures,
                         walks=walks)
     print(f"wrote {path}")
     return 0 if total.clean else 1

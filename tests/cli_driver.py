@@ -3,8 +3,10 @@
 ``python cli_driver.py --hermes chat -q TEXT -Q [--resume SESSION]`` runs the real
 ``hermes`` command instead (one-shot, one process per call).
 
-``python cli_driver.py --home $HERMES_HOME [--resume SESSION]``: like a second
-terminal running ``hermes -c SESSION`` on the same home. Requests, one JSON
+``python cli_driver.py --home $HERMES_HOME [--resume SESSION] [--reviews]``: like a
+second terminal running ``hermes -c SESSION`` on the same home (``--reviews``: with
+the host's background review forks, each run and checked before the answer that
+follows it, reported as ``forks``: reviewkit.ForkGate). Requests, one JSON
 object a line: {"op": "hello"|"chat"|"command"|"retry"|"history"|"edit"|
 "engine"|"exit", ...}; each gets one JSON answer line (always with the CLI's
 current ``session_id``). The CLI's own printing goes to /dev/null; only loopback
@@ -42,6 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--home", required=True)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--reviews", action="store_true")
     args = parser.parse_args()
     os.environ["HERMES_HOME"] = args.home
     os.environ.setdefault("HERMES_EXIT_WATCHDOG_S", "0")
@@ -58,12 +61,20 @@ def main() -> int:
     cli_mod = clikit.point_cli_at(args.home)
     from hermes_cli.plugins import discover_plugins
     discover_plugins()
-    cli = cli_mod.HermesCLI(ignore_rules=True, resume=args.resume)
+    import reviewkit
+
+    cli = reviewkit.hermes_cli(cli_mod, resume=args.resume, reviews=args.reviews)
+    gate = reviewkit.ForkGate(args.home).install() if args.reviews else None
     if args.resume:
         cli._preload_resumed_session()
 
     def answer(payload: dict) -> None:
         payload["session_id"] = cli.session_id
+        if gate is not None:   # this process's forks end before the walk goes on
+            gate.run()
+            forks = gate.take_report()
+            if forks.forks or forks.problems or forks.late:
+                payload["forks"] = forks.as_dict()
         if guard.blocked:
             payload["error"] = f"network access attempted: {guard.blocked}"
         proto.write(json.dumps(payload, default=str) + "\n")
@@ -108,6 +119,8 @@ def main() -> int:
                 answer({"error": f"unknown op {op!r}"})
         except Exception as exc:  # the parent raises it with the traceback
             answer({"error": f"{exc!r}\n{traceback.format_exc()}"})
+    if gate is not None:
+        gate.uninstall()
     if cli.agent is not None:
         try:
             cli.agent.close()

@@ -9,11 +9,12 @@ of fake_openai.py on 127.0.0.1.
 API (details in each docstring)
 -------------------------------
 CliHost(tmp_path, *, server=None, responder=None, context_length=65536,
-        extra_config=None, extra_env=None)            context manager
+        extra_config=None, extra_env=None, reviews=False)   context manager
     .server, .home, .env; .cli(resume=None) -> HeadlessCLI (in this process);
     .process(resume) -> CliProcess (a second OS process on the same home);
     .restart(cli) -> HeadlessCLI (exit, fresh plugin state, resume the session);
-    .rows(session=None), .sessions(), .last_main_request(), .main_requests_since(n).
+    .rows(session=None), .sessions(), .last_main_request(), .main_requests_since(n);
+    .run_forks(): with ``reviews``, the held background review forks (reviewkit).
 HeadlessCLI: .chat(text), .command("/undo"), .undo(), .retry(), .compress(),
     .new(), .resume(id), .branch(), .exit(); .session_id, .history, .agent,
     .engine, .output (everything the CLI printed).
@@ -35,7 +36,8 @@ How the CLI object runs without a terminal (hermes-agent 0.19.0)
   from ``cli._hermes_home``): :func:`point_cli_at` re-points both at the current
   home, so one pytest process can host many homes.
 * ``HermesCLI(ignore_rules=True)``: skip_context_files + skip_memory for the agent
-  (no AGENTS.md of the working directory in the system prompt). The agent is
+  (no AGENTS.md of the working directory in the system prompt; with
+  ``CliHost(reviews=True)`` the memory stays: reviewkit.hermes_cli). The agent is
   built lazily by the first ``chat()`` (``_init_agent``) with the CLI's own
   SessionDB ($HERMES_HOME/state.db); ``resume=<id>`` restores the history from
   ``SessionDB.get_messages_as_conversation`` there, as ``hermes -c``/``--resume`` do.
@@ -68,6 +70,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Union
 
 import hostkit as hk
+import reviewkit
 
 TESTS_DIR = Path(__file__).resolve().parent
 DRIVER = TESTS_DIR / "cli_driver.py"
@@ -449,7 +452,7 @@ class HeadlessCLI(SlashVerbs):
         self._out = io.StringIO()
         cli = point_cli_at_keep_state(host.home)
         with self._quiet():
-            self.cli = cli.HermesCLI(ignore_rules=True, resume=resume)
+            self.cli = reviewkit.hermes_cli(cli, resume=resume, reviews=host.reviews)
             if resume:
                 # run() does this before the first prompt: the history comes
                 # back from state.db (get_messages_as_conversation).
@@ -567,6 +570,9 @@ class CliProcess(SlashVerbs):
         args = [sys.executable, str(DRIVER), "--home", str(host.home)]
         if resume:
             args += ["--resume", resume]
+        if host.reviews:
+            args.append("--reviews")
+        self.fork_reports: List[dict] = []   # its forks, run before each answer (reviewkit)
         self.timeout = timeout
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env, cwd=str(host.home.parent))
@@ -601,6 +607,8 @@ class CliProcess(SlashVerbs):
             raise RuntimeError(f"cli_driver {request['op']}: {answer['error']}")
         if "session_id" in answer:
             self.session_id = answer["session_id"]
+        if answer.get("forks"):
+            self.fork_reports.append(answer["forks"])
         return answer
 
     def chat(self, text: str) -> Optional[str]:
@@ -679,19 +687,27 @@ class CliHost:
 
     ``server``: reuse a started FakeOpenAIServer (fast: one per test module);
     otherwise one is started with ``real_prompt_tokens`` usage and stopped on exit.
-    ``responder`` replaces the server's responder for this host.
+    ``responder`` replaces the server's responder for this host. ``reviews``: the
+    host's background review forks run, often (reviewkit.ForkGate): True or "between",
+    each between two steps; "in-turn", each inside the next main model request of a
+    turn (a second CLI process runs its own before each answer either way).
     """
 
     def __init__(self, tmp_path: Union[str, Path], *, server: Optional[hk.FakeOpenAIServer] = None,
                  responder: Optional[Callable[[dict], Any]] = None, context_length: int = 65536,
                  extra_config: Optional[dict] = None, extra_env: Optional[dict] = None,
-                 quiet: bool = True):
+                 quiet: bool = True, reviews: Union[bool, str] = False):
         self.tmp_path = Path(tmp_path)
         self._own_server = server is None
         self.server = server or hk.FakeOpenAIServer(prompt_tokens_fn=real_prompt_tokens)
         self.responder = responder
         self.context_length = context_length
+        assert reviews in (False, True, "between", "in-turn"), reviews
+        self.reviews, self.review_timing = bool(reviews), reviews
         self.extra_config = hk._deep_merge(CLI_CONFIG_EXTRA, extra_config or {})
+        if reviews:
+            self.extra_config = hk._deep_merge(self.extra_config, reviewkit.REVIEW_CONFIG)
+        self.gate: Optional[reviewkit.ForkGate] = None
         self.extra_env = dict(QUIET_ENV, **(extra_env or {}))
         self.quiet = quiet
         self.clis: List[HeadlessCLI] = []
@@ -709,9 +725,17 @@ class CliHost:
         self.env = self._stack.enter_context(hk.host_env(self.home, extra_env=self.extra_env))
         self.env.server = self.server
         point_cli_at(self.home)
+        if self.reviews:
+            self.gate = reviewkit.ForkGate(self.home, in_turn=self.review_timing == "in-turn").install()
+            self._stack.callback(self.gate.uninstall)
+            inner = self.server.responder
+            self.server.responder = self.gate.responder(inner)
+            self._stack.callback(setattr, self.server, "responder", inner)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.gate is not None:
+            self.gate.run()     # no fork left waiting for a home about to go
         for proc in self.processes:
             with contextlib.suppress(Exception):
                 proc.exit()
@@ -738,6 +762,8 @@ class CliHost:
         new process has it), and a new CLI object resumes the session: its
         history comes back from the host's SessionDB."""
         session = old.session_id
+        if self.gate is not None:   # a process ends with its forks
+            self.gate.run()
         old.exit()
         old.close()
         hk.reset_host_state(self.home)
@@ -754,17 +780,39 @@ class CliHost:
     def sessions(self) -> Dict[str, str]:
         return stored_sessions(self.home)
 
+    def _main_bodies(self) -> List[dict]:
+        """The main requests of the user's turns (a review fork's left out)."""
+        bodies = self.server.main_bodies
+        return [b for b in bodies if not reviewkit.is_fork_request(b)] if self.reviews else bodies
+
     def last_main_request(self) -> dict:
         """The body of the newest main (streaming) model request."""
-        bodies = self.server.main_bodies
+        bodies = self._main_bodies()
         assert bodies, "the host sent no main request"
         return bodies[-1]
 
     def main_request_count(self) -> int:
-        return len(self.server.main_bodies)
+        return len(self._main_bodies())
 
     def main_requests_since(self, count: int) -> List[dict]:
-        return self.server.main_bodies[count:]
+        return self._main_bodies()[count:]
+
+    def run_forks(self) -> reviewkit.ForkReport:
+        """The review forks since the last call: this process's (run now, or, "in-turn",
+        inside the turns' requests), each checked against the store, and those a second
+        CLI process ran before its answers."""
+        report = reviewkit.ForkReport()
+        if self.gate is not None:
+            if not self.gate.in_turn:
+                self.gate.run()
+            report = self.gate.take_report()
+        for proc in self.processes:
+            for done in proc.fork_reports:
+                report.forks += done["forks"]
+                report.late += done.get("late", 0)
+                report.problems.extend(done["problems"])
+            proc.fork_reports.clear()
+        return report
 
 
 def live_engines_of(host: CliHost) -> List[Any]:

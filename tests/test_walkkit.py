@@ -271,3 +271,54 @@ def test_only_a_smaller_window_refused_without_its_limit_blinds_the_trigger_chec
     assert not ck.unnamed_window(host, 65536)
     gate.report, gate.window = False, None
     assert not ck.unnamed_window(host, 65536)
+
+
+# ---------------------------------------------------------------- review forks (reviewkit)
+def _main(*messages):
+    return {"stream": True, "messages": [{"role": "system", "content": "sys"}, *messages]}
+
+
+def _text(reply):
+    return reply if isinstance(reply, str) else ("call", reply.name)
+
+
+def test_a_forks_requests_leave_the_parents_scripted_replies_as_the_seed_has_them():
+    import reviewkit
+
+    turns = [_main({"role": "user", "content": f"[T{i}] question {i}"}) for i in range(12)]
+    fork = _main({"role": "user", "content": "[T1] question 1"},
+                 {"role": "user", "content": reviewkit.HARNESS + " and update the skill library."})
+    plain, with_forks = wk.ScriptedModel(7), wk.ScriptedModel(7)
+    expected = [_text(plain(body)) for body in turns]
+    got, fork_replies = [], []
+    for body in turns:
+        fork_replies.append(_text(with_forks(fork)))
+        got.append(_text(with_forks(body)))
+    assert got == expected
+    # the fork's own answers: its reply or a tool the host allows a fork, never a parent reply
+    assert all(r[1] in ("memory", "skills_list") if isinstance(r, tuple)
+               else r.startswith(reviewkit.FORK_MARK) for r in fork_replies)
+    assert {type(r) for r in fork_replies} == {str, tuple}
+    after_tool = fork["messages"] + [{"role": "tool", "tool_call_id": "c1", "content": "{}"}]
+    assert with_forks({"stream": True, "messages": after_tool}).startswith(reviewkit.FORK_MARK)
+
+
+def test_a_forks_changes_to_the_store_and_its_text_in_any_row_are_found(tmp_path):
+    import reviewkit
+
+    home = store(tmp_path, [("s1", "user", "hello"), ("s1", "assistant", "ok")])
+    before = reviewkit.store_snapshot(home)
+    assert reviewkit.fork_problems(before, reviewkit.store_snapshot(home)) == []
+    assert reviewkit.leaked_rows(home) == []
+    db = sqlite3.connect(home / "trove.db")
+    db.execute("INSERT INTO sessions VALUES ('fork-throwaway', 'fork-throwaway')")
+    db.execute("INSERT INTO messages(session_id, role, content) VALUES (?, ?, ?)",
+               ("s1", "user", reviewkit.HARNESS + " and consider saving to memory"))
+    db.execute("UPDATE messages SET content = 'okay' WHERE content = 'ok'")
+    db.commit()
+    db.close()
+    problems = reviewkit.fork_problems(before, reviewkit.store_snapshot(home))
+    assert [p.split(":")[0] for p in problems] == ["a fork changed messages",
+                                                   "a fork changed sessions"]
+    assert "2 row(s) added, 1 removed or changed" in problems[0]
+    assert len(reviewkit.leaked_rows(home)) == 1

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 import clikit as ck
+import reviewkit
 from walktexts import (CHARS_PER_TOKEN, GENERATORS, KINDS, MARKER_RE, REPEATED,  # noqa: F401
                        TOOL_WORD, ScriptedModel, code, cjk, longword, make_text, prose, turn_tokens)
 
@@ -462,6 +463,9 @@ class WalkStats:
     not_ending_with_user: int = 0
     tool_problems: int = 0
     refused: int = 0     # main requests the provider refused as too long ("stepdown" steps)
+    forks: int = 0       # background review forks run (CliHost(reviews=True))
+    forks_late: int = 0  # run in a turn, let go unchecked (they waited on the parent)
+    fork_problems: int = 0
     tail_sizes: List[int] = field(default_factory=list)
     step_counts: Counter = field(default_factory=Counter)
     failures: List[str] = field(default_factory=list)
@@ -483,7 +487,8 @@ class WalkStats:
     @property
     def clean(self) -> bool:
         return not (self.problems.total or self.starved or self.dropped or self.over_threshold or self.overflow
-                    or self.over_window_uncompacted or self.not_ending_with_user or self.tool_problems)
+                    or self.over_window_uncompacted or self.not_ending_with_user or self.tool_problems
+                    or self.fork_problems)
 
     def summary(self) -> dict:
         sizes = sorted(self.tail_sizes)
@@ -496,6 +501,8 @@ class WalkStats:
             "over_window_after_compaction": self.overflow,
             "over_window_without_compaction": self.over_window_uncompacted, "prompt_not_ending_with_user": self.not_ending_with_user,
             "tool_pair_problems": self.tool_problems, "refused_as_too_long": self.refused,
+            "review_forks": self.forks, "review_forks_late": self.forks_late,
+            "review_fork_problems": self.fork_problems,
             "tail_size_min": sizes[0] if sizes else None,
             "tail_size_median": statistics.median(sizes) if sizes else None,
             "seconds": round(self.seconds, 1),
@@ -528,6 +535,7 @@ class Walk:
         self.other: Any = None
         self.log: List[str] = []
         self._seen_details: set = set()
+        self._leaks_seen: set = set()
         self._manual: Dict[int, Tuple[str, Dict[int, set]]] = {}  # CLI -> its /compress
         self._gateway: Any = None                  # the gateway's engine ("gateway" steps)
         self._gateway_chats: Dict[str, List[dict]] = {}
@@ -645,8 +653,26 @@ class Walk:
         self.stats.steps += 1
         self.stats.step_counts[name] += 1
         self.log.append(name)
+        self._run_forks(f"after {name}")
         self._compare(f"after {name}")
         return name
+
+    def _run_forks(self, when: str) -> None:
+        """With review forks on (``CliHost(reviews=True)``): the forks the step's turn
+        spawned run now, one at a time (a seed replays the same), and must leave the
+        store as it was (reviewkit.ForkGate); no row anywhere holds a harness prompt or
+        a fork's text."""
+        if not self.host.reviews:
+            return
+        report = self.host.run_forks()
+        self.stats.forks += report.forks
+        self.stats.forks_late += report.late
+        leaks = [row for row in reviewkit.leaked_rows(self.host.home) if row not in self._leaks_seen]
+        self._leaks_seen.update(leaks)
+        problems = report.problems + [f"fork text stored: {row}" for row in leaks]
+        if problems:
+            self.stats.fork_problems += len(problems)
+            self._fail(f"{when}: " + "; ".join(problems[:4]))
 
     def _compare(self, when: str) -> None:
         """Store against oracle; a failure names what is new since the last step."""

@@ -15,6 +15,7 @@ from typing import Any, List, Optional
 
 import clikit as ck
 import hostkit as hk
+import reviewkit
 
 MARKER_RE = re.compile(r"\[T\d+\]")
 
@@ -141,7 +142,9 @@ class ScriptedModel:
     the rest "Noted <marker> ..." of varying length. A user message containing
     TOOL_WORD makes the model call ``trove_status`` first. Summaries (the
     non-streaming auxiliary calls) list the turn markers they were given, so a
-    summary of summaries still names every turn it covers.
+    summary of summaries still names every turn it covers. A background review
+    fork's requests get :class:`reviewkit.ReviewReplies` (an RNG of their own: the
+    replies above are the seed's with forks on or off).
     """
 
     def __init__(self, seed: int = 0, long_reply_share: float = 0.2, ok_share: float = 0.25):
@@ -150,6 +153,7 @@ class ScriptedModel:
         self.ok_share = ok_share
         self.lock = threading.Lock()
         self.replies = 0
+        self.review = reviewkit.ReviewReplies(seed)
 
     def __call__(self, body: dict) -> Any:
         msgs = body.get("messages") or []
@@ -157,6 +161,8 @@ class ScriptedModel:
             text = "\n".join(hk._content_text(m.get("content")) for m in msgs)
             markers = list(dict.fromkeys(MARKER_RE.findall(text)))
             return "- summary of turns " + (" ".join(markers) if markers else "without markers") + "."
+        if reviewkit.is_fork_request(body):
+            return self.review(body)
         last_user = ck.request_user_text(body)
         if msgs and msgs[-1].get("role") == "user" and TOOL_WORD in last_user:
             return hk.ToolCall("trove_status", {})
