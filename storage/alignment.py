@@ -93,6 +93,18 @@ def _block_before(fps: list, flags: list, ack_at, start: int) -> str | None:
                  if flags[k] and k not in ack_at), None)
 
 
+def _rows_line_up(conn, session_id: str, run: list, before: int, after: int,
+                  ids: list) -> bool:
+    """Whether the session's rows between ``before`` and ``after`` that no element of
+    the list claims line up, by fingerprint, with every element of a gap's ``run``
+    (rule 3's reading of a run between two matches): only then can they be the gap."""
+    wanted = sum(1 for fp in run if fp is not None)
+    rows = gap_rows(conn, session_id, before, after, wanted + ALIGN_SLACK, fresh_only=False)
+    claimed = {sid for sid in ids if sid is not None and sid > 0}
+    aligned = identity.align_gap(run, rows, trailing=False, taken=claimed)
+    return identity.matched_count(aligned) >= wanted
+
+
 def _send_of_its_own(ids: list, taken: set, resent: set, start: int, upto: int) -> None:
     """The send matched just before ``start`` is a send of its own, not the row it
     matched: its row is freed for the message that owns it, and the send with what
@@ -238,7 +250,11 @@ class Alignment:
         limit = len(fps) if shown.turn_index is None else shown.turn_index
         if pin_timed(conn, session_id, shown, fps, ids, flags, reading.gaps):
             reading.gaps = identity.find_gaps(fps, ids, limit)
-        if self._slide_into_room(conn, session_id, fps, ids, reading.gaps, shown.roles):
+        # a run slid back leaves a gap before it that may take the next slide (host walk
+        # 1910002: two restored sends of one text before the view's matched run)
+        for _ in range(SLIDE_RUN):
+            if not self._slide_into_room(conn, session_id, fps, ids, reading.gaps, shown.roles):
+                break
             reading.gaps = identity.find_gaps(fps, ids, limit)
         taken = {sid for sid in ids if sid is not None and sid > 0}
         seen_with: dict = {}    # per block shown: its views read once per list
@@ -475,7 +491,9 @@ class Alignment:
         what it leaves, if it leaves no more to store than the gap holds: after the
         gap's new elements rule 1 makes that reply new and its row is lost (a /branch's
         restored list with the copied attempt its /retry dropped, "ok", T7, ..., "ok",
-        T7, between two consecutive rows: host walk 1500005, the "ok" stored again)."""
+        T7, between two consecutive rows: host walk 1500005, the "ok" stored again).
+        Rows between that do not line up with the gap count as none (a /retry's dropped
+        attempt, go on/a16, beside two restored sends of go on/ok: host walk 1910002)."""
         moved = False
         for start, end, before, after in gaps:
             # a gap right after the list's block has no row before it: the rows it may
@@ -488,7 +506,11 @@ class Alignment:
             elements = sum(1 for k in range(start, end) if fps[k] is not None)
             between = 0 if leading else rows_between(conn, session_id, before, after, elements)
             if between >= elements:
-                continue  # the rows between may be the whole gap: read it as it is
+                if _rows_line_up(conn, session_id, fps[start:end], before, after, ids):
+                    continue  # the rows between may be the whole gap: read it as it is
+                # rows that cannot be it (another send's exchange) are none of the gap:
+                # the view's run may move to its earliest equal element
+                between = 0
             # the rows between are the gap's first elements; the view's run is later
             target = next((k for k in range(start + between, end) if fps[k] == fps[end]), None)
             if target is None:

@@ -739,3 +739,40 @@ def test_a_turn_restored_before_a_repeated_block_keeps_the_row_another_copy_stor
     rows_of_theirs = [r["store_id"] for r in first.store.session_messages("sess", limit=5000)
                       if r["content"] in ("continue", "answer c\n")]
     assert ids[len(returned):len(returned) + 2] == rows_of_theirs
+
+
+def test_two_sends_of_a_text_restored_after_a_retrys_dropped_attempt_keep_their_rows(
+        tmp_path):
+    """A turn (q, ok), "go on" answered a16, a /retry of it (go on, ok: the retry's list
+    drops a16's exchange), "go on" sent again (ok), a /retry of that (a19, dropping the
+    second send), two more sends (a20, ok), then a restart. The host's state.db keeps the
+    second send active and not the first attempt: [q, ok, go on, ok, go on, ok, go on,
+    a19, ...]. The newest view lists one (go on, ok) there; read as the later copy, and
+    slid once to the first, the second copy's gap lay between the retry's row and a16's
+    exchange, two rows by count, and was stored again as a send of its own (host walk
+    1910002: a /branch, /retry, re-sends, /compress, /retry, a restart). Rows between
+    that cannot be the gap are none of it: the view's run slides on, and the copy left
+    lines up with the second send's rows."""
+    engine = make_engine(tmp_path, session="sess")
+    base = turn("q", "ok")
+    sends = [base + turn("go on", "a16"), base + turn("go on", "ok"),      # turn, /retry
+             base + turn("go on", "ok") * 2,                               # sent again
+             base + turn("go on", "ok") + turn("go on", "a19")]            # /retry
+    sends += [sends[-1] + turn("go on", "a20"), sends[-1] + turn("go on", "a20")
+              + turn("go on", "ok")]                                       # sent twice more
+    for sent in sends:
+        engine.note_user_turn(sent[-2])
+        engine.ingest(sent[:-1])
+        engine.ingest(sent)
+        engine.turn_done()
+    before = stored(engine)
+    assert [m for _, m in before] == ["q", "ok", "go on", "a16", "go on", "ok", "go on", "ok",
+                                      "go on", "a19", "go on", "a20", "go on", "ok"]
+    restored = stamped(base + turn("go on", "ok") + sends[-1][2:])
+    restored += [{"role": "user", "content": "T8"}]
+    again = make_engine(tmp_path, session="sess")                  # a restart restores it
+    again.note_user_turn(restored[-1])
+    ids = again.ingest(restored)
+    assert stored(again) == before + [("user", "T8")]
+    rows = [r["store_id"] for r in again.store.session_messages("sess", limit=5000)]
+    assert list(ids[:len(restored) - 1]) == rows[:2] + rows[4:-1]     # not a16's exchange
