@@ -20,7 +20,9 @@ reply it matched after an element it could not is no evidence). Then:
 1. **Matched elements keep their rows.** A replaced element (an edit, a new
    reply after /retry) is one new row; everything around it keeps its own, but a
    reply belongs to the message it answers: the non-user messages after a new
-   element are new too, up to the next user message already stored.
+   element are new too, up to the next user message already stored. Replies a view's
+   reading matched last, after an element it could not match, bound no gap: the run
+   after the match before them is looked up with them (rule 3).
 2. **The turn's user message is new.** Each ``pre_llm_call`` is one message the
    user just sent; the first list that shows it stores it as a new row, even when
    its text equals an undone or retried one, and so is everything after it in
@@ -446,8 +448,35 @@ def read(shown: Sequence[str | None], views: Sequence[View], *,
                 reading.matched -= 1
             seen.add(sid)
     reading.matched += _replays(shown, ids, limit, reading.same_as, copies or {}, stamps)
+    if roles is not None:
+        reading.matched -= _unanchor_trailing_replies(shown, ids, limit, roles, engine)
     reading.gaps = find_gaps(shown, ids, limit)
     return reading
+
+
+def _unanchor_trailing_replies(shown: Sequence[str | None], ids: list[int | None], limit: int,
+                               roles: Sequence[str], engine: Sequence[bool] | None) -> int:
+    """Rule 1 before the gaps: when the reading's last matches (before ``limit``) are
+    replies after an element it could not match, which ``replies_follow`` would make new,
+    they are no anchors: they are unmatched, and the run after the last match rule 1
+    keeps goes on with them (a trailing run, rule 3). Returns how many were unmatched.
+
+    Why: a reply's row is not the list's reply because its text is equal. A CLI restored
+    after a second CLI's turns ([..., T12, ok, continue, ok, T17, ...]) was read against
+    its own older view [..., T12, ok, T16, ok]: "continue" matched nothing, its "ok"
+    matched T16's, and the gap before that row could not hold "continue" (its row is
+    higher): "continue" and its "ok" were stored again (host walk 1910005). Only the
+    last matches: a reply matched before a later match still places a run between two
+    matches (``Alignment._slide_into_room``, host walk 1500005)."""
+    kept = replies_follow(ids, shown, roles, own_flags(engine or [False] * len(shown), ids))
+    matched = [k for k in range(limit) if ids[k] is not None and ids[k] > 0]
+    trusted = [k for k in matched if kept[k] is not None]
+    if not matched or not trusted or kept[matched[-1]] is not None:
+        return 0
+    undone = [k for k in matched if k > trusted[-1]]
+    for k in undone:
+        ids[k] = None
+    return len(undone)
 
 
 def find_gaps(shown: Sequence[str | None], ids: Sequence[int | None],

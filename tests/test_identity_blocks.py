@@ -340,3 +340,44 @@ def test_a_doubled_restore_read_against_a_re_send_of_its_question_keeps_the_repl
         f"two user messages in a row, which the host merges: {roles}"
     second.ingest(kept)
     assert stored(engine) == rows + [("user", "question C about the cache")]
+
+
+def _turns(engine, head: list[dict], sends: list[list[dict]]) -> list[dict]:
+    """Each of ``sends`` as a turn of ``engine`` on ``head``; returns the last list."""
+    listed = list(head)
+    for sent in sends:
+        listed = listed + sent
+        engine.note_user_turn(listed[-2])
+        engine.ingest(listed[:-1])
+        engine.ingest(listed)
+        engine.turn_done()
+    return listed
+
+
+def test_a_reply_read_last_after_an_unmatched_send_anchors_no_gap(tmp_path):
+    """Two CLIs on a compacted session: the first sent X1-X3 and T12 ("ok"); the second,
+    whose lists never showed X1-X3, sent T16, "continue" (both answered "ok") and T17.
+    The first showed T16 (a restore), compacted again, and after a restart showed its
+    old block with X2, X3, T12, "continue" and T17 but not T16. Its view [..., T12, ok,
+    T16, ok] explains the most: "continue" matched nothing and its "ok" matched T16's,
+    which bounded the gap before it (no "continue" there) and began the run after it:
+    "continue" and its "ok" were stored again (host walk 1910005, the second CLI a real
+    process). A reply read last after an element the view could not match anchors
+    nothing: the run after T12's "ok" finds "continue", its "ok" and T17."""
+    first = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    out = compact(first, long_history(30))
+    xs = [turn("X1", "r1"), turn("X2", "r2"), turn("X3", "r3"), turn("T12", "ok")]
+    mine = _turns(first, out, xs)
+    second = make_engine(tmp_path, window=64_000, fresh_tail_count=4)
+    _turns(second, out + xs[-1], [turn("T16", "ok"), turn("continue", "ok"),
+                                 turn("T17", "r32")])
+    shown = mine + turn("T16", "ok")
+    first.ingest(stamped(shown))                      # a restore shows T16
+    assert assemble.is_trove_message(compact(first, shown)[0])    # compacted again
+    before = stored(first)
+    restored = stamped(out + xs[1] + xs[2] + xs[3] + turn("continue", "ok")
+                       + turn("T17", "r32")) + [{"role": "user", "content": "T19"}]
+    again = make_engine(tmp_path, window=64_000, fresh_tail_count=4)   # a restart
+    again.note_user_turn(restored[-1])
+    again.ingest(restored)
+    assert stored(again) == before + [("user", "T19")]
