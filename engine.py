@@ -519,7 +519,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         body = messages[1:] if system is not None else messages
         store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
-        self._real_projection.recount(self._real_overhead, lambda: self.sent_tokens(body),
+        self._real_projection.recount(self._real_overhead, lambda: self.count_messages(body),
                                       self._host_overhead_of(messages, current_tokens))
         if not force and current_tokens is not None \
                 and 0 < self._real_projection.pressure(current_tokens) < trigger:

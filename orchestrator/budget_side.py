@@ -50,11 +50,11 @@ class BudgetSide:
         turns raw instead of summarizing them."""
         cfg = self.config
         if not cfg.large_output_active_replay_stubbing_effective:
-            return self.sent_count
+            return self.count_message
         limit = cfg.large_output_active_replay_stub_threshold_tokens
 
         def count(message: dict) -> int:
-            tokens = self.sent_count(message)
+            tokens = self.count_message(message)
             if (tokens > limit and message.get("role") == "tool"
                     and isinstance(message.get("content"), str)
                     and codec.tool_name_of(message) not in NEVER_STUBBED):
