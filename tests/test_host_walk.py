@@ -18,8 +18,10 @@ that once failed up to ``HOSTWALK_REPLAY_STEPS`` steps (default 120); the longer
 replays (each fault also has a test of its own, named in ``LONG_REPLAYS``) run with
 ``HOSTWALK_REPLAY_STEPS=0`` (no bound), as before a release. A failure names the
 seed and step; replay it with ``python bench/soak.py --seed S --steps N``.
-Thousands of steps: bench/soak.py. With the host's background review forks on
-(tests/reviewkit.py, ``bench/soak.py --reviews``): a short walk each way a fork runs.
+Thousands of steps: bench/soak.py. The replays of walks with rare flows weighted up
+(``WEIGHTED_REPLAYS``) run in tests/test_host_walk_weighted.py, the walks with the host's
+background review forks on in tests/test_host_walk_reviews.py (files of their own, so the
+suite's two workers share the walks).
 
 The same walks with trove on PostgreSQL (``TROVE_DATABASE_URL``, a fresh schema per
 walk on the server ``PG_TROVE_TEST_URL`` names, tests/pgkit.py; the oracle reads the
@@ -483,53 +485,3 @@ PROCESS_REPLAYS = {1580012, 1910002, 1910005}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
 LONG_WEIGHTED = {1110002: "test_identity_branches.py::"
                           "test_a_branchs_first_list_of_a_doubled_compacted_restore_stores_its_tail_once"}
-
-
-@pytest.mark.parametrize("seed", sorted(WEIGHTED_REPLAYS))
-def test_walks_with_rare_flows_weighted_up_keep_every_message_once(tmp_path, server, seed):
-    weights, steps, *largest = WEIGHTED_REPLAYS[seed]
-    if REPLAY_STEPS and steps > REPLAY_STEPS:
-        pytest.skip(f"a {steps}-step replay (HOSTWALK_REPLAY_STEPS=0 runs it); "
-                    f"its fault's own test: {LONG_WEIGHTED[seed]}")
-    sizes = {"largest_turn": largest[0]} if largest else {}
-    w = run_walk(tmp_path, server, seed, steps, use_process=seed in PROCESS_REPLAYS,
-                 weights=weights, **sizes)
-    assert w.stats.steps == steps
-    changed = " ".join(f"--weight {k}={v}" for k, v in weights.items() if v != wk.STEP_WEIGHTS[k])
-    changed += f" --largest-turn {largest[0]}" if largest else ""
-    assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
-                           f" --seed {seed} --steps {steps} --walk-steps {steps}"
-                           f"{'' if seed in PROCESS_REPLAYS else ' --in-process'} {changed}")
-
-
-# With the host's background review forks on (``bench/soak.py --reviews``, tests/reviewkit.py):
-# a memory review every 3 user turns and a skill review after every 2 tool iterations, each
-# fork (sharing the user's session id, with its own engine copy) run alone and checked:
-# nothing of it stored anywhere, no row of a session table changed by it (no session row,
-# the user's rows, views, owners and summaries as they were); the oracle's checks as in
-# every walk. Tool turns, /compress, /undo, /retry, /branch, restarts and /resume weighted
-# up. The first walk's forks run inside the next turn's main request (``--reviews in-turn``,
-# its second CLI in this process), the second's between two steps (its second CLI a real
-# second OS process, which runs its own forks before each answer).
-REVIEW_WEIGHTS = dict(wk.STEP_WEIGHTS, tool=8, compress=6, undo=5, retry=5, branch=4, restart=4,
-                      resume=4)
-REVIEW_WALKS = int(os.environ.get("HOSTWALK_REVIEW_WALKS", "2"))
-REVIEW_STEPS = int(os.environ.get("HOSTWALK_REVIEW_STEPS", "40"))
-REVIEW_SEED = int(os.environ.get("HOSTWALK_REVIEW_SEED", "3150000"))
-
-
-@pytest.mark.parametrize("walk", range(REVIEW_WALKS))
-def test_walks_with_review_forks_keep_every_message_once_and_store_nothing_of_a_fork(
-        tmp_path, server, walk):
-    seed = REVIEW_SEED + walk
-    timing = "between" if walk % 2 else "in-turn"
-    w = run_walk(tmp_path, server, seed, REVIEW_STEPS, reviews=timing, use_process=bool(walk % 2),
-                 weights=REVIEW_WEIGHTS, largest_turn=largest_turn(walk))
-    assert w.stats.steps == REVIEW_STEPS
-    assert w.stats.forks, "no review fork ran: the walk checked nothing of them"
-    changed = " ".join(f"--weight {k}={v}" for k, v in REVIEW_WEIGHTS.items()
-                       if v != wk.STEP_WEIGHTS[k])
-    assert w.stats.clean, (wk.describe(w.stats) + f"\nsteps: {w.log}\nreplay: python bench/soak.py"
-                           f" --reviews {timing} --seed {seed} --steps {REVIEW_STEPS}"
-                           f" --walk-steps {REVIEW_STEPS} --largest-turn {largest_turn(walk)}"
-                           f"{'' if walk % 2 else ' --in-process'} {changed}")
