@@ -6,18 +6,10 @@ import os
 
 import pytest
 
-import clikit as ck
-import hostkit as hk
 import walkkit as wk
-from test_host_walk import largest_turn, run_walk
+from test_host_walk import largest_turn, run_walk, server  # noqa: F401 (the fake model)
 
 pytestmark = pytest.mark.host
-
-
-@pytest.fixture(scope="module")
-def server():
-    with hk.FakeOpenAIServer(prompt_tokens_fn=ck.real_prompt_tokens) as fake:
-        yield fake
 
 
 # With the host's background review forks on (``bench/soak.py --reviews``, tests/reviewkit.py):

@@ -4,18 +4,11 @@ the seed, weights, steps and the flow each once failed on are documented there).
 A file of its own so that the suite's two workers (whole files each) share the walks."""
 import pytest
 
-import clikit as ck
-import hostkit as hk
 import walkkit as wk
-from test_host_walk import LONG_WEIGHTED, PROCESS_REPLAYS, REPLAY_STEPS, WEIGHTED_REPLAYS, run_walk
+from test_host_walk import (LONG_WEIGHTED, PROCESS_REPLAYS, REPLAY_STEPS,  # noqa: F401
+                            WEIGHTED_REPLAYS, run_walk, server)  # server: the fake model
 
 pytestmark = pytest.mark.host
-
-
-@pytest.fixture(scope="module")
-def server():
-    with hk.FakeOpenAIServer(prompt_tokens_fn=ck.real_prompt_tokens) as fake:
-        yield fake
 
 
 @pytest.mark.parametrize("seed", sorted(WEIGHTED_REPLAYS))
