@@ -338,8 +338,8 @@ class IngestSide:
         """Tokens of a list of messages (memoized per message)."""
         return self._memo.total_tokens(messages, self.counter.count_message)
 
-    def sent_count(self, message: dict) -> int:
-        """Tokens of one message as the provider receives it: its ``api_content``
+    def sent_tokens(self, messages: list) -> int:
+        """Tokens of a list as the provider receives it: a message's ``api_content``
         sidecar (the text and what context plugins added to it, trove's own recall
         note among them) in place of its content (``budget.api_form``).
 
@@ -348,15 +348,11 @@ class IngestSide:
         compaction summarized that message the budget still reserved room for it:
         the previous exchange that fit was left out of the tail (host walk 120004,
         ~94 tokens of the 15% headroom)."""
-        form = api_form(message)
-        return self.count_message(message) if form is message else self.counter.count_message(form)
-
-    def sent_tokens(self, messages: list) -> int:
-        """Tokens of a list as the provider receives it (``sent_count`` of each)."""
         total = self.count_messages(messages)
         for message in messages or ():
-            if isinstance(message, dict) and api_form(message) is not message:
-                total += self.sent_count(message) - self.count_message(message)
+            form = api_form(message) if isinstance(message, dict) else message
+            if form is not message:
+                total += self.counter.count_message(form) - self.count_message(message)
         return total
 
     def _engine_own(self, messages: list) -> list[bool]:
