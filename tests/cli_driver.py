@@ -64,6 +64,7 @@ def main() -> int:
     import reviewkit
 
     cli = reviewkit.hermes_cli(cli_mod, resume=args.resume, reviews=args.reviews)
+    clikit.skip_terminal_waits(cli_mod, cli)
     gate = reviewkit.ForkGate(args.home).install() if args.reviews else None
     if args.resume:
         cli._preload_resumed_session()

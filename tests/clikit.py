@@ -71,6 +71,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import hostkit as hk
 import reviewkit
+from terminal_waits import skip_terminal_waits
 
 TESTS_DIR = Path(__file__).resolve().parent
 DRIVER = TESTS_DIR / "cli_driver.py"
@@ -453,6 +454,7 @@ class HeadlessCLI(SlashVerbs):
         cli = point_cli_at_keep_state(host.home)
         with self._quiet():
             self.cli = reviewkit.hermes_cli(cli, resume=resume, reviews=host.reviews)
+            skip_terminal_waits(cli, self.cli)
             if resume:
                 # run() does this before the first prompt: the history comes
                 # back from state.db (get_messages_as_conversation).
