@@ -54,6 +54,8 @@ How the CLI object runs without a terminal (hermes-agent 0.19.0)
   last agent any CLI object built) with ``agent._session_messages``. Under
   pytest its exit watchdog is not armed; CliHost also sets
   ``HERMES_EXIT_WATCHDOG_S=0`` for scripts (bench/soak.py).
+* ``chat`` waits for a terminal (interrupt poll, paint sleep): short here
+  (tests/terminal_waits.py), the flow unchanged.
 """
 from __future__ import annotations
 
