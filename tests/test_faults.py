@@ -19,6 +19,7 @@ from _bootstrap import load_package
 load_package()
 from hermes_trove.storage import database
 from hermes_trove.store import Store
+open({go!r} + f".ready-{{os.getpid()}}", "w").close()
 while not os.path.exists({go!r}):
     time.sleep(0.001)
 try:
@@ -39,7 +40,11 @@ def run_together(tmp_path, body: str, count: int) -> list[str]:
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(count)]
-    time.sleep(1.0)  # let every interpreter import and reach the barrier
+    # every interpreter imports and reaches the barrier (says so in a file) before the go
+    deadline = time.monotonic() + 120
+    while (len(list(tmp_path.glob(go.name + ".ready-*"))) < count
+           and time.monotonic() < deadline and all(p.poll() is None for p in procs)):
+        time.sleep(0.005)
     go.touch()
     return [(p.communicate(timeout=180)[0].strip().splitlines() or ["no output"])[-1]
             for p in procs]
