@@ -519,7 +519,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         body = messages[1:] if system is not None else messages
         store_ids, inserted = self._ingest(body, system_prompt=False)
         trigger = self.threshold_tokens or trigger_tokens(cfg, self.context_length or 128_000)
-        self._real_projection.recount(self._real_overhead, lambda: self.count_messages(body),
+        self._real_projection.recount(self._real_overhead, lambda: self.sent_tokens(body),
                                       self._host_overhead_of(messages, current_tokens))
         if not force and current_tokens is not None \
                 and 0 < self._real_projection.pressure(current_tokens) < trigger:
@@ -539,7 +539,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         count = self.count_message
         host_rough = self._host_rough(messages, current_tokens)
         budget = self._budget(messages, system, current_tokens, trigger, host_rough)
-        before = self.count_messages(body)
+        before = self.sent_tokens(body)
         deterministic = self._under_critical_pressure(current_tokens)
         # a summary a worker is making right now is waited for, never longer than one call
         wait = 0.0 if deterministic else cfg.summary_timeout_ms / 1000
@@ -550,8 +550,12 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         tail_count = self._tail_counter()
 
         def tail_cost(message: dict) -> int:
+            # a stub (its tail count under its sent count) has no host estimate of its
+            # own; any other message, sidecar or not, is priced by the host's estimate
+            # too (read as a stub, an old turn the host counts 3x was kept and the
+            # host's figure left only the newest message: host walk 1540000)
             exact = tail_count(message)
-            rough = host_rough(message) if exact == count(message) else exact
+            rough = host_rough(message) if exact == self.sent_count(message) else exact
             return budget.cost(exact, rough)
 
         def text_cost(text: str) -> int:
@@ -661,7 +665,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
             result = assemble.build_prompt(system, block, tail)
             returned = result[1:] if system is not None else result
             final = (budget.real_overhead + budget.system_exact
-                     + self.count_messages(returned))
+                     + self.sent_tokens(returned))
             host_final = (budget.host_overhead + budget.system_rough
                           + sum(host_rough(m) for m in returned))
             if final < trigger and host_final < trigger:
@@ -714,7 +718,7 @@ class TroveEngine(SessionBinding, IngestSide, BudgetSide, FaultSide, ToolSide, M
         changed = result != [_clean(m) for m in messages]
         unseen = changed and not self._host_takes(messages, result, current_tokens, force)
         changed = changed and not unseen
-        tail_tokens = sum(self.count_message(m) for m, _ in tail)
+        tail_tokens = sum(self.sent_count(m) for m, _ in tail)
         outcome = {
             "outcome": "compacted" if changed else "noop",
             "tokens_before": budget.real_overhead + before,

@@ -45,16 +45,16 @@ class BudgetSide:
                       system_exact=self.count_message(system) if system is not None else 0)
 
     def _tail_counter(self):
-        """Token cost of a message in the fresh tail: a result that active-replay
-        stubbing will shrink is counted at its stub size, so stubbing keeps more
-        turns raw instead of summarizing them."""
+        """Token cost of a message in the fresh tail, as the provider gets it
+        (``sent_count``): a result that active-replay stubbing will shrink is counted
+        at its stub size, so stubbing keeps more turns raw instead of summarizing them."""
         cfg = self.config
         if not cfg.large_output_active_replay_stubbing_effective:
-            return self.count_message
+            return self.sent_count
         limit = cfg.large_output_active_replay_stub_threshold_tokens
 
         def count(message: dict) -> int:
-            tokens = self.count_message(message)
+            tokens = self.sent_count(message)
             if (tokens > limit and message.get("role") == "tool"
                     and isinstance(message.get("content"), str)
                     and codec.tool_name_of(message) not in NEVER_STUBBED):

@@ -79,7 +79,7 @@ class FaultSide:
             messages, compressor=None if trim_only else self._builtin,
             current_tokens=current_tokens, focus=focus,
             budget_tokens=budget.real_room + budget.system_exact,
-            count=lambda m: budget.cost(self.count_message(m), self.rough_message(m)))
+            count=lambda m: budget.cost(self.sent_count(m), self.rough_message(m)))
         changed = result != messages and self._host_takes(messages, result, current_tokens)
         if changed:
             self.compression_count += 1

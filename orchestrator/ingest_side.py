@@ -280,7 +280,7 @@ class IngestSide:
         self._noop_at_tokens = self._declined_at = None
         if isinstance(message, dict):
             try:  # the list grew by this message since the provider counted it
-                self._real_projection.grew(self.count_message(message))
+                self._real_projection.grew(self.sent_count(message))
             except Exception:  # bookkeeping must never break the turn
                 self._real_projection.forget()
         if not isinstance(message, dict) or not self.canonical_id or not self.stores:
@@ -338,21 +338,34 @@ class IngestSide:
         """Tokens of a list of messages (memoized per message)."""
         return self._memo.total_tokens(messages, self.counter.count_message)
 
-    def sent_tokens(self, messages: list) -> int:
-        """Tokens of a list as the provider receives it: a message's ``api_content``
-        sidecar (the text and what context plugins added to it, trove's own recall
-        note among them) in place of its content (``budget.api_form``).
+    def sent_count(self, message: dict) -> int:
+        """Tokens of one message as the provider receives it: its ``api_content``
+        sidecar (the text and what was injected for its turn: a memory provider's
+        prefetch, a context plugin's block, trove's own recall note) in place of its
+        content (``budget.api_form``). The one per-message count of the budget: the
+        learned overhead, the projection of the list, the tail and the result's size
+        all use it.
 
-        Why: the provider's prompt tokens count the sidecar. Counted without it, the
-        note on a session's first message was learned as host overhead, and once a
-        compaction summarized that message the budget still reserved room for it:
-        the previous exchange that fit was left out of the tail (host walk 120004,
-        ~94 tokens of the 15% headroom)."""
+        Why: the host replays every historical user message's sidecar, not only the
+        current turn's (``agent/conversation_loop.py``), and the provider's prompt
+        tokens count them. The note on a session's first message counted only in the
+        overhead kept room for it once a compaction had summarized that message
+        (host walk 120004); sidecars counted only there let a memory provider's
+        1.5K-token prefetch per turn go out uncounted for every user message kept,
+        and requests went over the trigger by 6.5K in a 32K window
+        (tests/test_host_sidecars.py). Not memoized per object: the host stamps the
+        sidecar on a message after trove has first counted it."""
+        form = api_form(message) if isinstance(message, dict) else message
+        if form is message:
+            return self.count_message(message)
+        return self.counter.count_message(form)
+
+    def sent_tokens(self, messages: list) -> int:
+        """Tokens of a list as the provider receives it (``sent_count`` of each)."""
         total = self.count_messages(messages)
         for message in messages or ():
-            form = api_form(message) if isinstance(message, dict) else message
-            if form is not message:
-                total += self.counter.count_message(form) - self.count_message(message)
+            if isinstance(message, dict) and api_form(message) is not message:
+                total += self.sent_count(message) - self.count_message(message)
         return total
 
     def _engine_own(self, messages: list) -> list[bool]:

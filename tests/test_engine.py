@@ -655,6 +655,68 @@ def test_the_real_overhead_leaves_out_what_a_message_carries_in_its_sidecar(tmp_
     assert engine._real_overhead == 9_000             # not 9,000 + the note
 
 
+def _injected_history(turns: int, memory_tokens: int) -> list:
+    """``turns`` short exchanges whose user messages carry an ``api_content`` sidecar:
+    the text plus a memory provider's block of Chinese notes (the host's chars/4
+    counts them ~4x low), as Hermes 0.19 stamps and replays on every request."""
+    import random
+    from walktexts import cjk
+    rng, messages = random.Random(turns), []
+    for t in range(turns):
+        text = f"[T{t}] what about the retry loop in module {t}?"
+        memory = cjk(rng, memory_tokens)
+        messages += [{"role": "user", "content": text,
+                      "api_content": text + "\n\nRecalled memory:\n" + memory},
+                     {"role": "assistant", "content": f"module {t} retries three times."}]
+    return messages
+
+
+def _learned(engine, messages: list, overhead: int) -> None:
+    """The provider counted ``messages`` (sidecars sent) with ``overhead`` around them."""
+    engine.update_from_response({"prompt_tokens": overhead + engine.sent_tokens(messages),
+                                 "completion_tokens": 10})
+    engine.learn_overhead(messages + [{"role": "assistant", "content": "ok"}])
+
+
+def test_a_list_whose_sidecars_reach_the_trigger_is_compacted(tmp_path):
+    """The host replays every historical user message's sidecar: a memory provider
+    that injects ~600 tokens a turn sends them again for each user message kept. A
+    list whose messages are small but whose sidecars take it over the trigger is over
+    the trigger (the projection counts each message as sent, as the learned overhead
+    does), and the result fits under it as sent: it went out 13% over the trigger at
+    64K, and close to the window at 32K (tests/test_host_sidecars.py)."""
+    engine = make_engine(tmp_path, window=32_000)
+    trigger = engine.threshold_tokens
+    messages = _injected_history(14, 600)
+    _learned(engine, messages[:-2], 2_000)
+    assert engine._real_overhead == 2_000
+    assert 2_000 + engine.count_messages(messages) < trigger // 2     # the content alone
+    host = host_tokens(messages, 2_000)
+    assert host < trigger < 2_000 + engine.sent_tokens(messages)      # as sent: over
+    result = engine.compress(messages, current_tokens=host)
+    assert result != messages and engine.last_compaction["outcome"] == "compacted"
+    assert 2_000 + engine.sent_tokens(result) < trigger
+    assert engine.last_compaction["tokens_after"] == 2_000 + engine.sent_tokens(result)
+
+
+def test_the_tail_is_sized_by_what_its_messages_send(tmp_path):
+    """A /compress keeps a tail within the room as the provider gets it: each kept
+    user message's sidecar counts, the same count the learned overhead used (one
+    rule: ``sent_count``). Sized on the content alone the tail kept every sidecar
+    and the request went out over the trigger."""
+    engine = make_engine(tmp_path, window=32_000)
+    trigger = engine.threshold_tokens
+    messages = _injected_history(14, 600)
+    _learned(engine, messages[:-2], 2_000)
+    result = engine.compress(messages, current_tokens=host_tokens(messages, 2_000), force=True)
+    kept = [m for m in result if m.get("api_content")]
+    assert len(kept) >= 2, "the tail kept no injected turn: nothing proved"
+    assert 2_000 + engine.sent_tokens(result) < trigger
+    assert engine.last_compaction["tail_tokens"] == sum(engine.sent_count(m) for m in kept) \
+        + sum(engine.sent_count(m) for m in result
+              if m.get("role") == "assistant" and m in messages)
+
+
 def test_the_newest_user_message_stays_when_rows_after_it_were_summarized(tmp_path):
     """A pass that kept the newest user message raw and summarized the tool group
     after it can end with the host's list unchanged (the host would not count it as
