@@ -296,12 +296,16 @@ def build_prompt(system: dict | None, block_text: str | None,
     """System prompt, then the summary block (a user turn), then the tail.
 
     When the tail itself starts with a user turn, a short assistant
-    acknowledgement keeps roles alternating for strict chat templates.
+    acknowledgement keeps roles alternating for strict chat templates; so it does
+    when the tail is empty (everything summarized, e.g. a /compress whose last
+    exchange had no room): a list ending with the block would have the host merge
+    the next user message into it, and read again later the block would end the
+    list as if the user had just sent its text (``identity.user_sent``).
     """
     out: list[dict] = [system] if system is not None else []
     if block_text is not None:
         out.append({"role": "user", "content": block_text})
-        if tail and tail[0].get("role") == "user":
+        if not tail or tail[0].get("role") == "user":
             out.append({"role": "assistant", "content": ACK_TEXT})
     out.extend(tail)
     return out

@@ -96,3 +96,25 @@ def test_block_marks_engine_messages_and_alternation_ack():
     assert [m["role"] for m in out] == ["user", "assistant", "user"]
     assert assemble.is_trove_message(out[0]) and assemble.is_trove_message(out[1])
     assert not assemble.is_trove_message(out[2])
+
+
+def test_a_compaction_that_keeps_nothing_raw_ends_with_the_acknowledgement():
+    """Everything summarized (here a lone tool result without its call, which no tail
+    keeps; in the host a /compress whose last exchange had no room): the list ends
+    with the block's acknowledgement, so the next user message alternates instead of
+    being merged into the block, and an ingest of the returned list stores nothing
+    (read ending with the block, its text was taken for a message the user sent)."""
+    home = Path(tempfile.mkdtemp(prefix="trove-prop-"))
+    engine = make_engine(home, window=4_000, fresh_tail_count=6, leaf_chunk_tokens=600)
+    try:
+        first = [{"role": "tool", "tool_call_id": "c0_0", "name": "t", "content": ""}]
+        out = engine.compress(list(first), current_tokens=1000, force=True)
+        assert [m["role"] for m in out] == ["user", "assistant"]
+        assert all(assemble.is_trove_message(m) for m in out)
+        engine.ingest(out)
+        assert engine.store.count_messages(engine.canonical_id) == 1
+        engine.ingest(out + [{"role": "user", "content": "and now?"}])
+        assert engine.store.count_messages(engine.canonical_id) == 2
+    finally:
+        database.forget_database(engine.config.resolved_database_path)
+    assert [m["role"] for m in assemble.build_prompt(None, "block", [])] == ["user", "assistant"]
