@@ -15,8 +15,8 @@ from typing import Iterable, Sequence
 
 from . import identity, views
 from .alignment_legacy import KnownTail, legacy_alignment  # noqa: F401 (KnownTail: the API)
-from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, exchange_listed, fingerprints_of,
-                             fresh_from, gap_rows, listed_between, pin_timed, row_fp,
+from .alignment_rows import (ALIGN_SLACK, FP_COLUMNS, fingerprints_of, fresh_from,
+                             gap_rows, listed_between, listed_or_own_send, pin_timed, row_fp,
                              rows_between)
 
 
@@ -103,17 +103,6 @@ def _rows_line_up(conn, session_id: str, run: list, before: int, after: int,
     claimed = {sid for sid in ids if sid is not None and sid > 0}
     aligned = identity.align_gap(run, rows, trailing=False, taken=claimed)
     return identity.matched_count(aligned) >= wanted
-
-
-def _send_of_its_own(ids: list, taken: set, resent: set, start: int, upto: int) -> None:
-    """The send matched just before ``start`` is a send of its own, not the row it
-    matched: its row is freed for the message that owns it, and the send with what
-    follows it up to ``upto`` is marked re-sent, so rule 1 stores them as new.
-    (One place for the trailing run and the run between two matches: both read a
-    copied send, answered otherwise in a view, as the re-send after it.)"""
-    taken.discard(ids[start - 1])
-    ids[start - 1] = None
-    resent.update(range(start - 1, upto))
 
 
 class Alignment:
@@ -285,14 +274,8 @@ class Alignment:
                                                    taken, candidates, bool(rows)) or aligned
                 if rows and all(sid is None for sid in aligned) and self._answered_otherwise(
                         conn, session_id, fps, shown.roles, start, end, matched):
-                    listed = exchange_listed(conn, session_id, fps, start, end, taken,
-                                             **candidates)
-                    if listed is None:
-                        _send_of_its_own(ids, taken, resent, start, end)
-                    else:  # the send and its reply are an exchange a view lists
-                        taken.discard(ids[start - 1])
-                        ids[start - 1], aligned = listed
-                        taken.add(ids[start - 1])
+                    aligned = listed_or_own_send(conn, session_id, fps, ids, taken, resent,
+                                                 start, end, end, candidates) or aligned
             elif after is None and after_match and self._sends_answered_otherwise(
                     conn, session_id, fps, shown.roles, start, end, aligned):
                 # the view's last matched elements may be this run (host walk 1110000)
@@ -303,11 +286,13 @@ class Alignment:
                         conn, session_id, fps, shown.roles, start, end, matched):
                 # between two matches too: a second CLI's restored branch shows its
                 # undone copied send, read as the re-send after it (host walk 1590006);
-                # its reply goes on after the run's end (rule 1 makes it new there too)
+                # its reply goes on after the run's end (rule 1 makes it new there too);
+                # unless a view lists the text answered by the run (host walk 3330003)
                 reply_end = next((k for k in range(end, limit) if fps[k] is not None
                                   and k < len(shown.roles) and shown.roles[k] == "user"),
                                  limit)
-                _send_of_its_own(ids, taken, resent, start, reply_end)
+                aligned = listed_or_own_send(conn, session_id, fps, ids, taken, resent,
+                                             start, end, reply_end, candidates) or aligned
             aligned = self._without_own_sends(conn, session_id, fps, shown.roles, start, end,
                                               run, rows if aligned is plain else None,
                                               after is None, taken, aligned, resent)

@@ -311,3 +311,39 @@ def exchange_listed(conn, session_id: str, fps: list, start: int, end: int, take
                 continue
             return sid, aligned
     return None
+
+
+def send_of_its_own(ids: list, taken: set, resent: set, start: int, upto: int) -> None:
+    """The send matched just before ``start`` is a send of its own, not the row it
+    matched: its row is freed for the message that owns it, and the send with what
+    follows it up to ``upto`` is marked re-sent, so rule 1 stores them as new.
+    (One place for the trailing run and the run between two matches: both read a
+    copied send, answered otherwise in a view, as the re-send after it.)"""
+    taken.discard(ids[start - 1])
+    ids[start - 1] = None
+    resent.update(range(start - 1, upto))
+
+
+def listed_or_own_send(conn, session_id: str, fps: list, ids: list, taken: set,
+                       resent: set, start: int, end: int, reply_end: int,
+                       candidates: dict) -> list[int | None] | None:
+    """For a run whose every element lined up with no row after a send matched just
+    before ``start`` and answered otherwise in a view: the run's rows when a view lists
+    another row of the send's text answered by the run (the send then takes that row),
+    else None, the send and what follows it up to ``reply_end`` made a send of its own.
+
+    Why one place for the trailing run and the run between two matches: in both the
+    text is a send of its own only when no view lists it answered by the run's reply.
+    Between two matches (host walk 3330003): a first CLI's /undo and re-send of a copied
+    text on a branch (rows 49, 50), a second CLI's turn after its restored copy (51, 52,
+    then 53, 54); a restore showed state.db's re-send, its reply and the second CLI's
+    turn. Read against the second CLI's view the text matched row 51 (answered by 52),
+    and the re-send's exchange was stored again."""
+    listed = exchange_listed(conn, session_id, fps, start, end, taken, **candidates)
+    if listed is None:
+        send_of_its_own(ids, taken, resent, start, reply_end)
+        return None
+    taken.discard(ids[start - 1])   # the send and its reply are an exchange a view lists
+    ids[start - 1], aligned = listed
+    taken.add(ids[start - 1])
+    return aligned

@@ -439,6 +439,16 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # T16's, bounded the gap before it and "continue" and its "ok" were stored again (step
 # 56; replies read last after an unmatched element anchor no gap:
 # ``identity._unanchor_trailing_replies``).
+# With a second CLI weighted up and /branch, whitespace, tool turns, /resume and
+# /undo-and-re-send too (``--weight branch=6 --weight whitespace=6 --weight tool=6
+# --weight resume=5 --weight undo_resend=6``, 8K turns, no compaction): seed 3330003's
+# /branch, the first CLI's /undo and re-send of the copied T2 (reply 10) the branch's
+# first list; a second CLI, restored before, sent "go on" after its copy of T2 (reply 6)
+# and stored that copy. A /resume restored state.db's [..., T2, reply 10, go on, ...];
+# read against the second CLI's view T2 matched its copy, reply 10 lined up with no row
+# before "go on", T2 read as a send of its own and the re-send's exchange was stored
+# again (step 42; between two matches too, a view listing the text answered by the
+# run gives those rows: ``alignment_rows.listed_or_own_send``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -455,6 +465,8 @@ OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, clos
 OTHER_PROCESS_BRANCH_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, resume=4)
 OTHER_PROCESS_BRANCH_TOOL_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, whitespace=5, tool=5)
 OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS = dict(OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, resume=4)
+OTHER_PROCESS_UNDO_RESEND_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=6, whitespace=6, tool=6,
+                                         resume=5, undo_resend=6)
 STEPDOWN_WEIGHTS = dict(wk.STEP_WEIGHTS, stepdown=12, chat=20, compress=6, undo=5, retry=5,
                         branch=4, new=3, resend=4)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
@@ -479,7 +491,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     2380001: (UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS, 46),
                     2410002: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 52),
                     1910002: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 38),
-                    1910005: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 56)}
+                    1910005: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 56),
+                    3330003: (OTHER_PROCESS_UNDO_RESEND_WEIGHTS, 42)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012, 1910002, 1910005}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

@@ -1,8 +1,8 @@
 """storage/identity on /branch flows and restored attempts (issue #24): a /retry on a
 branch before its first turn, the copied exchange the host keeps active in the branch's
 state.db, an /undo and the text sent again, and a second CLI's restores of all that
-(host walks 490000, 500000, 630003, 640000, 1590006, 1640002, 1710006, 2400000). The
-helpers are test_identity's."""
+(host walks 490000, 500000, 630003, 640000, 1590006, 1640002, 1710006, 2400000,
+3330003). The helpers are test_identity's."""
 
 import copy
 
@@ -628,3 +628,40 @@ def test_a_doubled_restore_of_a_branch_after_undone_turns_keeps_each_reply_at_it
     engine.ingest(result + [sent, {"role": "assistant", "content": "Noted (reply 21)"}])
     assert stored(engine, "branch") == rows + [("user", "yes [use-a-tool]"),
                                                ("assistant", "Noted (reply 21)")]
+
+
+def test_a_re_send_on_a_branch_restored_with_another_clis_turn_keeps_its_rows(tmp_path):
+    """/branch; the first CLI's /undo of the copied T2 and the text sent again (reply
+    10) is the branch's first list; a second CLI, which restored the branch before,
+    sends "go on" after its copy of T2 (reply 6) and stores that copy with it. A
+    /resume then restores state.db's [..., T2, reply 10, go on, reply 11]: read against
+    the second CLI's view, T2 lines up with its copy (answered by reply 6) and reply 10
+    with no row between it and "go on"; the first CLI's view lists T2 answered by reply
+    10, so those are its rows (host walk 3330003, on the CLI: the re-send's exchange
+    stored again)."""
+    first = make_engine(tmp_path, session="parent")
+    history: list[dict] = []
+    for user, reply in (("first message", "reply 1"), ("T1 text", "reply 5"),
+                        ("T2 text", "reply 6")):
+        history += turn(user, reply)
+        first.note_user_turn(history[-2])
+        first.ingest(history)
+        first.turn_done()
+    copied = copy.deepcopy(history)              # what the second CLI restores
+    _to_branch(first)                            # /branch
+    resent = history[:-2] + turn("T2 text", "reply 10")            # /undo, the text again
+    first.note_user_turn(resent[-2])
+    first.ingest(resent)
+    first.turn_done()
+    other = make_engine(tmp_path, session="branch")               # the second CLI's turn
+    other_list = copied + turn("go on", "reply 11")
+    other.note_user_turn(other_list[-2])
+    other.ingest(other_list)
+    other.turn_done()
+    rows = stored(other, "branch")
+    assert rows.count(("user", "T2 text")) == 2
+    restored = stamped(resent + other_list[-2:]) + [{"role": "user", "content": "next"}]
+    again = make_engine(tmp_path, session="branch")               # /resume
+    again.note_user_turn(restored[-1])
+    again.ingest(restored)
+    assert stored(again, "branch") == rows + [("user", "next")]
