@@ -465,8 +465,8 @@ OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, clos
 OTHER_PROCESS_BRANCH_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, resume=4)
 OTHER_PROCESS_BRANCH_TOOL_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=5, whitespace=5, tool=5)
 OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS = dict(OTHER_PROCESS_BRANCH_TOOL_WEIGHTS, resume=4)
-OTHER_PROCESS_UNDO_RESEND_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=6, whitespace=6, tool=6,
-                                         resume=5, undo_resend=6)
+OTHER_PROCESS_UNDO_RESEND_WEIGHTS = dict(OTHER_PROCESS_WEIGHTS, branch=6, whitespace=6,
+                                         tool=6, resume=5, undo_resend=6)
 STEPDOWN_WEIGHTS = dict(wk.STEP_WEIGHTS, stepdown=12, chat=20, compress=6, undo=5, retry=5,
                         branch=4, new=3, resend=4)
 WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30),
