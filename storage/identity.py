@@ -63,7 +63,9 @@ reply it matched after an element it could not is no evidence). Then:
    its parent), is not this session's: nothing is stored from it. A /branch
    stores its own copy of its parent's history from the first list of its own
    (a turn, a compaction); one handed over under its id that a view of the parent
-   explains is the parent's (a list from before the parent's last /compress).
+   explains is the parent's (a list from before the parent's last /compress; also
+   the branch's copy undone down to the parent's block and one reply: the block
+   and a message it holds are two elements, ``foreign_owner``).
 5. **A repeated block replays what followed it.** A list that shows the engine's
    block a second time (the host appended its copy of a returned list to its
    transcript twice, and a /resume restores both) shows the same messages again
@@ -738,7 +740,11 @@ def foreign_owner(shown: Sequence[str | None], own_matched: int,
 
     Only a list of two or more elements can be another session's, only when
     another session's view explains ``FOREIGN_SHARE`` of it and more of it than
-    the session's own views do."""
+    the session's own views do. Two elements the view holds are the evidence: two
+    messages, or that session's block and a message after it (a block is the
+    engine's for one session only). A /branch handed over at /new before a turn of
+    its own, its copy of a compacted parent undone down to [block, reply], is the
+    parent's (host walk 3320002: the reply was stored again in the branch)."""
     wanted = sum(1 for fp in shown if fp is not None)
     if wanted < 2:
         return None
@@ -747,7 +753,9 @@ def foreign_owner(shown: Sequence[str | None], own_matched: int,
         # the view's own blocks are that session's, not conversation to explain
         own_blocks = sum(1 for sid in reading.store_ids if sid in (BLOCK_ID, ACK_ID))
         matched = reading.matched
-        if matched >= max(2, FOREIGN_SHARE * (wanted - own_blocks)) and matched > own_matched:
+        block = any(sid == BLOCK_ID for sid in reading.store_ids)  # an ack is any session's
+        if matched + block >= 2 and matched > own_matched \
+                and matched >= FOREIGN_SHARE * (wanted - own_blocks):
             return view
     return None
 

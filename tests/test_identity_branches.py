@@ -2,7 +2,7 @@
 branch before its first turn, the copied exchange the host keeps active in the branch's
 state.db, an /undo and the text sent again, and a second CLI's restores of all that
 (host walks 490000, 500000, 630003, 640000, 1590006, 1640002, 1710006, 2400000,
-3330003). The helpers are test_identity's."""
+3330003, 3320002). The helpers are test_identity's."""
 
 import copy
 
@@ -10,7 +10,7 @@ import pytest
 
 from enginekit import make_engine
 from hermes_trove.storage import views
-from test_identity import long_history, stamped, stored, turn
+from test_identity import compact, long_history, stamped, stored, turn
 
 
 class _HostSessions:
@@ -665,3 +665,38 @@ def test_a_re_send_on_a_branch_restored_with_another_clis_turn_keeps_its_rows(tm
     again.note_user_turn(restored[-1])
     again.ingest(restored)
     assert stored(again, "branch") == rows + [("user", "next")]
+
+
+def test_a_branch_undone_down_to_its_parents_block_and_reply_stores_nothing_at_new(tmp_path):
+    """/branch of a compacted session whose compaction (inside a turn) kept a reply raw
+    right after the block ([block, reply, question]); on the branch /undo twice down to
+    [block, reply], no turn of its own, then /new: the host hands the branch's list over
+    at the session end (on_session_end). The parent's view holds both (its block and
+    that reply's row): the list is the parent's (rule 4), the branch stores nothing
+    (host walk 3320002: the reply was stored again in the branch, a duplicate)."""
+    engine = make_engine(tmp_path, session="parent", window=64_000, fresh_tail_count=2)
+    history = long_history(8) + turn("question 8 " + "word " * 40, "reply 8 " + "word " * 30)
+    for k in range(0, len(history), 2):
+        engine.note_user_turn(history[k])
+        engine.ingest(history[:k + 2])
+        engine.turn_done()
+    ask = {"role": "user", "content": "question 9"}
+    engine.note_user_turn(ask)
+    shown = compact(engine, history + [ask])         # in the turn: the reply stays raw
+    assert [m["role"] for m in shown] == ["user", "assistant", "user"]
+    assert shown[1]["content"] == history[-1]["content"]
+    shown = shown + [{"role": "assistant", "content": "ok"}]
+    engine.ingest(shown)
+    engine.turn_done()
+    shown = shown + turn("question 10", "reply 10")
+    engine.note_user_turn(shown[-2])
+    engine.ingest(shown)
+    engine.turn_done()
+    parent_rows = stored(engine, "parent")
+    _to_branch(engine)                               # /undo, /branch, /undo
+    engine.on_session_end("branch", copy.deepcopy(shown[:2]))     # /new
+    assert stored(engine, "branch") == []
+    assert stored(engine, "parent") == parent_rows
+    # The branch's copy with one exchange more is the parent's too (as before).
+    engine.on_session_end("branch", copy.deepcopy(shown[:4]))
+    assert stored(engine, "branch") == [] and stored(engine, "parent") == parent_rows
