@@ -449,6 +449,15 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # before "go on", T2 read as a send of its own and the re-send's exchange was stored
 # again (step 42; between two matches too, a view listing the text answered by the
 # run gives those rows: ``alignment_rows.listed_or_own_send``).
+# With /undo, /branch, tool calls, restarts and /resume weighted up and /new too
+# (``--weight new=4``, 8K turns, in this process): seed 3320002's second CLI compacted
+# inside a turn and kept the reply before it raw ([block, reply, T9]); the session
+# resumed, a turn and its /undo, /branch, an /undo on the branch down to [block, reply]
+# and /new, which handed that list over under the branch's id before any turn of its
+# own. The parent's view explained it, but by one message only (the block was not
+# counted), so it was not the parent's and the reply was stored again in the branch
+# (step 78; another session's block and a message it holds are two elements:
+# ``identity.foreign_owner``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -458,6 +467,7 @@ UNDO_BRANCH_TOOL_RESTART_WEIGHTS = dict(UNDO_BRANCH_TOOL_WEIGHTS, restart=6)
 UNDO_BRANCH_TOOL_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=6)
 UNDO_BRANCH_TOOL_LIGHT_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=4)
 UNDO_BRANCH_TOOL_MID_RESUME_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESTART_WEIGHTS, resume=5)
+UNDO_BRANCH_TOOL_RESUME_NEW_WEIGHTS = dict(UNDO_BRANCH_TOOL_RESUME_WEIGHTS, new=4)
 COMPRESS_RESUME_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=12, compress=10, undo_resend=8, resume=8,
                                new=6, branch=6, gateway=6)
 OTHER_PROCESS_WEIGHTS = dict(wk.STEP_WEIGHTS, open_other=10, chat_other=15, close_other=4,
@@ -492,7 +502,8 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     2410002: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 52),
                     1910002: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 38),
                     1910005: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 56),
-                    3330003: (OTHER_PROCESS_UNDO_RESEND_WEIGHTS, 42)}
+                    3330003: (OTHER_PROCESS_UNDO_RESEND_WEIGHTS, 42),
+                    3320002: (UNDO_BRANCH_TOOL_RESUME_NEW_WEIGHTS, 78)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012, 1910002, 1910005}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).
