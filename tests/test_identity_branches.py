@@ -700,3 +700,53 @@ def test_a_branch_undone_down_to_its_parents_block_and_reply_stores_nothing_at_n
     # The branch's copy with one exchange more is the parent's too (as before).
     engine.on_session_end("branch", copy.deepcopy(shown[:4]))
     assert stored(engine, "branch") == [] and stored(engine, "parent") == parent_rows
+
+
+def _send(engine, shown: list, user: str, reply: str, *, retry: bool = False) -> list:
+    """One turn (a /retry drops the last exchange first): the lists the host ingests."""
+    shown = (shown[:-2] if retry else shown) + turn(user, reply)
+    engine.note_user_turn(shown[-2])
+    engine.ingest(shown[:-1])
+    engine.ingest(shown)
+    engine.turn_done()
+    return shown
+
+
+@pytest.mark.xfail(strict=True, reason="host walk 3320002 step 108, not fixed yet: the undone "
+                   "turn's view pairs the copied 'ok' with that turn's 'ok'")
+def test_a_branchs_copied_exchange_restored_before_two_retries_is_stored_once(tmp_path):
+    """A compacted parent sends T19 twice (each answered "ok") and T20; /branch, /undo of
+    T20, then /retry of T19 as the branch's first list (it drops the copied second
+    (T19, ok), which the branch's state.db keeps active); a turn, its /undo and another
+    /retry of T19. The next turn's list (after a restart: state.db's) shows the copied
+    exchange before both retries. Read against the undone turn's view, the copied "ok"
+    took that turn's "ok" (the view's rows between, the first retry's reply and the
+    undone send, not shown there), and the first retry's exchange was stored again
+    while the copied "ok" was lost (host walk 3320002, step 108). The copied exchange
+    is a send of its own: stored once, with the turn's message."""
+    engine = make_engine(tmp_path, session="parent", window=64_000, fresh_tail_count=2)
+    history = long_history(8) + turn("question 8 " + "word " * 40, "reply 8 " + "word " * 30)
+    for k in range(0, len(history), 2):
+        engine.note_user_turn(history[k])
+        engine.ingest(history[:k + 2])
+        engine.turn_done()
+    ask = {"role": "user", "content": "question 9"}
+    engine.note_user_turn(ask)
+    shown = compact(engine, history + [ask]) + [{"role": "assistant", "content": "ok"}]
+    engine.ingest(shown)
+    engine.turn_done()
+    for user, reply in (("T19", "ok"), ("T19", "ok"), ("T20", "reply 46")):
+        shown = _send(engine, shown, user, reply)
+    _to_branch(engine)                                          # /branch
+    copied = shown[:-2]                                         # /undo: state.db's copy
+    shown = _send(engine, copied, "T19", "reply 47", retry=True)    # the first list
+    _send(engine, shown, "yes", "ok")                           # a turn, then /undo
+    shown = _send(engine, shown, "T19", "reply 49", retry=True)
+    before = stored(engine, "branch")
+    # state.db: the copied exchange, both retries' exchanges, the next turn's message
+    restored = copied + turn("T19", "reply 47") + shown[-2:] \
+        + [{"role": "user", "content": "T21"}]
+    engine.note_user_turn(restored[-1])
+    engine.ingest(restored)
+    assert stored(engine, "branch")[len(before):] == [
+        ("user", "T19"), ("assistant", "ok"), ("user", "T21")]
