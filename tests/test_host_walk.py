@@ -457,7 +457,14 @@ def test_walks_on_postgresql_keep_every_message_once(tmp_path, server, seed):
 # own. The parent's view explained it, but by one message only (the block was not
 # counted), so it was not the parent's and the reply was stored again in the branch
 # (step 78; another session's block and a message it holds are two elements:
-# ``identity.foreign_owner``).
+# ``identity.foreign_owner``). Then, on the branch: /undo of the copied T20, a /retry
+# of T19 as its first list (state.db keeps the copied last (T19, ok)), a tool turn and
+# its /undo, another /retry of T19, a restart. The next turn's list shows the copied
+# (T19, ok) before both retries; the newest view's LCS took the newest copies of the
+# repeated T19/ok, split "question 9" from its "ok" and lost to the undone turn's view,
+# whose "ok" the copied one took: the first retry's exchange was stored again, the
+# copied "ok" lost (step 108; among equally long pairings the one that keeps more
+# pairs next to each other wins: ``sequences._lcs_table``).
 # Entries: (weights, steps) or (weights, steps, largest turn).
 GATEWAY_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=8, gateway=15, new=10, resume=8, restart=10)
 UNDO_BRANCH_WEIGHTS = dict(wk.STEP_WEIGHTS, chat=15, branch=10, undo=8, retry=8, whitespace=10,
@@ -503,7 +510,7 @@ WEIGHTED_REPLAYS = {900000: (GATEWAY_WEIGHTS, 30), 900007: (GATEWAY_WEIGHTS, 30)
                     1910002: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 38),
                     1910005: (OTHER_PROCESS_BRANCH_TOOL_RESUME_WEIGHTS, 56),
                     3330003: (OTHER_PROCESS_UNDO_RESEND_WEIGHTS, 42),
-                    3320002: (UNDO_BRANCH_TOOL_RESUME_NEW_WEIGHTS, 78)}
+                    3320002: (UNDO_BRANCH_TOOL_RESUME_NEW_WEIGHTS, 108)}
 # The ones whose second CLI must be a real second OS process (the others run it in this one).
 PROCESS_REPLAYS = {1580012, 1910002, 1910005}
 # Their own tests, for the replays over REPLAY_STEPS steps (skipped by default, as above).

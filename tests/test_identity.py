@@ -77,6 +77,18 @@ def test_lcs_prefers_the_newest_copy_of_a_repeated_message():
     assert sequences.lcs_pairs(["x", "ok"], ["x", "ok", "ok"]) == [(0, 0), (1, 1)]
 
 
+def test_lcs_keeps_a_lists_exchanges_together_before_taking_the_newest_copies():
+    # A list shows (T, ok) twice where its view holds it once, then an exchange the view
+    # lacks (a retry's first attempt), the view's last one and a new message. The newest
+    # copies would split "q" from its "ok"; as long a pairing that keeps more pairs next
+    # to each other wins (host walk 3320002).
+    shown = ["q", "ok", "T", "ok", "T", "ok", "T", "r1", "T", "r2", "new"]
+    assert sequences.lcs_pairs(shown, ["q", "ok", "T", "ok", "T", "r2"]) == [
+        (0, 0), (1, 1), (2, 2), (3, 3), (8, 4), (9, 5)]
+    # Where keeping them together gains nothing, the newest copies still win.
+    assert sequences.lcs_pairs(["T", "ok", "T", "ok", "x"], ["y", "T", "ok"]) == [(2, 1), (3, 2)]
+
+
 def view(*pairs) -> identity.View:
     return identity.View(entries=list(pairs), session="s")
 

@@ -712,8 +712,6 @@ def _send(engine, shown: list, user: str, reply: str, *, retry: bool = False) ->
     return shown
 
 
-@pytest.mark.xfail(strict=True, reason="host walk 3320002 step 108, not fixed yet: the undone "
-                   "turn's view pairs the copied 'ok' with that turn's 'ok'")
 def test_a_branchs_copied_exchange_restored_before_two_retries_is_stored_once(tmp_path):
     """A compacted parent sends T19 twice (each answered "ok") and T20; /branch, /undo of
     T20, then /retry of T19 as the branch's first list (it drops the copied second
