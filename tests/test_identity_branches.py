@@ -11,6 +11,7 @@ import pytest
 from enginekit import make_engine
 from hermes_trove.storage import views
 from test_identity import compact, long_history, stamped, stored, turn
+from test_identity_blocks import _turns
 
 
 class _HostSessions:
@@ -667,13 +668,10 @@ def test_a_re_send_on_a_branch_restored_with_another_clis_turn_keeps_its_rows(tm
     assert stored(again, "branch") == rows + [("user", "next")]
 
 
-def test_a_branch_undone_down_to_its_parents_block_and_reply_stores_nothing_at_new(tmp_path):
-    """/branch of a compacted session whose compaction (inside a turn) kept a reply raw
-    right after the block ([block, reply, question]); on the branch /undo twice down to
-    [block, reply], no turn of its own, then /new: the host hands the branch's list over
-    at the session end (on_session_end). The parent's view holds both (its block and
-    that reply's row): the list is the parent's (rule 4), the branch stores nothing
-    (host walk 3320002: the reply was stored again in the branch, a duplicate)."""
+def _compacted_in_a_turn(tmp_path):
+    """A parent session of nine turns, compacted inside the turn of "question 9" (the
+    reply before it kept raw after the block): the engine, the history and the list
+    the compaction returned."""
     engine = make_engine(tmp_path, session="parent", window=64_000, fresh_tail_count=2)
     history = long_history(8) + turn("question 8 " + "word " * 40, "reply 8 " + "word " * 30)
     for k in range(0, len(history), 2):
@@ -682,7 +680,17 @@ def test_a_branch_undone_down_to_its_parents_block_and_reply_stores_nothing_at_n
         engine.turn_done()
     ask = {"role": "user", "content": "question 9"}
     engine.note_user_turn(ask)
-    shown = compact(engine, history + [ask])         # in the turn: the reply stays raw
+    return engine, history, compact(engine, history + [ask])
+
+
+def test_a_branch_undone_down_to_its_parents_block_and_reply_stores_nothing_at_new(tmp_path):
+    """/branch of a compacted session whose compaction (inside a turn) kept a reply raw
+    right after the block ([block, reply, question]); on the branch /undo twice down to
+    [block, reply], no turn of its own, then /new: the host hands the branch's list over
+    at the session end (on_session_end). The parent's view holds both (its block and
+    that reply's row): the list is the parent's (rule 4), the branch stores nothing
+    (host walk 3320002: the reply was stored again in the branch, a duplicate)."""
+    engine, history, shown = _compacted_in_a_turn(tmp_path)   # the reply stays raw
     assert [m["role"] for m in shown] == ["user", "assistant", "user"]
     assert shown[1]["content"] == history[-1]["content"]
     shown = shown + [{"role": "assistant", "content": "ok"}]
@@ -704,12 +712,7 @@ def test_a_branch_undone_down_to_its_parents_block_and_reply_stores_nothing_at_n
 
 def _send(engine, shown: list, user: str, reply: str, *, retry: bool = False) -> list:
     """One turn (a /retry drops the last exchange first): the lists the host ingests."""
-    shown = (shown[:-2] if retry else shown) + turn(user, reply)
-    engine.note_user_turn(shown[-2])
-    engine.ingest(shown[:-1])
-    engine.ingest(shown)
-    engine.turn_done()
-    return shown
+    return _turns(engine, shown[:-2] if retry else shown, [turn(user, reply)])
 
 
 def test_a_branchs_copied_exchange_restored_before_two_retries_is_stored_once(tmp_path):
@@ -722,15 +725,8 @@ def test_a_branchs_copied_exchange_restored_before_two_retries_is_stored_once(tm
     undone send, not shown there), and the first retry's exchange was stored again
     while the copied "ok" was lost (host walk 3320002, step 108). The copied exchange
     is a send of its own: stored once, with the turn's message."""
-    engine = make_engine(tmp_path, session="parent", window=64_000, fresh_tail_count=2)
-    history = long_history(8) + turn("question 8 " + "word " * 40, "reply 8 " + "word " * 30)
-    for k in range(0, len(history), 2):
-        engine.note_user_turn(history[k])
-        engine.ingest(history[:k + 2])
-        engine.turn_done()
-    ask = {"role": "user", "content": "question 9"}
-    engine.note_user_turn(ask)
-    shown = compact(engine, history + [ask]) + [{"role": "assistant", "content": "ok"}]
+    engine, _, shown = _compacted_in_a_turn(tmp_path)
+    shown = shown + [{"role": "assistant", "content": "ok"}]
     engine.ingest(shown)
     engine.turn_done()
     for user, reply in (("T19", "ok"), ("T19", "ok"), ("T20", "reply 46")):
