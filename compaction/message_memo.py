@@ -65,7 +65,7 @@ class MessageMemo:
                 self._entries.clear()
             entry = [message, message.get("content"), message.get("tool_calls"),
                      message.get("role"), message.get("tool_call_id"), None, None, None, None,
-                     None]
+                     None, None]
             self._entries[id(message)] = entry
         return entry
 
@@ -92,6 +92,15 @@ class MessageMemo:
             encoded = self.encoded(message, prepare)
             entry[7] = (None if encoded is None else identity.fingerprint_encoded(encoded),)
         return entry[7][0]
+
+    def sidecar_tokens(self, message: dict, sidecar: str, count: Callable[[], int]) -> int:
+        """The token count of a message as sent with its ``api_content`` sidecar, once
+        per object and sidecar: the host stamps the sidecar after the message was
+        first counted, so the entry holds the very string it was counted from."""
+        entry = self._entry(message)
+        if entry[10] is None or entry[10][0] is not sidecar:
+            entry[10] = (sidecar, count())
+        return entry[10][1]
 
     def rough(self, message: dict, estimate: Callable[[list], int]) -> int:
         """The host's rough estimate of a message (its own units), once per object.

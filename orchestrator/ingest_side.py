@@ -353,12 +353,13 @@ class IngestSide:
         (host walk 120004); sidecars counted only there let a memory provider's
         1.5K-token prefetch per turn go out uncounted for every user message kept,
         and requests went over the trigger by 6.5K in a 32K window
-        (tests/test_host_sidecars.py). Not memoized per object: the host stamps the
-        sidecar on a message after trove has first counted it."""
+        (tests/test_host_sidecars.py). Memoized per object and sidecar string: the
+        host stamps the sidecar on a message after trove has first counted it."""
         form = api_form(message) if isinstance(message, dict) else message
         if form is message:
             return self.count_message(message)
-        return self.counter.count_message(form)
+        return self._memo.sidecar_tokens(message, message["api_content"],
+                                         lambda: self.counter.count_message(form))
 
     def sent_tokens(self, messages: list) -> int:
         """Tokens of a list as the provider receives it (``sent_count`` of each)."""
